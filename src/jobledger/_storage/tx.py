@@ -1,0 +1,244 @@
+"""Layer 0: the one write primitive, and the coordinator that may retry it.
+
+`run_write_transaction(conn, work, label)` is seed 003's primitive:
+
+    BEGIN IMMEDIATE  ->  work() exactly once  ->  COMMIT
+
+On any exception it asks the connection whether a transaction is still open
+(`in_transaction`, a live call to `sqlite3_get_autocommit`). It rolls back only when one
+is open or the answer is unknown, because SQLite may already have rolled back by itself
+(SQLITE_INTERRUPT, some FULL/IOERR/BUSY cases) and an unguarded ROLLBACK would then raise
+"cannot rollback - no transaction is active" over the real error. A failing rollback is
+recorded, never raised. The original exception is re-raised with its identity, carrying
+`TxDiagnostics` in its `jobledger_tx` attribute (and a note).
+
+It refuses to start inside an open transaction: cleaning up after a failed BEGIN would
+otherwise roll back the caller's outer transaction.
+
+`run_with_write_retry(op, ...)` is the layer above. It replays a *whole* transaction,
+and only when all of these hold: the caller declared it idempotent, it failed in the
+work or commit phase with an `SQLITE_BUSY*` code, and the connection confirmed no
+transaction is left open. Never a single statement. BUSY at BEGIN is not retried here: it
+reaches the caller as `DatabaseBusy` (DB_BUSY) so the caller can defer. An error that
+leaves the transaction active or unknown becomes `WriteTransactionFailed`.
+
+`with_write_tx(conn, work, ...)` combines both and maps SQLite errors onto the public
+`StorageError` tree. Connections must be opened with `isolation_level=None`, so Python
+never begins or commits anything on its own.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal, TypeVar
+
+from jobledger.errors import DatabaseBusy, DatabaseFull, StorageError, WriteTransactionFailed
+
+__all__ = [
+    "NestedTransactionError",
+    "Phase",
+    "TxDiagnostics",
+    "diagnostics_of",
+    "is_busy_error",
+    "run_with_write_retry",
+    "run_write_transaction",
+    "with_write_tx",
+]
+
+T = TypeVar("T")
+Phase = Literal["begin", "work", "commit"]
+
+SQLITE_BUSY = 5
+SQLITE_FULL = 13
+_DIAG_ATTR = "jobledger_tx"
+
+
+class NestedTransactionError(RuntimeError):
+    """run_write_transaction was called on a connection already inside a transaction."""
+
+
+@dataclass(slots=True)
+class TxDiagnostics:
+    """What happened to one failed write transaction."""
+
+    phase: Phase
+    code: int | None
+    code_name: str | None
+    label: str
+    rollback_succeeded: bool | None  # None: no rollback was attempted
+    rollback_error: str | None
+    transaction_active: bool | None  # after cleanup; None: could not be read
+    attempts: int = 1
+
+    def describe(self) -> str:
+        return (
+            f"write tx {self.label!r} failed in {self.phase} "
+            f"({self.code_name or 'no sqlite code'}); rollback={self.rollback_succeeded}"
+            f"{'' if self.rollback_error is None else f' ({self.rollback_error})'}; "
+            f"transaction_active={self.transaction_active}; attempts={self.attempts}"
+        )
+
+
+def diagnostics_of(exc: BaseException) -> TxDiagnostics | None:
+    diag = getattr(exc, _DIAG_ATTR, None)
+    return diag if isinstance(diag, TxDiagnostics) else None
+
+
+def _error_code(exc: BaseException) -> tuple[int | None, str | None]:
+    code = getattr(exc, "sqlite_errorcode", None)
+    name = getattr(exc, "sqlite_errorname", None)
+    if isinstance(code, int):
+        return code, name if isinstance(name, str) else None
+    if isinstance(exc, sqlite3.OperationalError) and str(exc) in (
+        "database is locked",
+        "database is busy",
+    ):
+        return SQLITE_BUSY, "SQLITE_BUSY"
+    return None, None
+
+
+def is_busy_error(exc: BaseException) -> bool:
+    """True for every SQLITE_BUSY* code (BUSY, BUSY_SNAPSHOT, BUSY_RECOVERY, BUSY_TIMEOUT)."""
+    code, _ = _error_code(exc)
+    return code is not None and code & 0xFF == SQLITE_BUSY
+
+
+def _transaction_state(conn: sqlite3.Connection) -> bool | None:
+    try:
+        return conn.in_transaction
+    except Exception:
+        return None
+
+
+def run_write_transaction(
+    conn: sqlite3.Connection, work: Callable[[], T], label: str = "write"
+) -> T:
+    """Run `work` once inside BEGIN IMMEDIATE ... COMMIT on `conn`."""
+    if _transaction_state(conn):
+        raise NestedTransactionError(
+            f"write tx {label!r}: the connection is already inside a transaction"
+        )
+    phase: Phase = "begin"
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        phase = "work"
+        result = work()
+        phase = "commit"
+        conn.execute("COMMIT")
+        return result
+    except BaseException as exc:
+        state = _transaction_state(conn)
+        rollback_succeeded: bool | None = None
+        rollback_error: str | None = None
+        if state is not False:
+            try:
+                conn.execute("ROLLBACK")
+                rollback_succeeded = True
+            except BaseException as rollback_exc:  # never mask the primary error
+                rollback_succeeded = False
+                rollback_error = str(rollback_exc) or type(rollback_exc).__name__
+        code, code_name = _error_code(exc)
+        diag = TxDiagnostics(
+            phase=phase,
+            code=code,
+            code_name=code_name,
+            label=label,
+            rollback_succeeded=rollback_succeeded,
+            rollback_error=rollback_error,
+            transaction_active=_transaction_state(conn),
+        )
+        try:
+            setattr(exc, _DIAG_ATTR, diag)
+            exc.add_note(diag.describe())
+        except Exception:
+            pass
+        raise
+
+
+def run_with_write_retry(
+    op: Callable[[], T],
+    *,
+    idempotent: bool,
+    max_attempts: int = 3,
+    budget: float = 1.0,
+    retry_delay: float = 0.005,
+    monotonic: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
+    """Run `op` (one whole write transaction), replaying it on retryable BUSY failures."""
+    started = monotonic()
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            return op()
+        except Exception as exc:
+            diag = diagnostics_of(exc)
+            if diag is not None:
+                diag.attempts = attempt
+            retryable = (
+                idempotent
+                and diag is not None
+                and diag.phase in ("work", "commit")
+                and diag.code is not None
+                and diag.code & 0xFF == SQLITE_BUSY
+                and diag.transaction_active is False
+            )
+            if not retryable or attempt >= max_attempts:
+                raise
+            remaining = budget - (monotonic() - started)
+            if remaining <= 0:
+                raise
+            sleep(min(retry_delay * attempt, remaining))
+
+
+def with_write_tx(
+    conn: sqlite3.Connection,
+    work: Callable[[], T],
+    label: str,
+    *,
+    idempotent: bool = True,
+    max_attempts: int = 3,
+    budget: float = 1.0,
+) -> T:
+    """The write path every jobledger write takes, with errors mapped to `StorageError`s.
+
+    `work` must only touch the database (publish effects after this returns). Exceptions
+    that are not sqlite3 errors (validation, `JobError`s raised inside `work`) pass
+    through unchanged after the rollback.
+    """
+    try:
+        return run_with_write_retry(
+            lambda: run_write_transaction(conn, work, label),
+            idempotent=idempotent,
+            max_attempts=max_attempts,
+            budget=budget,
+        )
+    except sqlite3.Error as exc:
+        raise _storage_error(exc, label) from exc
+
+
+def _storage_error(exc: sqlite3.Error, label: str) -> StorageError:
+    diag = diagnostics_of(exc)
+    params: dict[str, object] = {"label": label, "sqlite_error": str(exc)}
+    if diag is not None:
+        params.update(
+            phase=diag.phase,
+            code_name=diag.code_name,
+            rollback_succeeded=diag.rollback_succeeded,
+            transaction_active=diag.transaction_active,
+            attempts=diag.attempts,
+        )
+    if diag is not None and diag.transaction_active is not False:
+        return WriteTransactionFailed(
+            f"{label}: the transaction could not be closed cleanly ({exc})", params=params
+        )
+    if is_busy_error(exc):
+        return DatabaseBusy(f"{label}: the database is busy; try again later", params=params)
+    code, _ = _error_code(exc)
+    if code is not None and code & 0xFF == SQLITE_FULL:
+        return DatabaseFull(f"{label}: the database or disk is full", params=params)
+    return WriteTransactionFailed(f"{label}: {exc}", params=params)

@@ -1,0 +1,201 @@
+"""The values jobledger hands out: statuses, snapshots, events and verdicts.
+
+A leaf module: it imports nothing of jobledger at run time, so every other module may
+import it. Every value is a frozen dataclass; payloads and outputs in snapshots and
+events are plain JSON values (dicts, lists, scalars), never the validated payload type.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from jobledger._scheduling.triggers import CatchUpPolicy, Trigger
+
+__all__ = [
+    "TERMINAL_STATUSES",
+    "CancelManyResult",
+    "CancelOutcome",
+    "DrainVerdict",
+    "JobErrorInfo",
+    "JobSnapshot",
+    "JobStatus",
+    "MissedEvent",
+    "RecoveryStrategy",
+    "ScheduleSnapshot",
+    "SettledEvent",
+]
+
+JSON = Any
+RecoveryStrategy = Literal["abandon", "retry", "singleton"]
+CancelOutcome = Literal["cancelled", "timed-out", "not-cancellable"]
+
+
+class JobStatus(StrEnum):
+    PENDING = "pending"
+    DELAYED = "delayed"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in TERMINAL_STATUSES
+
+
+TERMINAL_STATUSES = frozenset({JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED})
+
+
+@dataclass(frozen=True, slots=True)
+class JobErrorInfo:
+    """Why an attempt failed. `retryable` describes the kind of error, not what happened."""
+
+    code: str
+    message: str
+    retryable: bool
+    params: Mapping[str, JSON] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, JSON]:
+        return {
+            "code": self.code,
+            "message": self.message,
+            "retryable": self.retryable,
+            "params": dict(self.params),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class JobSnapshot:
+    """One job row as it was when read."""
+
+    id: str
+    type: str
+    status: JobStatus
+    queue: str
+    priority: int
+    payload: JSON
+    output: JSON
+    error: JobErrorInfo | None
+    attempt: int
+    max_attempts: int
+    timeout: float | None
+    idempotency_key: str | None
+    parent_id: str | None
+    schedule_id: str | None
+    metadata: Mapping[str, JSON]
+    progress: float | None
+    progress_detail: str | None
+    cancel_requested: bool
+    worker_id: str | None
+    scheduled_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    enqueued_by: str | None = None
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+    def to_json(self) -> dict[str, JSON]:
+        """The snapshot as JSON-ready values (ISO-8601 UTC times)."""
+
+        def iso(value: datetime | None) -> str | None:
+            return None if value is None else value.isoformat().replace("+00:00", "Z")
+
+        return {
+            "id": self.id,
+            "type": self.type,
+            "status": str(self.status),
+            "queue": self.queue,
+            "priority": self.priority,
+            "payload": self.payload,
+            "output": self.output,
+            "error": None if self.error is None else self.error.to_json(),
+            "attempt": self.attempt,
+            "max_attempts": self.max_attempts,
+            "timeout": self.timeout,
+            "idempotency_key": self.idempotency_key,
+            "parent_id": self.parent_id,
+            "schedule_id": self.schedule_id,
+            "metadata": dict(self.metadata),
+            "progress": self.progress,
+            "progress_detail": self.progress_detail,
+            "cancel_requested": self.cancel_requested,
+            "worker_id": self.worker_id,
+            "scheduled_at": iso(self.scheduled_at),
+            "started_at": iso(self.started_at),
+            "finished_at": iso(self.finished_at),
+            "created_at": iso(self.created_at),
+            "updated_at": iso(self.updated_at),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleSnapshot:
+    """One persistent schedule row. `name` is None for the type's singleton schedule."""
+
+    id: str
+    type: str
+    name: str | None
+    trigger: Trigger
+    payload: JSON
+    catch_up: CatchUpPolicy
+    enabled: bool
+    next_run: datetime | None
+    last_run: datetime | None
+    metadata: Mapping[str, JSON]
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class MissedEvent:
+    """Given to `on_missed` when catch-up finds a schedule that missed fires while down."""
+
+    schedule_id: str
+    type: str
+    missed_count: int
+    last_fire_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class SettledEvent:
+    """Given to `on_settled` once a job reaches a terminal state."""
+
+    job_id: str
+    type: str
+    status: JobStatus
+    payload: JSON
+    output: JSON
+    error: JobErrorInfo | None
+    attempt: int
+    metadata: Mapping[str, JSON]
+    parent_id: str | None
+    schedule_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class DrainVerdict:
+    """What `drain_in_flight` saw. Clean means no stragglers and no recovery pending."""
+
+    straggler_ids: tuple[str, ...]
+    startup_recovery_pending: bool
+
+    @property
+    def clean(self) -> bool:
+        return not self.straggler_ids and not self.startup_recovery_pending
+
+
+@dataclass(frozen=True, slots=True)
+class CancelManyResult:
+    """`aborted`: running handlers signalled; `transitioned`: rows cancelled directly."""
+
+    aborted: int
+    transitioned: int
