@@ -46,6 +46,7 @@ __all__ = [
     "run_with_write_retry",
     "run_write_transaction",
     "with_write_tx",
+    "write_transaction",
 ]
 
 T = TypeVar("T")
@@ -113,23 +114,48 @@ def _transaction_state(conn: sqlite3.Connection) -> bool | None:
         return None
 
 
-def run_write_transaction(
-    conn: sqlite3.Connection, work: Callable[[], T], label: str = "write"
-) -> T:
-    """Run `work` once inside BEGIN IMMEDIATE ... COMMIT on `conn`."""
-    if _transaction_state(conn):
-        raise NestedTransactionError(
-            f"write tx {label!r}: the connection is already inside a transaction"
-        )
-    phase: Phase = "begin"
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-        phase = "work"
-        result = work()
-        phase = "commit"
-        conn.execute("COMMIT")
-        return result
-    except BaseException as exc:
+class write_transaction:  # noqa: N801 - used like the function it replaces
+    """`with write_transaction(conn, label):` — the primitive as a context manager.
+
+    BEGIN IMMEDIATE on enter, COMMIT on a clean exit; any exception (in the body or in
+    COMMIT) goes through the guarded cleanup and is re-raised with diagnostics.
+    """
+
+    __slots__ = ("_conn", "_label", "_phase")
+
+    def __init__(self, conn: sqlite3.Connection, label: str = "write") -> None:
+        self._conn = conn
+        self._label = label
+        self._phase: Phase = "begin"
+
+    def __enter__(self) -> sqlite3.Connection:
+        if _transaction_state(self._conn):
+            raise NestedTransactionError(
+                f"write tx {self._label!r}: the connection is already inside a transaction"
+            )
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+        except BaseException as exc:
+            self._cleanup(exc)
+            raise
+        self._phase = "work"
+        return self._conn
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        if exc is not None:
+            self._cleanup(exc)
+            return  # the with-statement re-raises the original exception
+        self._phase = "commit"
+        try:
+            self._conn.execute("COMMIT")
+        except BaseException as commit_exc:
+            self._cleanup(commit_exc)
+            raise
+
+    def _cleanup(self, exc: BaseException) -> None:
+        conn = self._conn
         state = _transaction_state(conn)
         rollback_succeeded: bool | None = None
         rollback_error: str | None = None
@@ -142,10 +168,10 @@ def run_write_transaction(
                 rollback_error = str(rollback_exc) or type(rollback_exc).__name__
         code, code_name = _error_code(exc)
         diag = TxDiagnostics(
-            phase=phase,
+            phase=self._phase,
             code=code,
             code_name=code_name,
-            label=label,
+            label=self._label,
             rollback_succeeded=rollback_succeeded,
             rollback_error=rollback_error,
             transaction_active=_transaction_state(conn),
@@ -155,7 +181,14 @@ def run_write_transaction(
             exc.add_note(diag.describe())
         except Exception:
             pass
-        raise
+
+
+def run_write_transaction(
+    conn: sqlite3.Connection, work: Callable[[], T], label: str = "write"
+) -> T:
+    """Run `work` once inside BEGIN IMMEDIATE ... COMMIT on `conn`."""
+    with write_transaction(conn, label):
+        return work()
 
 
 def run_with_write_retry(

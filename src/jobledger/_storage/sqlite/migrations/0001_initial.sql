@@ -63,6 +63,15 @@ CREATE INDEX jobs_schedule_idx ON jobs (schedule_id, finished_at) WHERE schedule
 CREATE INDEX jobs_parent_idx ON jobs (parent_id) WHERE parent_id IS NOT NULL;
 CREATE INDEX jobs_enqueued_by_idx ON jobs (enqueued_by) WHERE status IN ('pending', 'delayed');
 
+-- Every queue any process has written a job to, so workers discover new queues by
+-- reading rows past the last id they saw instead of scanning the backlog.
+CREATE TABLE queues (
+    seq         INTEGER PRIMARY KEY,
+    name        TEXT NOT NULL UNIQUE,
+    type        TEXT NOT NULL,
+    created_at  INTEGER NOT NULL
+);
+
 -- One row per started JobManager; heartbeat_at says it is alive.
 CREATE TABLE workers (
     id            TEXT PRIMARY KEY,
