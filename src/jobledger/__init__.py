@@ -1,5 +1,13 @@
 """jobledger: a durable job queue and scheduler whose single source of truth is one SQL table."""
 
+from jobledger._core.backoff import RetryPolicy
+from jobledger._core.registry import JobHandler, JobType
+from jobledger._runtime.context import CancelToken, JobContext
+from jobledger._runtime.enqueue import JobSpec
+from jobledger._runtime.events import JobEvent
+from jobledger._runtime.handle import JobHandle
+from jobledger._runtime.lifecycle import Hold
+from jobledger._runtime.manager import JobManager, WriteTx
 from jobledger._types import (
     CancelManyResult,
     DrainVerdict,
@@ -28,20 +36,30 @@ from jobledger.errors import (
 
 __all__ = [
     "CancelManyResult",
+    "CancelToken",
     "Clock",
     "DatabaseBusy",
     "DatabaseFull",
     "DrainVerdict",
     "HandlerRegistrationError",
+    "Hold",
     "JobCancelled",
+    "JobContext",
     "JobError",
     "JobErrorInfo",
+    "JobEvent",
+    "JobHandle",
+    "JobHandler",
+    "JobManager",
     "JobNotFound",
     "JobSnapshot",
+    "JobSpec",
     "JobStatus",
+    "JobType",
     "JobValidationError",
     "MissedEvent",
     "PermanentError",
+    "RetryPolicy",
     "ScheduleError",
     "ScheduleSnapshot",
     "SchemaError",
@@ -49,4 +67,5 @@ __all__ = [
     "StorageError",
     "SystemClock",
     "WriteTransactionFailed",
+    "WriteTx",
 ]

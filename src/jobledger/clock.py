@@ -67,7 +67,7 @@ def to_ms(value: datetime) -> int:
     """Epoch milliseconds of an aware datetime (naive values are taken as UTC)."""
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
-    return int(round(value.timestamp() * 1000))
+    return round(value.timestamp() * 1000)
 
 
 def from_ms(value: int) -> datetime:

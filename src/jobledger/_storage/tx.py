@@ -114,7 +114,7 @@ def _transaction_state(conn: sqlite3.Connection) -> bool | None:
         return None
 
 
-class write_transaction:  # noqa: N801 - used like the function it replaces
+class write_transaction:
     """`with write_transaction(conn, label):` — the primitive as a context manager.
 
     BEGIN IMMEDIATE on enter, COMMIT on a clean exit; any exception (in the body or in

@@ -8,7 +8,9 @@ __all__ = ["main"]
 
 
 @click.group()
-@click.option("--db", "db", default=None, help="Database file (default $JOBLEDGER_DB or ./jobledger.db).")
+@click.option(
+    "--db", "db", default=None, help="Database file (default $JOBLEDGER_DB or ./jobledger.db)."
+)
 @click.pass_context
 def main(ctx: click.Context, db: str | None) -> None:
     """jobledger: durable jobs and schedules on one SQL table."""
@@ -18,4 +20,6 @@ def main(ctx: click.Context, db: str | None) -> None:
 @main.command()
 def demo() -> None:
     """Run the demo (worker, sample jobs, a cron schedule and the dashboard)."""
-    click.echo("jobledger demo: the engine is being built; this will run a worker with sample jobs.")
+    click.echo(
+        "jobledger demo: the engine is being built; this will run a worker with sample jobs."
+    )

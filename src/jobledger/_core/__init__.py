@@ -1,0 +1,1 @@
+"""Pure parts of the engine: states, backoff, the typed registry. No I/O."""

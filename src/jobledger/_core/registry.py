@@ -1,0 +1,290 @@
+"""Job types, handler registrations and the payload codec.
+
+A `JobType[P]` binds a name to a payload type; `enqueue(RESIZE, payload)` type-checks
+against `P` at compile time, and the payload is validated against `P` at run time with a
+pydantic `TypeAdapter` (models, dataclasses, TypedDicts and builtins all work). Payloads,
+outputs and metadata are stored as JSON, never pickled.
+
+`HandlerSpec` is the frozen, validated form of a registration, whichever way it was
+made: the `@jobs.handler(...)` decorator, or a `JobHandler` subclass passed to
+`register_handler`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+
+from pydantic import TypeAdapter, ValidationError
+
+from jobledger._core.backoff import DEFAULT_RETRY, RetryPolicy
+from jobledger._types import MissedEvent, RecoveryStrategy, SettledEvent
+from jobledger.errors import HandlerRegistrationError, JobValidationError
+
+if TYPE_CHECKING:
+    from jobledger._runtime.context import JobContext
+
+__all__ = [
+    "MAX_PAYLOAD_BYTES",
+    "HandlerSpec",
+    "JobHandler",
+    "JobType",
+    "QueueOption",
+    "dumps",
+    "validate_timeout",
+]
+
+P = TypeVar("P")
+R = TypeVar("R")
+
+MAX_PAYLOAD_BYTES = 1024 * 1024
+RECOVERY_STRATEGIES: tuple[RecoveryStrategy, ...] = ("abandon", "retry", "singleton")
+
+QueueOption = str | Callable[[Any], str] | None
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON; rejects NaN/Infinity, which are not JSON."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+class JobType(Generic[P]):
+    """A job type: a name and the type its payloads must have."""
+
+    __slots__ = ("_adapter", "name", "payload_type")
+
+    def __init__(self, name: str, payload_type: type[P]) -> None:
+        if not isinstance(name, str) or not name or name != name.strip() or len(name) > 200:
+            raise HandlerRegistrationError(
+                f"a job type name must be 1-200 characters without surrounding spaces: {name!r}",
+                params={"name": repr(name)},
+            )
+        self.name = name
+        self.payload_type = payload_type
+        self._adapter: TypeAdapter[P] | None = None
+
+    @property
+    def adapter(self) -> TypeAdapter[P]:
+        if self._adapter is None:
+            self._adapter = TypeAdapter(self.payload_type)
+        return self._adapter
+
+    def encode(self, payload: Any, *, max_bytes: int = MAX_PAYLOAD_BYTES) -> tuple[P, str]:
+        """Validate `payload` against the type; return the value and its JSON text."""
+        try:
+            value = self.adapter.validate_python(payload)
+            text = self.adapter.dump_json(value).decode()
+        except ValidationError as exc:
+            raise JobValidationError(
+                f"payload for {self.name!r} is invalid: {_short(exc)}",
+                code="JOB_PAYLOAD_INVALID",
+                params={"type": self.name, "errors": _errors(exc)},
+            ) from None
+        except (TypeError, ValueError) as exc:
+            raise JobValidationError(
+                f"payload for {self.name!r} is not JSON-serialisable: {exc}",
+                code="JOB_PAYLOAD_INVALID",
+                params={"type": self.name},
+            ) from None
+        if len(text) > max_bytes:
+            raise JobValidationError(
+                f"payload for {self.name!r} is {len(text)} characters of JSON; "
+                f"the limit is {max_bytes}",
+                code="JOB_PAYLOAD_TOO_LARGE",
+                params={"type": self.name, "size": len(text), "limit": max_bytes},
+            )
+        return value, text
+
+    def decode(self, text: str) -> P:
+        """The typed payload of stored JSON text."""
+        return self.adapter.validate_json(text)
+
+    def __repr__(self) -> str:
+        return (
+            f"JobType({self.name!r}, {getattr(self.payload_type, '__name__', self.payload_type)})"
+        )
+
+
+def _short(exc: ValidationError) -> str:
+    first = exc.errors()[0] if exc.errors() else None
+    if first is None:
+        return str(exc)
+    loc = ".".join(str(p) for p in first.get("loc", ())) or "<root>"
+    return f"{loc}: {first.get('msg', 'invalid')} ({exc.error_count()} error(s))"
+
+
+def _errors(exc: ValidationError) -> list[dict[str, Any]]:
+    return [
+        {"loc": [str(p) for p in e.get("loc", ())], "msg": e.get("msg", "")}
+        for e in exc.errors()[:20]
+    ]
+
+
+def validate_timeout(value: object, *, what: str = "timeout") -> float | None:
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise JobValidationError(
+            f"{what} must be a number of seconds > 0 or None, not {value!r}",
+            code="JOB_INVALID_TIMEOUT",
+            params={what: repr(value)},
+        )
+    return float(value)
+
+
+class JobHandler(Generic[P, R]):
+    """The class form of a handler, for handlers with hooks.
+
+    Subclass it, set `recovery` (required) and any of the other class attributes, and
+    implement `execute` (async or plain). Optional hooks: `on_settled`, `on_missed`,
+    `default_queue`. Register with `jobs.register_handler(JOB_TYPE, MyHandler())`.
+    """
+
+    recovery: ClassVar[RecoveryStrategy]
+    concurrency: ClassVar[int] = 1
+    timeout: ClassVar[float | None] = None
+    retry: ClassVar[RetryPolicy] = DEFAULT_RETRY
+    cancel_timeout: ClassVar[float] = 30.0
+
+    def execute(self, ctx: JobContext[P]) -> Awaitable[R] | R:
+        raise NotImplementedError
+
+    def on_settled(self, event: SettledEvent) -> Awaitable[None] | None:
+        return None
+
+    def on_missed(self, event: MissedEvent) -> Awaitable[None] | None:
+        return None
+
+    def default_queue(self, payload: P) -> str | None:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class HandlerSpec(Generic[P]):
+    """One registration, validated."""
+
+    job_type: JobType[P]
+    execute: Callable[[JobContext[P]], Any]
+    is_async: bool
+    recovery: RecoveryStrategy
+    concurrency: int
+    timeout: float | None
+    retry: RetryPolicy
+    queue: QueueOption
+    cancel_timeout: float
+    on_settled: Callable[[SettledEvent], Any] | None
+    on_missed: Callable[[MissedEvent], Any] | None
+
+    @property
+    def name(self) -> str:
+        return self.job_type.name
+
+    def queue_for(self, payload_value: Any) -> str:
+        q = self.queue
+        if q is None:
+            return self.job_type.name
+        if isinstance(q, str):
+            return q
+        name = q(payload_value)
+        if not isinstance(name, str) or not name:
+            raise JobValidationError(
+                f"the queue resolver of {self.name!r} returned {name!r}, not a queue name",
+                code="JOB_INVALID_OPTION",
+                params={"type": self.name},
+            )
+        return name
+
+    @staticmethod
+    def build(
+        job_type: JobType[P],
+        execute: Callable[..., Any],
+        *,
+        recovery: object,
+        concurrency: object = 1,
+        timeout: object = None,
+        retry: object = None,
+        queue: QueueOption = None,
+        cancel_timeout: object = 30.0,
+        on_settled: Callable[[SettledEvent], Any] | None = None,
+        on_missed: Callable[[MissedEvent], Any] | None = None,
+    ) -> HandlerSpec[P]:
+        if not isinstance(job_type, JobType):
+            raise HandlerRegistrationError(
+                f"handlers are registered for a JobType, not {job_type!r}"
+            )
+        if recovery not in RECOVERY_STRATEGIES:
+            raise HandlerRegistrationError(
+                f"recovery must be one of {', '.join(RECOVERY_STRATEGIES)}; got {recovery!r}",
+                params={"type": job_type.name, "recovery": repr(recovery)},
+            )
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise HandlerRegistrationError(
+                f"concurrency must be an integer >= 1, not {concurrency!r}",
+                params={"type": job_type.name},
+            )
+        retry_policy = DEFAULT_RETRY if retry is None else retry
+        if not isinstance(retry_policy, RetryPolicy):
+            raise HandlerRegistrationError(
+                f"retry must be a RetryPolicy, not {retry!r}", params={"type": job_type.name}
+            )
+        if not callable(execute):
+            raise HandlerRegistrationError(f"the handler for {job_type.name!r} is not callable")
+        grace = validate_timeout(cancel_timeout, what="cancel_timeout")
+        return HandlerSpec(
+            job_type=job_type,
+            execute=execute,
+            is_async=inspect.iscoroutinefunction(execute),
+            recovery=recovery,
+            concurrency=concurrency,
+            timeout=validate_timeout(timeout),
+            retry=retry_policy,
+            queue=queue,
+            cancel_timeout=30.0 if grace is None else grace,
+            on_settled=on_settled,
+            on_missed=on_missed,
+        )
+
+    @staticmethod
+    def from_class(job_type: JobType[P], handler: JobHandler[P, Any]) -> HandlerSpec[P]:
+        if not isinstance(handler, JobHandler):
+            raise HandlerRegistrationError(
+                f"register_handler takes a JobHandler instance, not {handler!r}"
+            )
+        cls = type(handler)
+        if not hasattr(cls, "recovery"):
+            raise HandlerRegistrationError(
+                f"{cls.__name__} must set the class attribute `recovery`",
+                params={"type": job_type.name},
+            )
+
+        def overridden(name: str) -> bool:
+            return getattr(cls, name) is not getattr(JobHandler, name)
+
+        queue: QueueOption = None
+        if overridden("default_queue"):
+
+            def resolve(payload: Any) -> str:
+                return handler.default_queue(payload) or job_type.name
+
+            queue = resolve
+        return HandlerSpec.build(
+            job_type,
+            handler.execute,
+            recovery=cls.recovery,
+            concurrency=cls.concurrency,
+            timeout=cls.timeout,
+            retry=cls.retry,
+            queue=queue,
+            cancel_timeout=cls.cancel_timeout,
+            on_settled=handler.on_settled if overridden("on_settled") else None,
+            on_missed=handler.on_missed if overridden("on_missed") else None,
+        )

@@ -1,0 +1,1 @@
+"""The running engine: dispatch, execution, finalize, recovery, lifecycle."""

@@ -1,0 +1,174 @@
+"""One attempt of one job, from claim to its outcome.
+
+`Attempt` is the engine-side state behind a `JobContext`: the claim (worker id and
+attempt number, the fencing token of every write the handler causes), the cancel token,
+the last progress reported, the durable locks taken. Progress writes are throttled: at
+most one per `PROGRESS_INTERVAL` seconds reaches the row while the handler runs, and the
+last value is written with the outcome, so it is never lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from jobledger._core.registry import HandlerSpec, dumps
+from jobledger._runtime.context import CancelToken
+from jobledger.errors import JobError, JobValidationError
+
+if TYPE_CHECKING:
+    from jobledger._runtime.engine import Engine
+
+__all__ = ["PROGRESS_INTERVAL", "Attempt"]
+
+PROGRESS_INTERVAL = 0.25
+
+
+class Attempt:
+    __slots__ = (
+        "_engine",
+        "_last_progress_write",
+        "attempt",
+        "done",
+        "job_id",
+        "locks",
+        "metadata",
+        "parent_id",
+        "progress",
+        "progress_detail",
+        "progress_dirty",
+        "queue",
+        "schedule_id",
+        "spec",
+        "submitted",
+        "task",
+        "token",
+        "type",
+    )
+
+    def __init__(
+        self,
+        engine: Engine,
+        spec: HandlerSpec[Any],
+        job_id: str,
+        attempt: int,
+        queue: str,
+        metadata: dict[str, Any],
+        parent_id: str | None,
+        schedule_id: str | None,
+    ) -> None:
+        self._engine = engine
+        self.spec = spec
+        self.type = spec.name
+        self.job_id = job_id
+        self.attempt = attempt
+        self.queue = queue
+        self.metadata = metadata
+        self.parent_id = parent_id
+        self.schedule_id = schedule_id
+        self.token = CancelToken(engine.loop)
+        self.task: asyncio.Future[Any] | None = None
+        self.submitted = False
+        # Set once the outcome is committed and on_settled has run (the seed's "executed").
+        self.done: asyncio.Event = asyncio.Event()
+        self.progress: float | None = None
+        self.progress_detail: str | None = None
+        self.progress_dirty = False
+        self._last_progress_write = -math.inf
+        self.locks: set[str] = set()
+
+    # -- progress and metadata ------------------------------------------------------
+
+    def report_progress(self, progress: float, detail: str | None) -> None:
+        if (
+            isinstance(progress, bool)
+            or not isinstance(progress, int | float)
+            or not math.isfinite(progress)
+        ):
+            raise JobValidationError(
+                f"progress must be a number from 0 to 100, not {progress!r}",
+                code="JOB_INVALID_OPTION",
+            )
+        value = min(100.0, max(0.0, float(progress)))
+        detail = None if detail is None else str(detail)
+        self.progress, self.progress_detail = value, detail
+        engine = self._engine
+        now = engine.clock.monotonic()
+        if now - self._last_progress_write >= PROGRESS_INTERVAL:
+            self._last_progress_write = now
+            self.progress_dirty = False
+            engine.store.set_progress(
+                self.job_id, engine.worker_id, self.attempt, value, detail, engine.now_ms()
+            )
+        else:
+            self.progress_dirty = True
+        engine.publish_progress(self.job_id, value, detail)
+
+    def patch_metadata(self, patch: Mapping[str, Any]) -> dict[str, Any]:
+        if not isinstance(patch, Mapping):
+            raise JobValidationError("patch_metadata takes a mapping", code="JOB_INVALID_OPTION")
+        try:
+            dumps(dict(patch))
+        except (TypeError, ValueError) as exc:
+            raise JobValidationError(
+                f"metadata must be JSON: {exc}", code="JOB_INVALID_OPTION"
+            ) from None
+        engine = self._engine
+        merged = engine.store.patch_metadata(
+            self.job_id, engine.worker_id, self.attempt, dict(patch), engine.now_ms()
+        )
+        if merged is None:
+            raise JobError(
+                f"job {self.job_id} is no longer held by this attempt; metadata not written",
+                code="JOB_CLAIM_LOST",
+            )
+        self.metadata = merged
+        return merged
+
+    # -- durable locks --------------------------------------------------------------
+
+    def _try_lock(self, name: str) -> bool:
+        engine = self._engine
+        if engine.store.try_lock(name, self.job_id, engine.worker_id, engine.now_ms()):
+            self.locks.add(name)
+            return True
+        return False
+
+    async def acquire_lock_async(self, name: str, timeout: float | None) -> None:
+        _check_lock_name(name)
+        engine = self._engine
+        started = engine.clock.monotonic()
+        while not self._try_lock(name):
+            if timeout is not None and engine.clock.monotonic() - started >= timeout:
+                raise JobError(
+                    f"lock {name!r} was not acquired in {timeout}s", code="JOB_LOCK_TIMEOUT"
+                )
+            await engine.clock.sleep(engine.poll_interval)
+
+    def acquire_lock_sync(self, name: str, timeout: float | None) -> None:
+        _check_lock_name(name)
+        started = time.monotonic()
+        pause = threading.Event()
+        while not self._try_lock(name):
+            if timeout is not None and time.monotonic() - started >= timeout:
+                raise JobError(
+                    f"lock {name!r} was not acquired in {timeout}s", code="JOB_LOCK_TIMEOUT"
+                )
+            pause.wait(self._engine.poll_interval)
+
+    def release_lock(self, name: str) -> None:
+        if name in self.locks:
+            self.locks.discard(name)
+            self._engine.store.release_lock(name, self.job_id)
+
+
+def _check_lock_name(name: object) -> None:
+    if not isinstance(name, str) or not name or len(name) > 500:
+        raise JobValidationError(
+            f"a lock name is a non-empty string of at most 500 characters, not {name!r}",
+            code="JOB_INVALID_OPTION",
+        )

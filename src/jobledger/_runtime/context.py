@@ -1,0 +1,186 @@
+"""What a handler sees while it runs: `JobContext` and its `CancelToken`.
+
+The token is thread-safe: plain `def` handlers run on a thread pool and poll
+`ctx.cancelled.is_set()`; async handlers may `await ctx.cancelled.wait()`. It fires once,
+with a reason (`"cancel"`, `"timeout"` or `"shutdown"`); outcomes are classified by that
+reason, never by the text of whatever the handler raised.
+
+`report_progress` and `patch_metadata` do their write at call time (a short synchronous
+write, like every write in jobledger) and return an already-finished awaitable, so
+`await ctx.report_progress(...)` works in async handlers and a bare call works in
+plain ones. Metadata is written to the database first, then to memory, and only while
+the row still carries this attempt's claim.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Generator, Mapping
+from types import MappingProxyType, TracebackType
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+
+from jobledger.errors import JobCancelled
+
+if TYPE_CHECKING:
+    from jobledger._runtime.attempt import Attempt
+
+__all__ = ["CancelReason", "CancelToken", "JobContext"]
+
+P = TypeVar("P")
+CancelReason = Literal["cancel", "timeout", "shutdown"]
+
+
+class Done:
+    """An awaitable that is already finished."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return
+        yield  # pragma: no cover - makes this a generator
+
+
+DONE = Done()
+
+
+class CancelToken:
+    """Fires once, from any thread; remembers why."""
+
+    __slots__ = ("_event", "_lock", "_loop", "_waiters", "message", "reason")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._loop = loop
+        self._waiters: list[asyncio.Future[None]] = []
+        self.reason: CancelReason | None = None
+        self.message: str | None = None
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def fire(self, reason: CancelReason, message: str | None = None) -> bool:
+        """Set the token; False if it was already set (the first reason stays)."""
+        with self._lock:
+            if self.reason is not None:
+                return False
+            self.reason = reason
+            self.message = message
+            self._event.set()
+            waiters, self._waiters = self._waiters, []
+        for fut in waiters:
+            loop = fut.get_loop()
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(_resolve, fut)
+        return True
+
+    async def wait(self) -> CancelReason:
+        """Wait until the token fires; returns the reason."""
+        with self._lock:
+            if self.reason is not None:
+                return self.reason
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiters.append(fut)
+        await fut
+        reason = self.reason
+        assert reason is not None
+        return reason
+
+    def wait_sync(self, timeout: float | None = None) -> bool:
+        """For plain handlers: block this thread until fired or `timeout` passes."""
+        return self._event.wait(timeout)
+
+    def __repr__(self) -> str:
+        return f"CancelToken(reason={self.reason!r})"
+
+
+def _resolve(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+class JobContext(Generic[P]):
+    """The handler's view of one attempt of one job."""
+
+    __slots__ = ("_attempt", "_metadata", "attempt", "cancelled", "job_id", "payload")
+
+    def __init__(
+        self,
+        attempt_state: Attempt,
+        payload: P,
+        metadata: Mapping[str, Any],
+    ) -> None:
+        self._attempt = attempt_state
+        self.payload: P = payload
+        self.job_id: str = attempt_state.job_id
+        self.attempt: int = attempt_state.attempt
+        self.cancelled: CancelToken = attempt_state.token
+        self._metadata: Mapping[str, Any] = MappingProxyType(dict(metadata))
+
+    @property
+    def metadata(self) -> Mapping[str, Any]:
+        """A read-only view of the job's metadata, including this attempt's patches."""
+        return self._metadata
+
+    @property
+    def queue(self) -> str:
+        return self._attempt.queue
+
+    def raise_if_cancelled(self) -> None:
+        if self.cancelled.is_set():
+            raise JobCancelled(
+                self.cancelled.message or f"job {self.job_id} was cancelled",
+                params={"reason": self.cancelled.reason},
+            )
+
+    def report_progress(self, progress: float, detail: str | None = None) -> Awaitable[None]:
+        """Record progress (0-100). Persisted throttled; the last value always lands."""
+        self._attempt.report_progress(progress, detail)
+        return DONE
+
+    def patch_metadata(self, patch: Mapping[str, Any]) -> Awaitable[None]:
+        """Shallow-merge `patch` into the job's metadata: database first, then memory."""
+        merged = self._attempt.patch_metadata(patch)
+        self._metadata = MappingProxyType(merged)
+        return DONE
+
+    def lock(self, name: str, *, timeout: float | None = None) -> DurableLockHandle:
+        """A durable named lock (layer 3), usable as `async with` or `with`."""
+        return DurableLockHandle(self._attempt, name, timeout)
+
+    def __repr__(self) -> str:
+        return f"JobContext(job_id={self.job_id!r}, attempt={self.attempt})"
+
+
+class DurableLockHandle:
+    """`async with ctx.lock("name"):` in async handlers, `with ctx.lock("name"):` in plain ones."""
+
+    __slots__ = ("_attempt", "_name", "_timeout")
+
+    def __init__(self, attempt_state: Attempt, name: str, timeout: float | None) -> None:
+        self._attempt = attempt_state
+        self._name = name
+        self._timeout = timeout
+
+    async def __aenter__(self) -> None:
+        await self._attempt.acquire_lock_async(self._name, self._timeout)
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._attempt.release_lock(self._name)
+
+    def __enter__(self) -> None:
+        self._attempt.acquire_lock_sync(self._name, self._timeout)
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._attempt.release_lock(self._name)

@@ -1,0 +1,560 @@
+"""The engine: dispatch, execution and grouped finalize on one asyncio loop.
+
+Dispatch follows seed 001, per queue:
+
+1. take the queue's layer-1 lock;
+2. in ONE `BEGIN IMMEDIATE`: count the queue's running rows, count all running rows,
+   claim up to the free slots by (priority, scheduled_at, id) — counted in SQL, so both
+   caps hold across processes;
+3. commit, release the lock, start the handlers outside it, and re-kick the queue when
+   the batch filled (to fill the next slots).
+
+A finishing job kicks its queue; when the global cap was what blocked, it kicks every
+queue. Claims are synchronous on the loop thread, so between two awaits nothing else can
+run a claim: the layer-1 lock is never contended inside one process, but it keeps the
+count->claim section explicit and safe against a caller on another thread.
+
+Finalize is grouped: outcomes of jobs that end in the same loop tick are written in one
+transaction (each a fenced compare-and-set), and only after its COMMIT are handles
+resolved, events published, queues kicked and `on_settled` run. Nothing is reported
+done before it is durable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from pydantic_core import to_jsonable_python
+
+from jobledger._core.backoff import compute_backoff
+from jobledger._core.registry import HandlerSpec, dumps
+from jobledger._runtime.attempt import Attempt
+from jobledger._runtime.context import JobContext
+from jobledger._runtime.events import EventBus, JobEvent
+from jobledger._runtime.timers import call_later
+from jobledger._storage.interface import ClaimedJob, JobRow, Outcome
+from jobledger._storage.rows import error_to_json, snapshot_from_row
+from jobledger._storage.sqlite import queries as q
+from jobledger._storage.sqlite.store import SqliteStore
+from jobledger._types import JobErrorInfo, JobSnapshot, JobStatus, SettledEvent
+from jobledger.clock import Clock, from_ms
+from jobledger.errors import JobError, PermanentError
+
+__all__ = ["DispatchQueue", "Engine"]
+
+log = logging.getLogger("jobledger.engine")
+
+
+class DispatchQueue:
+    """A queue's in-memory view: its name, its cap, a lock. It holds no jobs."""
+
+    __slots__ = ("concurrency", "kick_pending", "lock", "name", "running")
+
+    def __init__(self, name: str, concurrency: int) -> None:
+        self.name = name
+        self.concurrency = concurrency
+        self.lock = threading.Lock()
+        self.kick_pending = False
+        self.running = 0
+
+
+class Engine:
+    def __init__(
+        self,
+        store: SqliteStore,
+        clock: Clock,
+        worker_id: str,
+        handlers: dict[str, HandlerSpec[Any]],
+        events: EventBus,
+        *,
+        global_max_concurrency: int,
+        poll_interval: float,
+        claim_batch: int = 64,
+        thread_pool_size: int = 16,
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.worker_id = worker_id
+        self.handlers = handlers
+        self.events = events
+        self.global_max = global_max_concurrency
+        self.poll_interval = poll_interval
+        self.claim_batch = claim_batch
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.queues: dict[str, DispatchQueue] = {}
+        self.inflight: dict[str, Attempt] = {}
+        self.global_blocked = False
+        self.accepting = False  # claims allowed (started, recovery gate open, not stopping)
+        self.paused = False
+        self.waiters: dict[str, list[asyncio.Future[JobSnapshot]]] = {}
+        self._buffer: list[tuple[Outcome, Attempt]] = []
+        self._flush_scheduled = False
+        self._pool_size = thread_pool_size
+        self._pool: ThreadPoolExecutor | None = None
+        self._settling: set[asyncio.Task[None]] = set()
+        self.on_delayed: Callable[[int], None] = lambda at_ms: None
+        self.on_settled_row: Callable[[JobRow], None] = lambda row: None
+
+    # -- time -----------------------------------------------------------------------
+
+    def now_ms(self) -> int:
+        return int(self.clock.time() * 1000)
+
+    # -- queues and kicks -----------------------------------------------------------
+
+    def ensure_queue(self, name: str, type_name: str) -> DispatchQueue | None:
+        qu = self.queues.get(name)
+        if qu is None:
+            spec = self.handlers.get(type_name)
+            if spec is None:
+                return None
+            qu = DispatchQueue(name, spec.concurrency)
+            self.queues[name] = qu
+        return qu
+
+    def kick(self, name: str) -> None:
+        qu = self.queues.get(name)
+        loop = self.loop
+        if qu is None or qu.kick_pending or loop is None or not self.accepting:
+            return
+        qu.kick_pending = True
+        loop.call_soon(self._dispatch, qu)
+
+    def kick_all(self) -> None:
+        for name in list(self.queues):
+            self.kick(name)
+
+    def kick_threadsafe(self, name: str, type_name: str) -> None:
+        """From any thread: make sure the queue exists and kick it on the loop."""
+        loop = self.loop
+        if loop is None or loop.is_closed():
+            return
+
+        def go() -> None:
+            if self.ensure_queue(name, type_name) is not None:
+                self.kick(name)
+
+        if _on_loop(loop):
+            go()
+        else:
+            loop.call_soon_threadsafe(go)
+
+    def _dispatch(self, qu: DispatchQueue) -> None:
+        qu.kick_pending = False
+        if not self.accepting or self.paused:
+            return
+        free = qu.concurrency - qu.running
+        if free <= 0:
+            return
+        global_free = self.global_max - len(self.inflight)
+        if global_free <= 0:
+            self.global_blocked = True
+            return
+        limit = min(free, global_free, self.claim_batch)
+        with qu.lock:
+            if self._gate_closed():  # re-checked under the lock (seed 001)
+                return
+            try:
+                result = self.store.claim(
+                    qu.name,
+                    queue_cap=qu.concurrency,
+                    global_cap=self.global_max,
+                    limit=limit,
+                    now_ms=self.now_ms(),
+                    worker_id=self.worker_id,
+                    types=tuple(self.handlers),
+                )
+            except Exception:
+                log.warning("claim on queue %r failed; retrying shortly", qu.name, exc_info=True)
+                self._kick_later(qu.name)
+                return
+        if result.global_blocked:
+            self.global_blocked = True
+        for job in result.jobs:
+            self._start(qu, job)
+        if len(result.jobs) == limit:
+            self.kick(qu.name)
+
+    def _gate_closed(self) -> bool:
+        return not self.accepting or self.paused
+
+    def _kick_later(self, name: str) -> None:
+        loop = self.loop
+        if loop is not None:
+            call_later(loop, self.clock, self.poll_interval, lambda: self.kick(name))
+
+    # -- execution ------------------------------------------------------------------
+
+    def _start(self, qu: DispatchQueue, job: ClaimedJob) -> None:
+        assert self.loop is not None
+        spec = self.handlers[job.type]
+        attempt = Attempt(
+            self,
+            spec,
+            job.id,
+            job.attempt,
+            qu.name,
+            _loads_dict(job.metadata),
+            job.parent_id,
+            job.schedule_id,
+        )
+        self.inflight[job.id] = attempt
+        qu.running += 1
+        runner = self._run_async if spec.is_async else self._run_sync
+        task = self.loop.create_task(runner(attempt, job))
+        attempt.task = task
+
+        def ensure_outcome(t: asyncio.Task[None]) -> None:
+            # A task cancelled before its first step never ran its body: settle it here.
+            if not attempt.submitted:
+                if not attempt.token.is_set():
+                    attempt.token.fire("shutdown", "the job's task was cancelled")
+                self._submit(self._interrupted(attempt, job))
+
+        task.add_done_callback(ensure_outcome)
+
+    async def _run_async(self, attempt: Attempt, job: ClaimedJob) -> None:
+        spec = attempt.spec
+        try:
+            payload = spec.job_type.decode(job.payload)
+        except Exception as exc:
+            self._submit(self._failed(attempt, job, "JOB_PAYLOAD_INVALID", str(exc), False))
+            return
+        ctx: JobContext[Any] = JobContext(attempt, payload, attempt.metadata)
+        timer = self._arm_timeout(attempt, job.timeout_ms, cancel_task=True)
+        try:
+            result = await spec.execute(ctx)
+        except asyncio.CancelledError:
+            attempt.token.fire("shutdown", "the job's task was cancelled")
+            outcome = self._interrupted(attempt, job)
+        except Exception as exc:
+            outcome = self._from_exception(attempt, job, exc)
+        else:
+            outcome = self._completed(attempt, job, result)
+        finally:
+            if timer is not None:
+                timer.cancel()
+        self._submit(outcome)
+
+    async def _run_sync(self, attempt: Attempt, job: ClaimedJob) -> None:
+        spec = attempt.spec
+        try:
+            payload = spec.job_type.decode(job.payload)
+        except Exception as exc:
+            self._submit(self._failed(attempt, job, "JOB_PAYLOAD_INVALID", str(exc), False))
+            return
+        ctx: JobContext[Any] = JobContext(attempt, payload, attempt.metadata)
+        timer = self._arm_timeout(attempt, job.timeout_ms, cancel_task=False)
+        assert self.loop is not None
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self._pool_size, thread_name_prefix="jobledger")
+        try:
+            # Shielded: a cancel of this task must not abandon the thread's result.
+            result = await asyncio.shield(self.loop.run_in_executor(self._pool, spec.execute, ctx))
+        except asyncio.CancelledError:
+            attempt.token.fire("shutdown", "the job's task was cancelled")
+            outcome = self._interrupted(attempt, job)
+        except Exception as exc:
+            outcome = self._from_exception(attempt, job, exc)
+        else:
+            outcome = self._completed(attempt, job, result)
+        finally:
+            if timer is not None:
+                timer.cancel()
+        self._submit(outcome)
+
+    def _arm_timeout(self, attempt: Attempt, timeout_ms: int | None, *, cancel_task: bool) -> Any:
+        if timeout_ms is None or self.loop is None:
+            return None
+
+        def expire() -> None:
+            fired = attempt.token.fire("timeout", f"timed out after {timeout_ms / 1000:g}s")
+            if fired and cancel_task and attempt.task is not None:
+                attempt.task.cancel()
+
+        return call_later(self.loop, self.clock, timeout_ms / 1000, expire)
+
+    def abort(self, attempt: Attempt, reason: Any, message: str) -> bool:
+        """Fire the token and, for async handlers, cancel the handler's task."""
+        fired = attempt.token.fire(reason, message)
+        if fired and attempt.spec.is_async and attempt.task is not None:
+            attempt.task.cancel()
+        return fired
+
+    # -- outcomes -------------------------------------------------------------------
+
+    def _outcome(self, attempt: Attempt, kind: Any, **kw: Any) -> tuple[Outcome, Attempt]:
+        return (
+            Outcome(
+                job_id=attempt.job_id,
+                worker_id=self.worker_id,
+                attempt=attempt.attempt,
+                kind=kind,
+                progress=attempt.progress if attempt.progress_dirty else None,
+                progress_detail=attempt.progress_detail if attempt.progress_dirty else None,
+                release_locks=bool(attempt.locks),
+                **kw,
+            ),
+            attempt,
+        )
+
+    def _completed(self, attempt: Attempt, job: ClaimedJob, result: Any) -> tuple[Outcome, Attempt]:
+        try:
+            output = dumps(to_jsonable_python(result))
+        except Exception as exc:
+            return self._failed(
+                attempt,
+                job,
+                "JOB_OUTPUT_INVALID",
+                f"the handler's result is not JSON: {exc}",
+                False,
+            )
+        return self._outcome(attempt, "completed", output=output)
+
+    def _failed(
+        self,
+        attempt: Attempt,
+        job: ClaimedJob,
+        code: str,
+        message: str,
+        retryable: bool,
+        params: dict[str, Any] | None = None,
+    ) -> tuple[Outcome, Attempt]:
+        info = JobErrorInfo(code=code, message=message, retryable=retryable, params=params or {})
+        if retryable and attempt.attempt + 1 < job.max_attempts:
+            delay = compute_backoff(attempt.spec.retry, attempt.attempt + 1)
+            retry_at = self.now_ms() + int(delay * 1000)
+            return self._outcome(attempt, "retry", error=error_to_json(info), retry_at=retry_at)
+        return self._outcome(attempt, "failed", error=error_to_json(info))
+
+    def _interrupted(self, attempt: Attempt, job: ClaimedJob) -> tuple[Outcome, Attempt]:
+        token = attempt.token
+        if token.reason == "timeout":
+            return self._failed(
+                attempt, job, "JOB_HANDLER_TIMEOUT", token.message or "timed out", True
+            )
+        info = JobErrorInfo(
+            code="JOB_CANCELLED",
+            message=token.message or "cancelled",
+            retryable=False,
+            params={"reason": token.reason},
+        )
+        return self._outcome(attempt, "cancelled", error=error_to_json(info))
+
+    def _from_exception(
+        self, attempt: Attempt, job: ClaimedJob, exc: Exception
+    ) -> tuple[Outcome, Attempt]:
+        if attempt.token.is_set():
+            return self._interrupted(attempt, job)
+        if isinstance(exc, PermanentError):
+            return self._failed(attempt, job, exc.code, exc.message, False, dict(exc.params))
+        message = str(exc) or type(exc).__name__
+        params = {"exception": type(exc).__name__}
+        if isinstance(exc, JobError):
+            params["code"] = exc.code
+        return self._failed(attempt, job, "JOB_HANDLER_THREW", message, True, params)
+
+    # -- grouped finalize -----------------------------------------------------------
+
+    def _submit(self, item: tuple[Outcome, Attempt]) -> None:
+        item[1].submitted = True
+        self._buffer.append(item)
+        if not self._flush_scheduled and self.loop is not None:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        batch, self._buffer = self._buffer, []
+        if not batch:
+            return
+        now = self.now_ms()
+        try:
+            rows = self.store.finalize([o for o, _ in batch], now)
+            write_failed = False
+        except Exception:
+            log.exception(
+                "finalize of %d job(s) failed; the rows stay running until recovered", len(batch)
+            )
+            rows = [None] * len(batch)
+            write_failed = True
+        kicks: set[str] = set()
+        for (outcome, attempt), row in zip(batch, rows, strict=True):
+            self._release(attempt)
+            kicks.add(attempt.queue)
+            if row is None:
+                if write_failed:
+                    self._resolve(attempt.job_id, _finalize_failed(attempt, now))
+                attempt.done.set()
+            elif outcome.kind == "retry":
+                self.on_delayed(int(row[q.C_SCHEDULED_AT]))
+                self.publish_row(row)
+                attempt.done.set()
+            else:
+                self.settle_row(row, attempt)
+        if self.global_blocked:
+            self.global_blocked = False
+            self.kick_all()
+        else:
+            for name in kicks:
+                self.kick(name)
+
+    def _release(self, attempt: Attempt) -> None:
+        if self.inflight.get(attempt.job_id) is attempt:
+            del self.inflight[attempt.job_id]
+        qu = self.queues.get(attempt.queue)
+        if qu is not None:
+            qu.running -= 1
+
+    def settle_row(self, row: JobRow, attempt: Attempt | None = None) -> None:
+        """After COMMIT of a terminal write: resolve, publish, run on_settled."""
+        job_id = row[q.C_ID]
+        spec = self.handlers.get(row[q.C_TYPE])
+        waiting = job_id in self.waiters
+        hook = spec.on_settled if spec is not None else None
+        snap = (
+            snapshot_from_row(row)
+            if waiting or hook is not None or self.events.wants(job_id)
+            else None
+        )
+        if snap is not None:
+            self._resolve(job_id, snap)
+            if self.events.wants(job_id):
+                self.events.publish(JobEvent("snapshot", job_id, snapshot=snap))
+        self.on_settled_row(row)
+        if hook is None or snap is None or self.loop is None:
+            if attempt is not None:
+                attempt.done.set()
+            return
+        task = self.loop.create_task(self._run_on_settled(hook, snap, attempt))
+        self._settling.add(task)
+        task.add_done_callback(self._settling.discard)
+
+    async def _run_on_settled(
+        self, hook: Callable[[SettledEvent], Any], snap: JobSnapshot, attempt: Attempt | None
+    ) -> None:
+        event = SettledEvent(
+            job_id=snap.id,
+            type=snap.type,
+            status=snap.status,
+            payload=snap.payload,
+            output=snap.output,
+            error=snap.error,
+            attempt=snap.attempt,
+            metadata=snap.metadata,
+            parent_id=snap.parent_id,
+            schedule_id=snap.schedule_id,
+        )
+        try:
+            result = hook(event)
+            if asyncio.iscoroutine(result) or isinstance(result, asyncio.Future):
+                await result
+        except Exception:
+            log.exception("on_settled of %s raised; ignored", snap.type)
+        finally:
+            if attempt is not None:
+                attempt.done.set()
+
+    def publish_row(self, row: JobRow) -> None:
+        job_id = row[q.C_ID]
+        if self.events.wants(job_id):
+            self.events.publish(JobEvent("snapshot", job_id, snapshot=snapshot_from_row(row)))
+
+    def publish_progress(self, job_id: str, progress: float, detail: str | None) -> None:
+        if not self.events.wants(job_id):
+            return
+        loop = self.loop
+        event = JobEvent("progress", job_id, progress=progress, detail=detail)
+        if loop is None or _on_loop(loop):
+            self.events.publish(event)
+        elif not loop.is_closed():
+            loop.call_soon_threadsafe(self.events.publish, event)
+
+    # -- waiting for results --------------------------------------------------------
+
+    def wait_for(self, job_id: str) -> asyncio.Future[JobSnapshot]:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[JobSnapshot] = loop.create_future()
+        self.waiters.setdefault(job_id, []).append(fut)
+        return fut
+
+    def _resolve(self, job_id: str, snap: JobSnapshot) -> None:
+        futures = self.waiters.pop(job_id, None)
+        for fut in futures or ():
+            loop = fut.get_loop()
+            if _on_loop(loop):
+                if not fut.done():
+                    fut.set_result(snap)
+            elif not loop.is_closed():
+                loop.call_soon_threadsafe(_set_if_pending, fut, snap)
+
+    def resolve_terminal(self, rows: Iterable[JobRow]) -> None:
+        for row in rows:
+            self._resolve(row[q.C_ID], snapshot_from_row(row))
+
+    def drop_waiters(self) -> None:
+        """Shutdown: pending `finished` futures are abandoned, never failed."""
+        self.waiters.clear()
+
+    def shutdown_pool(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+
+def _set_if_pending(fut: asyncio.Future[JobSnapshot], snap: JobSnapshot) -> None:
+    if not fut.done():
+        fut.set_result(snap)
+
+
+def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
+
+
+def _loads_dict(text: str) -> dict[str, Any]:
+    import json
+
+    value = json.loads(text)
+    return value if isinstance(value, dict) else {}
+
+
+def _finalize_failed(attempt: Attempt, now_ms: int) -> JobSnapshot:
+    now = from_ms(now_ms)
+    return JobSnapshot(
+        id=attempt.job_id,
+        type=attempt.type,
+        status=JobStatus.FAILED,
+        queue=attempt.queue,
+        priority=0,
+        payload=None,
+        output=None,
+        error=JobErrorInfo(
+            code="JOB_FINALIZE_TX_FAILED",
+            message="the job's final write failed; the row is recovered later",
+            retryable=True,
+        ),
+        attempt=attempt.attempt,
+        max_attempts=attempt.attempt + 1,
+        timeout=None,
+        idempotency_key=None,
+        parent_id=attempt.parent_id,
+        schedule_id=attempt.schedule_id,
+        metadata=dict(attempt.metadata),
+        progress=attempt.progress,
+        progress_detail=attempt.progress_detail,
+        cancel_requested=False,
+        worker_id=None,
+        scheduled_at=now,
+        started_at=None,
+        finished_at=now,
+        created_at=now,
+        updated_at=now,
+    )

@@ -1,0 +1,446 @@
+"""Start, recovery, pause/drain and stop of one `JobManager` (seed 001, DESIGN §4).
+
+Services, in dependency order:
+    workers    registers this manager in `workers`, heartbeats, holds/renews the leader
+               lease; as leader it rescues dead workers' rows and runs GC
+    jobs       the quiet window, the startup recovery flow, the bounded shutdown drain
+
+Startup: `start()` returns at once. After `startup_delay` the recovery flow runs:
+    1. reset  — every dead worker's rows, by strategy (cancel-requested first; orphans
+                cancelled); rows this process runs are never touched (they are not dead)
+    2. resurrect queues — every known queue of a type this process handles
+    3. catch-up, then arm schedules (`schedules` hook, filled by the scheduling layer)
+    4. dispatch all
+`recovery_done` resolves when the flow ends. A stop inside the window means the flow
+never runs. A pause defers the flow: it runs from where it stopped on release.
+
+Pause (refcounted holds, no resume): blocks claims (checked again under the queue lock),
+promotions, GC/rescue ticks, schedule fires and new recovery steps; enqueue, cancel,
+schedule changes and manual triggers stay allowed, and nothing raises because of a
+pause. When the last hold is disposed, release compensation runs: the deferred recovery
+flow (if any), then promote due rows, kick every queue, re-arm suppressed one-shot fires
+exactly once, resume crons and refresh `next_run` (the last three via the hook).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import socket
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from jobledger._runtime.services import Runtime, Service
+from jobledger._storage.rows import error_to_json
+from jobledger._storage.sqlite import queries as q
+from jobledger._storage.sqlite import workers as w
+from jobledger._types import DrainVerdict, JobErrorInfo, RecoveryStrategy
+
+if TYPE_CHECKING:
+    from jobledger._runtime.manager import JobManager
+
+__all__ = ["DRAIN_TIMEOUT", "Hold", "Lifecycle"]
+
+log = logging.getLogger("jobledger.lifecycle")
+
+DRAIN_TIMEOUT = 4.5
+STEPS = ("reset", "resurrect", "schedules", "dispatch")
+
+
+class ScheduleHooks:
+    """What the scheduling layer plugs into the lifecycle (no-ops until it does)."""
+
+    async def catch_up_and_arm(self) -> None:
+        return None
+
+    def on_pause(self) -> None:
+        return None
+
+    def on_release(self) -> None:
+        return None
+
+    async def on_stop(self) -> None:
+        return None
+
+    def on_leadership(self, leader: bool) -> None:
+        return None
+
+
+class Hold:
+    """One pause hold. `dispose()` is idempotent and releases only this hold."""
+
+    __slots__ = ("_disposed", "_lifecycle", "reason")
+
+    def __init__(self, lifecycle: Lifecycle, reason: str | None) -> None:
+        self._lifecycle = lifecycle
+        self.reason = reason
+        self._disposed = False
+
+    @property
+    def disposed(self) -> bool:
+        return self._disposed
+
+    def dispose(self) -> None:
+        if self._disposed:
+            return
+        self._disposed = True
+        self._lifecycle._release(self)
+
+    def __enter__(self) -> Hold:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.dispose()
+
+    def __repr__(self) -> str:
+        return f"Hold(reason={self.reason!r}, disposed={self._disposed})"
+
+
+class Lifecycle:
+    def __init__(self, manager: JobManager) -> None:
+        self.m = manager
+        self.hostname = socket.gethostname()
+        self.dispatch_open = False
+        self.is_leader = False
+        self.schedules: ScheduleHooks = ScheduleHooks()
+        self.holds: list[Hold] = []
+        self._cursor: int | None = None  # next recovery step to run after a pause
+        self._flow: asyncio.Task[None] | None = None
+        self._in_step = False
+        self._quiet: asyncio.Task[None] | None = None
+        self._recovery_done: asyncio.Future[None] | None = None
+        self._runtime: Runtime | None = None
+        self._stopping = False
+
+    # -- recovery_done (exists from construction, bound to the loop lazily) ----------
+
+    def recovery_future(self) -> asyncio.Future[None]:
+        if self._recovery_done is None:
+            self._recovery_done = asyncio.get_running_loop().create_future()
+        return self._recovery_done
+
+    def _resolve_recovery(self) -> None:
+        fut = self._recovery_done
+        if fut is None:
+            if self.m._loop is not None:
+                fut = self._recovery_done = self.m._loop.create_future()
+            else:
+                return
+        if not fut.done():
+            fut.set_result(None)
+
+    # -- start / stop ---------------------------------------------------------------
+
+    async def start(self) -> None:
+        m = self.m
+        m._engine.accepting = True
+        self.recovery_future()
+        self._runtime = Runtime([WorkerService(self), JobService(self)])
+        await self._runtime.start()
+        # Queues this manager wrote to before start() are its own work: run them now.
+        with m._touched_lock:
+            touched = dict(m._touched_queues)
+        for name, type_name in touched.items():
+            m._engine.kick_threadsafe(name, type_name)
+
+    async def stop(self) -> None:
+        self._stopping = True
+        if self._runtime is not None:
+            await self._runtime.stop()
+
+    # -- the recovery flow ----------------------------------------------------------
+
+    def quiet_window_elapsed(self) -> None:
+        if self._stopping:
+            return
+        if self.holds:
+            self._cursor = 0
+            return
+        self._flow = asyncio.get_running_loop().create_task(self._run_flow(0))
+
+    async def _run_flow(self, start: int) -> None:
+        try:
+            for index in range(start, len(STEPS)):
+                if self._stopping:
+                    return
+                if self.holds:
+                    self._cursor = index
+                    return
+                self._in_step = True
+                try:
+                    await self._step(STEPS[index])
+                except Exception:
+                    log.exception("recovery step %s failed; the flow continues", STEPS[index])
+                finally:
+                    self._in_step = False
+            self._cursor = None
+            self._resolve_recovery()
+        finally:
+            self._flow = None
+
+    async def _step(self, name: str) -> None:
+        m = self.m
+        if name == "reset":
+            self.rescue()
+        elif name == "resurrect":
+            self.dispatch_open = True
+            for seq, qname, type_name in m._store.queues_since(0):
+                m._queue_seq = max(m._queue_seq, seq)
+                m._engine.ensure_queue(qname, type_name)
+        elif name == "schedules":
+            await self.schedules.catch_up_and_arm()
+        else:
+            if m._promote_wake is not None:
+                m._promote_wake.set()
+            m._engine.kick_all()
+
+    def rescue(self) -> int:
+        """Recover the rows of every dead worker by strategy; returns how many workers."""
+        m = self.m
+        now = m._engine.now_ms()
+        dead, alive = w.dead_workers(
+            m._store,
+            now_ms=now,
+            timeout_ms=int(m.worker_timeout * 1000),
+            hostname=self.hostname,
+            exclude=m.worker_id,
+        )
+        if not dead:
+            return 0
+        strategies: dict[str, RecoveryStrategy] = {}
+        for worker in alive:
+            if worker.id == m.worker_id:
+                continue
+            for type_name, strategy in _handlers_of(worker).items():
+                strategies.setdefault(type_name, strategy)
+        for type_name, spec in m._handlers.items():
+            strategies[type_name] = spec.recovery
+
+        def cancel_error(message: str) -> str:
+            return error_to_json(
+                JobErrorInfo("JOB_CANCELLED", message, False, {"reason": "recovery"})
+            )
+
+        kicked: set[str] = set()
+        for worker in dead:
+            stats = w.recover_worker(
+                m._store,
+                worker.id,
+                strategy_of=strategies.get,
+                cancel_error=cancel_error,
+                now_ms=now,
+            )
+            for row in stats.cancelled:
+                m._engine.settle_row(row)
+            if stats.reset or stats.kept:
+                kicked.add("*")
+            log.info(
+                "recovered worker %s: %d reset, %d kept, %d cancelled",
+                worker.id,
+                stats.reset,
+                stats.kept,
+                len(stats.cancelled),
+            )
+        if kicked and self.dispatch_open:
+            for seq, qname, type_name in m._store.queues_since(m._queue_seq):
+                m._queue_seq = seq
+                m._engine.ensure_queue(qname, type_name)
+            m._engine.kick_all()
+        return len(dead)
+
+    # -- pause and drain ------------------------------------------------------------
+
+    def pause(self, reason: str | None) -> Hold:
+        hold = Hold(self, reason)
+        first = not self.holds
+        self.holds.append(hold)
+        self.m._engine.paused = True
+        if first:
+            log.info("paused: %s", reason)
+            self.schedules.on_pause()
+        return hold
+
+    def _release(self, hold: Hold) -> None:
+        try:
+            self.holds.remove(hold)
+        except ValueError:
+            return
+        if self.holds or self._stopping or self.m._stopped:
+            return
+        m = self.m
+        m._engine.paused = False
+        log.info("pause released")
+        loop = m._loop
+        if loop is None:
+            return
+
+        def finish() -> None:
+            if self.holds or self._stopping:
+                return
+            if m._promote_wake is not None:
+                m._promote_wake.set()
+            m._engine.kick_all()
+            self.schedules.on_release()
+
+        if self._cursor is not None:
+            start, self._cursor = self._cursor, None
+            prior = self._flow
+
+            async def chain() -> None:
+                if prior is not None:
+                    await asyncio.shield(prior)
+                await self._run_flow(start)
+                finish()
+
+            self._flow = loop.create_task(chain())
+        elif self._flow is not None and not self._flow.done():
+            flow = self._flow
+            flow.add_done_callback(lambda _: finish())
+        else:
+            finish()
+
+    async def drain(self, timeout: float) -> DrainVerdict:
+        if not self.holds:
+            log.warning("drain_in_flight without a pause: a point-in-time snapshot")
+        engine = self.m._engine
+        attempts = list(engine.inflight.values())
+        waits: list[Awaitable[Any]] = [a.done.wait() for a in attempts]
+        flow = self._flow
+        if flow is not None and not flow.done():
+            waits.append(asyncio.shield(flow))
+        if waits:
+            tasks = [asyncio.ensure_future(x) for x in waits]
+            try:
+                await asyncio.wait(tasks, timeout=max(0.0, timeout))
+            except Exception:
+                pass
+            for t in tasks:
+                if not t.done():
+                    t.cancel()
+        stragglers = tuple(a.job_id for a in attempts if not a.done.is_set())
+        pending = flow is not None and not flow.done() and self._in_step
+        return DrainVerdict(straggler_ids=stragglers, startup_recovery_pending=pending)
+
+    # -- shutdown -------------------------------------------------------------------
+
+    async def shutdown_jobs(self) -> None:
+        m = self.m
+        if self._quiet is not None:
+            self._quiet.cancel()
+        flow = self._flow
+        if flow is not None:
+            try:
+                await asyncio.shield(flow)
+            except Exception:
+                pass
+        await self.schedules.on_stop()
+        engine = m._engine
+        engine.accepting = False
+        attempts = list(engine.inflight.values())
+        for attempt in attempts:
+            engine.abort(attempt, "shutdown", "JobManager shutdown")
+        if attempts:
+            tasks = [asyncio.ensure_future(a.done.wait()) for a in attempts]
+            _, pending = await asyncio.wait(tasks, timeout=DRAIN_TIMEOUT)
+            for t in pending:
+                t.cancel()
+            if pending:
+                log.warning(
+                    "%d job(s) still running after the %ss drain", len(pending), DRAIN_TIMEOUT
+                )
+
+
+def _handlers_of(worker: w.WorkerRow) -> dict[str, RecoveryStrategy]:
+    out: dict[str, RecoveryStrategy] = {}
+    for item in worker.handlers:
+        name, _, strategy = item.partition("=")
+        if strategy in ("abandon", "retry", "singleton"):
+            out[name] = strategy  # type: ignore[assignment]
+    return out
+
+
+class WorkerService(Service):
+    name = "workers"
+
+    def __init__(self, lifecycle: Lifecycle) -> None:
+        super().__init__(lifecycle.m.clock)
+        self.lc = lifecycle
+
+    async def on_init(self) -> None:
+        m = self.lc.m
+        handlers = json.dumps(sorted(f"{n}={s.recovery}" for n, s in m._handlers.items()))
+        now = m._engine.now_ms()
+        m._store.write(
+            lambda c: c.execute(
+                q.REGISTER_WORKER,
+                (m.worker_id, self.lc.hostname, os.getpid(), handlers, now, now),
+            ),
+            "register_worker",
+        )
+
+    async def on_ready(self) -> None:
+        m = self.lc.m
+        self.register_interval(self.beat, m.heartbeat_interval or 5.0)
+        self.register_interval(self.tick, max(m.poll_interval * 20, 1.0))
+        if m.gc_interval > 0:
+            self.register_interval(self.gc, m.gc_interval)
+
+    def beat(self) -> None:
+        m = self.lc.m
+        now = m._engine.now_ms()
+        try:
+            m._store.write(lambda c: c.execute(q.HEARTBEAT, (now, m.worker_id)), "heartbeat")
+        except Exception:
+            log.warning("heartbeat skipped", exc_info=True)
+
+    def tick(self) -> None:
+        """Mid-session rescue (the seed has none): dead workers' rows, by strategy."""
+        if self.lc.holds or not self.lc.dispatch_open:
+            return
+        self.lc.rescue()
+
+    def gc(self) -> None:
+        m = self.lc.m
+        if self.lc.holds:
+            return
+        cutoff = m._engine.now_ms() - int(m.gc_retention * 1000)
+        deleted = m._store.gc(cutoff)
+        if deleted:
+            log.info("gc deleted %d terminal job(s)", deleted)
+
+    async def on_stop(self) -> None:
+        m = self.lc.m
+        now = m._engine.now_ms()
+        try:
+            m._store.write(
+                lambda c: c.execute(q.STOP_WORKER, (now, now, m.worker_id)), "stop_worker"
+            )
+        except Exception:
+            log.warning("could not mark worker %s stopped", m.worker_id, exc_info=True)
+
+
+class JobService(Service):
+    name = "jobs"
+    depends_on = ("workers",)
+
+    def __init__(self, lifecycle: Lifecycle) -> None:
+        super().__init__(lifecycle.m.clock)
+        self.lc = lifecycle
+
+    async def on_all_ready(self) -> None:
+        delay = self.lc.m.startup_delay
+
+        async def window() -> None:
+            if delay > 0:
+                await self.clock.sleep(delay)
+            self.lc.quiet_window_elapsed()
+
+        self.lc._quiet = asyncio.get_running_loop().create_task(window())
+
+    async def on_stop(self) -> None:
+        await self.lc.shutdown_jobs()
+
+
+Callback = Callable[[], None]

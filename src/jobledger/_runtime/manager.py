@@ -1,0 +1,882 @@
+"""`JobManager`: the public facade over the store, the engine and the background loops.
+
+Roles in one object: a producer (`enqueue*` works from any thread, before `start()` and
+after `stop()`), a worker (once started, it runs handlers on its asyncio loop), and an
+observer (`get`, `list`, `count`, events). The table is the only source of truth; every
+in-memory structure here (handlers, queues, in-flight attempts, waiters) is a view
+rebuilt from it.
+
+Background loops of a started manager, each for one duty:
+    watcher   notices commits of other processes (PRAGMA data_version, every
+              `poll_interval`): new queues, cancel requests, finished jobs, delayed rows
+    promoter  moves due `delayed` rows to `pending` and kicks their queues
+    lifecycle heartbeat, leader lease, rescue and GC (see `workers.py`, `recovery.py`)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from types import TracebackType
+from typing import Any, TypeVar, overload
+
+from jobledger._core.backoff import RetryPolicy
+from jobledger._core.registry import (
+    MAX_PAYLOAD_BYTES,
+    HandlerSpec,
+    JobHandler,
+    JobType,
+    QueueOption,
+)
+from jobledger._runtime.context import JobContext
+from jobledger._runtime.engine import Engine
+from jobledger._runtime.enqueue import UNSET, EnqueueOptions, JobSpec, prepare
+from jobledger._runtime.events import EventBus, JobEvent
+from jobledger._runtime.handle import JobHandle
+from jobledger._runtime.lifecycle import Hold, Lifecycle
+from jobledger._runtime.timers import wait_with_timeout
+from jobledger._storage.interface import JobFilter, JobRow, NewJob
+from jobledger._storage.rows import error_to_json, snapshot_from_row
+from jobledger._storage.sqlite import queries as q
+from jobledger._storage.sqlite.connections import Synchronous
+from jobledger._storage.sqlite.store import SqliteStore
+from jobledger._types import (
+    CancelManyResult,
+    CancelOutcome,
+    DrainVerdict,
+    JobErrorInfo,
+    JobSnapshot,
+    JobStatus,
+    RecoveryStrategy,
+)
+from jobledger.clock import Clock, SystemClock
+from jobledger.errors import HandlerRegistrationError, JobError, JobValidationError
+
+__all__ = ["JobManager", "WriteTx"]
+
+log = logging.getLogger("jobledger")
+
+P = TypeVar("P")
+R = TypeVar("R")
+MAX_REASON = 500
+LIST_CAP = 1000
+
+
+class WriteTx:
+    """An open write transaction on the job database (`with jobs.write_tx() as tx:`)."""
+
+    __slots__ = ("_after_commit", "conn")
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self._after_commit: list[Callable[[], None]] = []
+
+    def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> Any:
+        return self.conn.execute(sql, params)
+
+    def executemany(self, sql: str, rows: Any) -> Any:
+        return self.conn.executemany(sql, rows)
+
+    def after_commit(self, fn: Callable[[], None]) -> None:
+        self._after_commit.append(fn)
+
+
+class JobManager:
+    """A durable job queue on one SQLite file (see the module docstring)."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] = "jobledger.db",
+        *,
+        global_max_concurrency: int = 50,
+        startup_delay: float = 60.0,
+        clock: Clock | None = None,
+        worker_id: str | None = None,
+        heartbeat_interval: float = 5.0,
+        worker_timeout: float = 30.0,
+        gc_retention: float = 7 * 24 * 3600.0,
+        gc_interval: float = 3600.0,
+        poll_interval: float = 0.05,
+        synchronous: Synchronous = "NORMAL",
+        busy_timeout: float = 1.0,
+        leader_ttl: float = 15.0,
+        max_payload_bytes: int = MAX_PAYLOAD_BYTES,
+        claim_batch: int = 64,
+    ) -> None:
+        if (
+            isinstance(global_max_concurrency, bool)
+            or not isinstance(global_max_concurrency, int)
+            or global_max_concurrency < 1
+        ):
+            raise JobValidationError(
+                "global_max_concurrency must be an integer >= 1", code="JOB_INVALID_OPTION"
+            )
+        for name, value in (
+            ("startup_delay", startup_delay),
+            ("heartbeat_interval", heartbeat_interval),
+            ("worker_timeout", worker_timeout),
+            ("gc_retention", gc_retention),
+            ("poll_interval", poll_interval),
+            ("leader_ttl", leader_ttl),
+        ):
+            if not isinstance(value, int | float) or value < 0 or value != value:
+                raise JobValidationError(
+                    f"{name} must be a number of seconds >= 0", code="JOB_INVALID_OPTION"
+                )
+        self.path = os.fspath(path)
+        self.clock: Clock = clock or SystemClock()
+        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.startup_delay = float(startup_delay)
+        self.heartbeat_interval = float(heartbeat_interval)
+        self.worker_timeout = float(worker_timeout)
+        self.gc_retention = float(gc_retention)
+        self.gc_interval = float(gc_interval)
+        self.poll_interval = float(poll_interval)
+        self.leader_ttl = float(leader_ttl)
+        self.max_payload_bytes = max_payload_bytes
+        self._store = SqliteStore(self.path, synchronous=synchronous, busy_timeout=busy_timeout)
+        self._handlers: dict[str, HandlerSpec[Any]] = {}
+        self._events = EventBus()
+        self._engine = Engine(
+            self._store,
+            self.clock,
+            self.worker_id,
+            self._handlers,
+            self._events,
+            global_max_concurrency=global_max_concurrency,
+            poll_interval=self.poll_interval,
+            claim_batch=claim_batch,
+        )
+        self._engine.on_delayed = self._on_delayed
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._started = False
+        self._stopping = False
+        self._stopped = False
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._watch_task: asyncio.Task[None] | None = None
+        self._promote_wake: asyncio.Event | None = None
+        self._queue_seq = 0
+        self._touched_queues: dict[str, str] = {}
+        self._touched_lock = threading.Lock()
+        self._lifecycle = Lifecycle(self)
+
+    # -- registration ---------------------------------------------------------------
+
+    @overload
+    def handler(
+        self,
+        job_type: JobType[P],
+        *,
+        recovery: RecoveryStrategy,
+        concurrency: int = 1,
+        timeout: float | None = None,
+        retry: RetryPolicy | None = None,
+        queue: QueueOption = None,
+        cancel_timeout: float = 30.0,
+    ) -> Callable[[Callable[[JobContext[P]], Any]], Callable[[JobContext[P]], Any]]: ...
+
+    @overload
+    def handler(
+        self,
+        job_type: JobType[P],
+        *,
+        recovery: RecoveryStrategy,
+        concurrency: int = 1,
+        timeout: float | None = None,
+        retry: RetryPolicy | None = None,
+        queue: Callable[[P], str],
+        cancel_timeout: float = 30.0,
+    ) -> Callable[[Callable[[JobContext[P]], Any]], Callable[[JobContext[P]], Any]]: ...
+
+    def handler(
+        self,
+        job_type: JobType[P],
+        *,
+        recovery: RecoveryStrategy,
+        concurrency: int = 1,
+        timeout: float | None = None,
+        retry: RetryPolicy | None = None,
+        queue: QueueOption | Callable[[P], str] = None,
+        cancel_timeout: float = 30.0,
+    ) -> Callable[[Callable[[JobContext[P]], Any]], Callable[[JobContext[P]], Any]]:
+        """Register the decorated function (async or plain) as `job_type`'s handler."""
+
+        def register(fn: Callable[[JobContext[P]], Any]) -> Callable[[JobContext[P]], Any]:
+            spec = HandlerSpec.build(
+                job_type,
+                fn,
+                recovery=recovery,
+                concurrency=concurrency,
+                timeout=timeout,
+                retry=retry,
+                queue=queue,
+                cancel_timeout=cancel_timeout,
+            )
+            self._add(spec)
+            return fn
+
+        return register
+
+    def register_handler(self, job_type: JobType[P], handler: JobHandler[P, Any]) -> None:
+        """Register a `JobHandler` instance (the class form, with hooks)."""
+        self._add(HandlerSpec.from_class(job_type, handler))
+
+    def _add(self, spec: HandlerSpec[Any]) -> None:
+        if spec.name in self._handlers:
+            raise HandlerRegistrationError(
+                f"a handler for {spec.name!r} is already registered",
+                code="JOB_HANDLER_ALREADY_REGISTERED",
+                params={"type": spec.name},
+            )
+        self._handlers[spec.name] = spec
+
+    def has_handler(self, job_type: JobType[Any] | str) -> bool:
+        return _type_name(job_type) in self._handlers
+
+    @property
+    def job_types(self) -> dict[str, JobType[Any]]:
+        return {name: spec.job_type for name, spec in self._handlers.items()}
+
+    def _resolve(self, job_type: JobType[P] | str) -> tuple[JobType[P], HandlerSpec[Any] | None]:
+        if isinstance(job_type, JobType):
+            return job_type, self._handlers.get(job_type.name)
+        spec = self._handlers.get(job_type) if isinstance(job_type, str) else None
+        if spec is None:
+            raise JobValidationError(
+                f"no handler is registered for job type {job_type!r}",
+                code="JOB_UNKNOWN_TYPE",
+                params={"type": repr(job_type), "known_types": sorted(self._handlers)},
+            )
+        return spec.job_type, spec
+
+    # -- enqueue --------------------------------------------------------------------
+
+    def enqueue(
+        self,
+        job_type: JobType[P] | str,
+        payload: P,
+        *,
+        queue: str | None = None,
+        priority: int = 0,
+        idempotency_key: str | None = None,
+        run_at: datetime | None = None,
+        delay: float | timedelta | None = None,
+        timeout: float | None = UNSET,
+        max_attempts: int | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        parent_id: str | None = None,
+    ) -> JobHandle:
+        """Write one job (committed before this returns) and return its handle."""
+        opts = EnqueueOptions(
+            queue,
+            priority,
+            idempotency_key,
+            run_at,
+            delay,
+            timeout,
+            max_attempts,
+            metadata,
+            parent_id,
+        )
+        job = self._prepare(job_type, payload, opts)
+        row = self._store.enqueue([job])[0]
+        self._after_enqueue([job], [row])
+        return JobHandle(self, row)
+
+    def enqueue_many(
+        self,
+        job_type: JobType[P] | str,
+        payloads: Sequence[P | JobSpec[P]],
+        *,
+        queue: str | None = None,
+        priority: int = 0,
+        idempotency_key: str | None = None,
+        run_at: datetime | None = None,
+        delay: float | timedelta | None = None,
+        timeout: float | None = UNSET,
+        max_attempts: int | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        parent_id: str | None = None,
+    ) -> list[JobHandle]:
+        """Write every entry in one transaction, in order; any invalid entry writes nothing."""
+        opts = EnqueueOptions(
+            queue,
+            priority,
+            idempotency_key,
+            run_at,
+            delay,
+            timeout,
+            max_attempts,
+            metadata,
+            parent_id,
+        )
+        jobs = self._prepare_many(job_type, payloads, opts)
+        if not jobs:
+            return []
+        rows = self._store.enqueue(jobs)
+        self._after_enqueue(jobs, rows)
+        return [JobHandle(self, row) for row in rows]
+
+    @contextmanager
+    def write_tx(self) -> Iterator[WriteTx]:
+        """`BEGIN IMMEDIATE` on the job database; commits on exit, rolls back on error.
+
+        Use `enqueue_tx(tx, ...)` inside to make job rows part of the same commit as your
+        own writes. Dispatch, events and handle resolution happen only after COMMIT.
+        """
+        with self._store.user_transaction() as conn:
+            wtx = WriteTx(conn)
+            yield wtx
+        for fn in wtx._after_commit:
+            try:
+                fn()
+            except Exception:
+                log.exception("an after-commit callback failed")
+
+    def enqueue_tx(
+        self,
+        tx: WriteTx,
+        job_type: JobType[P] | str,
+        payload: P,
+        *,
+        queue: str | None = None,
+        priority: int = 0,
+        idempotency_key: str | None = None,
+        run_at: datetime | None = None,
+        delay: float | timedelta | None = None,
+        timeout: float | None = UNSET,
+        max_attempts: int | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        parent_id: str | None = None,
+    ) -> JobHandle:
+        """Enqueue inside `tx`: the row commits or rolls back with the caller's writes."""
+        if not isinstance(tx, WriteTx):
+            raise JobValidationError(
+                "enqueue_tx takes the tx of jobs.write_tx()", code="JOB_INVALID_OPTION"
+            )
+        opts = EnqueueOptions(
+            queue,
+            priority,
+            idempotency_key,
+            run_at,
+            delay,
+            timeout,
+            max_attempts,
+            metadata,
+            parent_id,
+        )
+        job = self._prepare(job_type, payload, opts)
+        row = self._store.enqueue([job], conn=tx.conn)[0]
+        tx.after_commit(lambda: self._after_enqueue([job], [row]))
+        return JobHandle(self, row)
+
+    def _prepare(self, job_type: JobType[Any] | str, payload: Any, opts: EnqueueOptions) -> NewJob:
+        jt, spec = self._resolve(job_type)
+        return prepare(
+            jt,
+            spec,
+            payload,
+            opts,
+            now_ms=self._engine.now_ms(),
+            enqueued_by=self.worker_id,
+            max_payload_bytes=self.max_payload_bytes,
+        )
+
+    def _prepare_many(
+        self, job_type: JobType[Any] | str, payloads: Sequence[Any], opts: EnqueueOptions
+    ) -> list[NewJob]:
+        jt, spec = self._resolve(job_type)
+        if isinstance(payloads, str | bytes) or not isinstance(payloads, Sequence):
+            raise JobValidationError(
+                "enqueue_many takes a sequence of payloads",
+                code="JOB_BATCH_INVALID",
+                params={"entries": []},
+            )
+        now = self._engine.now_ms()
+        jobs: list[NewJob] = []
+        errors: list[dict[str, Any]] = []
+        for index, entry in enumerate(payloads):
+            entry_opts, payload = (
+                (opts.merged(entry), entry.payload) if isinstance(entry, JobSpec) else (opts, entry)
+            )
+            try:
+                jobs.append(
+                    prepare(
+                        jt,
+                        spec,
+                        payload,
+                        entry_opts,
+                        now_ms=now,
+                        enqueued_by=self.worker_id,
+                        max_payload_bytes=self.max_payload_bytes,
+                    )
+                )
+            except JobError as exc:
+                errors.append({"index": index, "code": exc.code, "message": exc.message})
+        if errors:
+            raise JobValidationError(
+                f"{len(errors)} of {len(payloads)} entries are invalid; nothing was written",
+                code="JOB_BATCH_INVALID",
+                params={"entries": errors},
+            )
+        return jobs
+
+    def _after_enqueue(self, jobs: Sequence[NewJob], rows: Sequence[JobRow]) -> None:
+        """After COMMIT: remember queues, then dispatch or arm promotion (if started)."""
+        self._store.remember_queues([j.queue for j in jobs])
+        engine = self._engine
+        delayed_at: int | None = None
+        kicks: dict[str, str] = {}
+        for job, row in zip(jobs, rows, strict=True):
+            if row[q.C_ID] != job.id:
+                continue  # an idempotency hit: nothing new to dispatch
+            if job.status == "pending":
+                kicks[job.queue] = job.type
+            else:
+                delayed_at = (
+                    job.scheduled_at if delayed_at is None else min(delayed_at, job.scheduled_at)
+                )
+        with self._touched_lock:
+            self._touched_queues.update(kicks)
+        if self._started and not self._stopping:
+            for name, type_name in kicks.items():
+                engine.kick_threadsafe(name, type_name)
+            if delayed_at is not None:
+                self._on_delayed_threadsafe(delayed_at)
+        if self._events._all:
+            for row in rows:
+                self._publish_threadsafe(row)
+
+    def _publish_threadsafe(self, row: JobRow) -> None:
+        loop = self._loop
+        event = JobEvent("snapshot", row[q.C_ID], snapshot=snapshot_from_row(row))
+        if loop is None or _on_loop(loop):
+            self._events.publish(event)
+        elif not loop.is_closed():
+            loop.call_soon_threadsafe(self._events.publish, event)
+
+    # -- cancel ---------------------------------------------------------------------
+
+    async def cancel(self, job_id: str, reason: str | None = None) -> CancelOutcome:
+        """Cancel one job; see DESIGN.md §7 for the three outcomes."""
+        _check_reason(reason)
+        message = f"Job cancelled: {reason}" if reason else "Job cancelled"
+        error = error_to_json(
+            JobErrorInfo(
+                "JOB_CANCELLED", reason or "Cancelled by user", False, {"reason": "cancel"}
+            )
+        )
+        status, _worker, row = self._store.request_cancel(
+            job_id, reason, error, self._engine.now_ms()
+        )
+        if status is None:
+            return "not-cancellable"
+        if row is not None:
+            self._engine.settle_row(row)
+            return "cancelled"
+        if status != "running":
+            return "not-cancellable"
+        engine = self._engine
+        attempt = engine.inflight.get(job_id)
+        grace = self._cancel_grace(job_id)
+        if attempt is not None:
+            engine.abort(attempt, "cancel", message)
+            if await wait_with_timeout(self.clock, attempt.done.wait(), grace):
+                return "cancelled"
+            forced = self._store.force_cancel(
+                job_id,
+                self.worker_id,
+                attempt.attempt,
+                error_to_json(
+                    JobErrorInfo(
+                        "JOB_CANCELLED",
+                        f"Cancel timed out after {grace:g}s"
+                        + (f" (reason: {reason})" if reason else ""),
+                        False,
+                        {"reason": "cancel"},
+                    )
+                ),
+                engine.now_ms(),
+            )
+            if forced is not None:
+                engine.settle_row(forced)
+            return "timed-out"
+        # Running in another process: its watcher sees cancel_requested and fires the token.
+        ended = await wait_with_timeout(self.clock, self._until_terminal(job_id), grace)
+        if ended:
+            row = self._store.get(job_id)
+            if row is not None and row[q.C_STATUS] == "cancelled":
+                return "cancelled"
+        return "timed-out"
+
+    async def _until_terminal(self, job_id: str) -> None:
+        while True:
+            row = self._store.get(job_id)
+            if row is None or row[q.C_STATUS] in ("completed", "failed", "cancelled"):
+                return
+            await asyncio.sleep(self.poll_interval)
+
+    def _cancel_grace(self, job_id: str) -> float:
+        attempt = self._engine.inflight.get(job_id)
+        if attempt is not None:
+            return attempt.spec.cancel_timeout
+        row = self._store.get(job_id)
+        spec = self._handlers.get(row[q.C_TYPE]) if row is not None else None
+        return spec.cancel_timeout if spec is not None else 30.0
+
+    def cancel_many(
+        self,
+        *,
+        queue: str | None = None,
+        type: JobType[Any] | str | None = None,
+        reason: str | None = None,
+    ) -> CancelManyResult:
+        """Cancel every waiting job of `queue`/`type` now; ask running ones to stop."""
+        if queue is None and type is None:
+            raise JobValidationError(
+                "cancel_many needs a queue or a type", code="JOB_FILTER_REQUIRED"
+            )
+        _check_reason(reason)
+        error = error_to_json(
+            JobErrorInfo(
+                "JOB_CANCELLED", reason or "Cancelled by cancel_many", False, {"reason": "cancel"}
+            )
+        )
+        running, waiting = self._store.cancel_many(
+            queue, None if type is None else _type_name(type), reason, error, self._engine.now_ms()
+        )
+        engine = self._engine
+        message = f"Job cancelled: {reason}" if reason else "Job cancelled"
+        aborted = 0
+
+        def apply() -> None:
+            nonlocal aborted
+            for row in waiting:
+                engine.settle_row(row)
+            for job_id, _ in running:
+                attempt = engine.inflight.get(job_id)
+                if attempt is not None and engine.abort(attempt, "cancel", message):
+                    aborted += 1
+
+        loop = self._loop
+        if loop is None or _on_loop(loop) or not self._started:
+            apply()
+        else:
+            done = threading.Event()
+
+            def run() -> None:
+                try:
+                    apply()
+                finally:
+                    done.set()
+
+            loop.call_soon_threadsafe(run)
+            done.wait(5.0)
+        return CancelManyResult(aborted=aborted, transitioned=len(waiting))
+
+    # -- reads ----------------------------------------------------------------------
+
+    def get(self, job_id: str) -> JobSnapshot | None:
+        row = self._store.get(job_id)
+        return None if row is None else snapshot_from_row(row)
+
+    def list(
+        self,
+        *,
+        status: JobStatus | str | Sequence[JobStatus | str] | None = None,
+        queue: str | None = None,
+        type: JobType[Any] | str | None = None,
+        schedule_id: str | None = None,
+        parent_id: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[JobSnapshot]:
+        """Jobs, newest first (created_at, then id). `limit` is capped at 1000."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise JobValidationError("limit must be an integer >= 1", code="JOB_INVALID_OPTION")
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise JobValidationError("offset must be an integer >= 0", code="JOB_INVALID_OPTION")
+        flt = _filter(status, queue, type, schedule_id, parent_id)
+        rows = self._store.list(flt, limit=min(limit, LIST_CAP), offset=offset)
+        return [snapshot_from_row(r) for r in rows]
+
+    def count(
+        self,
+        *,
+        status: JobStatus | str | Sequence[JobStatus | str] | None = None,
+        queue: str | None = None,
+        type: JobType[Any] | str | None = None,
+        schedule_id: str | None = None,
+        parent_id: str | None = None,
+    ) -> int:
+        return self._store.count(_filter(status, queue, type, schedule_id, parent_id))
+
+    def subscribe(
+        self, fn: Callable[[JobEvent], None], *, job_id: str | None = None
+    ) -> Callable[[], None]:
+        """Call `fn` on this manager's loop for job events; returns the unsubscribe function."""
+        return self._events.subscribe(fn, job_id=job_id)
+
+    def _wait_finished(self, job_id: str) -> asyncio.Future[JobSnapshot]:
+        fut = self._engine.wait_for(job_id)
+        row = self._store.get(job_id)
+        if row is not None and row[q.C_STATUS] in ("completed", "failed", "cancelled"):
+            self._engine.resolve_terminal([row])
+        elif job_id not in self._engine.inflight:
+            self._ensure_watcher()
+        return fut
+
+    # -- background: watcher and promoter -------------------------------------------
+
+    def _ensure_watcher(self) -> None:
+        if self._watch_task is None or self._watch_task.done():
+            self._watch_task = asyncio.get_running_loop().create_task(self._watch())
+
+    async def _watch(self) -> None:
+        """Notice what other processes committed, without scanning the table."""
+        store, engine = self._store, self._engine
+        last = -1
+        while not self._stopped or engine.waiters:
+            try:
+                version = store.data_version()
+            except Exception:
+                log.debug("data_version failed", exc_info=True)
+                version = last
+            if version != last:
+                last = version
+                try:
+                    self._on_external_change()
+                except Exception:
+                    log.exception("the watcher failed to apply a change; it carries on")
+            if not self._started and not engine.waiters:
+                return
+            await asyncio.sleep(self.poll_interval)
+
+    def _on_external_change(self) -> None:
+        engine = self._engine
+        if engine.waiters:
+            ids = [i for i in engine.waiters if i not in engine.inflight]
+            engine.resolve_terminal(self._store.terminal_among(ids))
+        if not self._started or self._stopping:
+            return
+        for seq, name, type_name in self._store.queues_since(self._queue_seq):
+            self._queue_seq = seq
+            if self._lifecycle.dispatch_open:
+                engine.ensure_queue(name, type_name)
+        if engine.inflight:
+            for job_id, reason in self._store.cancel_requested_among(list(engine.inflight)):
+                attempt = engine.inflight.get(job_id)
+                if attempt is not None:
+                    engine.abort(
+                        attempt, "cancel", f"Job cancelled: {reason}" if reason else "Job cancelled"
+                    )
+        engine.kick_all()
+        if self._promote_wake is not None:
+            self._promote_wake.set()
+
+    def _on_delayed(self, at_ms: int) -> None:
+        if self._promote_wake is not None:
+            self._promote_wake.set()
+
+    def _on_delayed_threadsafe(self, at_ms: int) -> None:
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        if _on_loop(loop):
+            self._on_delayed(at_ms)
+        else:
+            loop.call_soon_threadsafe(self._on_delayed, at_ms)
+
+    async def _promote(self) -> None:
+        """Move due delayed rows (any process's) to pending, on time."""
+        assert self._promote_wake is not None
+        wake = self._promote_wake
+        engine, store = self._engine, self._store
+        while not self._stopping:
+            nxt = store.next_delayed_at()
+            now = engine.now_ms()
+            if nxt is not None and nxt <= now and not engine.paused:
+                try:
+                    names = store.promote_due(now)
+                except Exception:
+                    log.warning("promotion failed; retrying", exc_info=True)
+                    names = []
+                    await asyncio.sleep(self.poll_interval)
+                for name in names:
+                    self._kick_known(name)
+                continue
+            wake.clear()
+            delay = None if nxt is None or engine.paused else (nxt - now) / 1000
+            await _wait_event_or_sleep(self.clock, wake, delay)
+
+    def _kick_known(self, name: str) -> None:
+        engine = self._engine
+        if name not in engine.queues:
+            for seq, qname, type_name in self._store.queues_since(0):
+                if qname == name:
+                    engine.ensure_queue(qname, type_name)
+                    self._queue_seq = max(self._queue_seq, seq)
+                    break
+        engine.kick(name)
+
+    # -- pause and drain ------------------------------------------------------------
+
+    def pause(self, reason: str | None = None) -> Hold:
+        """Stop autonomous writes (claims, promotions, fires, sweeps) until every hold is
+        disposed. Refcounted; there is no resume(): dispose the hold."""
+        return self._lifecycle.pause(reason)
+
+    async def drain_in_flight(self, timeout: float = 15.0) -> DrainVerdict:
+        """Wait up to `timeout` s for in-flight handlers (and a running recovery step).
+
+        Never aborts anything and never raises; clean means no stragglers and no recovery
+        step pending."""
+        try:
+            return await self._lifecycle.drain(float(timeout))
+        except Exception:
+            log.exception("drain_in_flight failed; reporting every in-flight job")
+            return DrainVerdict(tuple(self._engine.inflight), True)
+
+    @property
+    def recovery_done(self) -> asyncio.Future[None]:
+        """Resolves when the post-quiet-window recovery flow has run to its end."""
+        return self._lifecycle.recovery_future()
+
+    @property
+    def paused(self) -> bool:
+        return bool(self._lifecycle.holds)
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start working: returns at once; recovery runs after `startup_delay`."""
+        if self._started:
+            return
+        if self._stopped:
+            raise JobError(
+                "a stopped JobManager cannot be started again", code="JOB_MANAGER_STOPPED"
+            )
+        self._loop = asyncio.get_running_loop()
+        self._engine.loop = self._loop
+        self._started = True
+        self._promote_wake = asyncio.Event()
+        await self._lifecycle.start()
+        self._tasks.append(self._loop.create_task(self._promote()))
+        self._ensure_watcher()
+
+    async def stop(self) -> None:
+        """Stop: join recovery, abort running handlers, drain for at most 4.5 s."""
+        if self._stopped or self._stopping:
+            return
+        if not self._started:
+            self._stopped = True
+            self._store.close()
+            return
+        self._stopping = True
+        await self._lifecycle.stop()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):
+                pass
+        self._tasks.clear()
+        self._stopped = True
+        self._engine.drop_waiters()
+        if self._watch_task is not None:
+            self._watch_task.cancel()
+            try:
+                await self._watch_task
+            except (asyncio.CancelledError, Exception):
+                pass
+        self._engine.shutdown_pool()
+        self._store.close()
+
+    async def __aenter__(self) -> JobManager:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    def __repr__(self) -> str:
+        return f"JobManager({self.path!r}, worker_id={self.worker_id!r})"
+
+
+def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
+
+
+async def _wait_event_or_sleep(clock: Clock, event: asyncio.Event, delay: float | None) -> None:
+    if delay is None:
+        await event.wait()
+        return
+    waiter = asyncio.ensure_future(event.wait())
+    sleeper = asyncio.ensure_future(clock.sleep(max(0.0, delay)))
+    try:
+        await asyncio.wait({waiter, sleeper}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+        sleeper.cancel()
+
+
+def _type_name(job_type: JobType[Any] | str) -> str:
+    return job_type.name if isinstance(job_type, JobType) else job_type
+
+
+def _check_reason(reason: object) -> None:
+    if reason is None:
+        return
+    if not isinstance(reason, str):
+        raise JobValidationError("reason must be a string", code="JOB_INVALID_OPTION")
+    if len(reason) > MAX_REASON:
+        raise JobValidationError(
+            f"the cancel reason is {len(reason)} characters; the limit is {MAX_REASON}",
+            code="JOB_CANCEL_REASON_TOO_LONG",
+            params={"length": len(reason), "limit": MAX_REASON},
+        )
+
+
+_STATUSES = frozenset(s.value for s in JobStatus)
+
+
+def _filter(
+    status: JobStatus | str | Sequence[JobStatus | str] | None,
+    queue: str | None,
+    type_: JobType[Any] | str | None,
+    schedule_id: str | None,
+    parent_id: str | None,
+) -> JobFilter:
+    statuses: tuple[str, ...] = ()
+    if status is not None:
+        raw = (status,) if isinstance(status, str) else tuple(status)
+        for s in raw:
+            if str(s) not in _STATUSES:
+                raise JobValidationError(
+                    f"unknown status {s!r}; expected one of {', '.join(sorted(_STATUSES))}",
+                    code="JOB_INVALID_OPTION",
+                )
+        statuses = tuple(str(s) for s in raw)
+    return JobFilter(
+        status=statuses,
+        queue=queue,
+        type=None if type_ is None else _type_name(type_),
+        schedule_id=schedule_id,
+        parent_id=parent_id,
+    )

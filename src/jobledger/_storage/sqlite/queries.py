@@ -1,0 +1,149 @@
+"""Every SQL statement the SQLite backend runs for jobs, in one place.
+
+Partial indexes only serve a query that spells the status as a literal, so statuses are
+written into the SQL, never bound as parameters, on the hot paths.
+"""
+
+from __future__ import annotations
+
+import functools
+
+JOB_COLUMNS = (
+    "id, type, status, queue, priority, payload, output, error, attempt, max_attempts, "
+    "timeout_ms, idempotency_key, parent_id, schedule_id, metadata, progress, "
+    "progress_detail, cancel_requested, worker_id, scheduled_at, started_at, finished_at, "
+    "created_at, updated_at, enqueued_by"
+)
+# Positions in JOB_COLUMNS.
+C_ID, C_TYPE, C_STATUS, C_QUEUE, C_PRIORITY, C_PAYLOAD, C_OUTPUT, C_ERROR = range(8)
+C_ATTEMPT, C_MAX_ATTEMPTS, C_TIMEOUT, C_KEY, C_PARENT, C_SCHEDULE, C_METADATA = range(8, 15)
+C_PROGRESS, C_PROGRESS_DETAIL, C_CANCEL, C_WORKER, C_SCHEDULED_AT = range(15, 20)
+C_STARTED_AT, C_FINISHED_AT, C_CREATED_AT, C_UPDATED_AT, C_ENQUEUED_BY = range(20, 25)
+
+INSERT_JOB = (
+    "INSERT INTO jobs (id, type, status, queue, priority, payload, max_attempts, timeout_ms, "
+    "idempotency_key, parent_id, schedule_id, metadata, enqueued_by, scheduled_at, "
+    "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+FIND_LIVE_BY_KEY = (
+    f"SELECT {JOB_COLUMNS} FROM jobs WHERE idempotency_key = ? "
+    "AND status IN ('pending', 'delayed', 'running')"
+)
+PARENT_EXISTS = "SELECT 1 FROM jobs WHERE id = ?"
+REGISTER_QUEUE = "INSERT OR IGNORE INTO queues (name, type, created_at) VALUES (?, ?, ?)"
+QUEUES_SINCE = "SELECT seq, name, type FROM queues WHERE seq > ? ORDER BY seq"
+
+COUNT_RUNNING_IN_QUEUE = "SELECT count(*) FROM jobs WHERE status = 'running' AND queue = ?"
+COUNT_RUNNING = "SELECT count(*) FROM jobs WHERE status = 'running'"
+
+
+@functools.cache
+def claim_sql(n_types: int) -> str:
+    """Claim up to `?` rows of one queue, restricted to the job types this worker runs."""
+    return (
+        "UPDATE jobs SET status = 'running', worker_id = ?, started_at = ?, updated_at = ? "
+        "WHERE id IN (SELECT id FROM jobs WHERE status = 'pending' AND cancel_requested = 0 "
+        f"AND queue = ? AND scheduled_at <= ? AND type IN ({','.join('?' * n_types)}) "
+        "ORDER BY priority, scheduled_at, id LIMIT ?) AND status = 'pending' "
+        "RETURNING id, type, queue, priority, payload, attempt, max_attempts, timeout_ms, "
+        "metadata, parent_id, schedule_id, scheduled_at, started_at"
+    )
+
+
+_FENCE = "WHERE id = ? AND status = 'running' AND worker_id = ? AND attempt = ?"
+FINISH = (
+    "UPDATE jobs SET status = ?, output = ?, error = ?, finished_at = ?, updated_at = ?, "
+    "progress = coalesce(?, progress), progress_detail = coalesce(?, progress_detail) "
+    f"{_FENCE} RETURNING {JOB_COLUMNS}"
+)
+RETRY = (
+    "UPDATE jobs SET status = 'delayed', attempt = attempt + 1, error = ?, scheduled_at = ?, "
+    "started_at = NULL, worker_id = NULL, updated_at = ? "
+    f"{_FENCE} RETURNING {JOB_COLUMNS}"
+)
+RELEASE_JOB_LOCKS = "DELETE FROM locks WHERE job_id = ?"
+SET_PROGRESS = f"UPDATE jobs SET progress = ?, progress_detail = ?, updated_at = ? {_FENCE}"
+GET_METADATA_FENCED = f"SELECT metadata FROM jobs {_FENCE}"
+SET_METADATA_FENCED = f"UPDATE jobs SET metadata = ?, updated_at = ? {_FENCE}"
+
+PROMOTE_DUE = (
+    "UPDATE jobs SET status = 'pending', updated_at = ? "
+    "WHERE status = 'delayed' AND scheduled_at <= ? RETURNING queue"
+)
+NEXT_DELAYED_AT = "SELECT min(scheduled_at) FROM jobs WHERE status = 'delayed'"
+
+REQUEST_CANCEL = (
+    "UPDATE jobs SET cancel_requested = 1, cancel_reason = coalesce(cancel_reason, ?), "
+    "updated_at = ? WHERE id = ? AND status IN ('pending', 'delayed', 'running') "
+    "RETURNING status, worker_id"
+)
+CANCEL_WAITING = (
+    "UPDATE jobs SET status = 'cancelled', error = ?, finished_at = ?, updated_at = ? "
+    f"WHERE id = ? AND status IN ('pending', 'delayed') RETURNING {JOB_COLUMNS}"
+)
+FORCE_CANCEL_RUNNING = (
+    "UPDATE jobs SET status = 'cancelled', error = ?, finished_at = ?, updated_at = ?, "
+    f"output = NULL {_FENCE} RETURNING {JOB_COLUMNS}"
+)
+CANCEL_MANY_REQUEST = (
+    "UPDATE jobs SET cancel_requested = 1, cancel_reason = coalesce(cancel_reason, ?), "
+    "updated_at = ? WHERE status = 'running' AND {where} RETURNING id, worker_id"
+)
+CANCEL_MANY_WAITING = (
+    "UPDATE jobs SET status = 'cancelled', cancel_requested = 1, error = ?, finished_at = ?, "
+    "updated_at = ? WHERE status IN ('pending', 'delayed') AND {where} "
+    f"RETURNING {JOB_COLUMNS}"
+)
+CANCEL_REQUESTED_AMONG = (
+    "SELECT id, cancel_reason FROM jobs WHERE cancel_requested = 1 AND id IN ({ids})"
+)
+
+GET_JOB = f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?"
+TERMINAL_AMONG = (
+    f"SELECT {JOB_COLUMNS} FROM jobs WHERE id IN ({{ids}}) "
+    "AND status IN ('completed', 'failed', 'cancelled')"
+)
+GC_TERMINAL = (
+    "DELETE FROM jobs WHERE rowid IN (SELECT rowid FROM jobs WHERE finished_at IS NOT NULL "
+    "AND finished_at < ? AND status IN ('completed', 'failed', 'cancelled') LIMIT ?)"
+)
+
+# Durable named locks. A lock is free when no row exists, or when its holder job no
+# longer runs under the claim that took it (finished, rescued, or its worker is gone).
+TRY_LOCK = (
+    "INSERT INTO locks (name, job_id, worker_id, acquired_at) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (name) DO UPDATE SET job_id = excluded.job_id, "
+    "worker_id = excluded.worker_id, acquired_at = excluded.acquired_at "
+    "WHERE (locks.job_id = excluded.job_id AND locks.worker_id = excluded.worker_id) "
+    "OR NOT EXISTS (SELECT 1 FROM jobs WHERE jobs.id = locks.job_id "
+    "AND jobs.status = 'running' AND jobs.worker_id = locks.worker_id)"
+)
+RELEASE_LOCK = "DELETE FROM locks WHERE name = ? AND job_id = ?"
+
+# Workers and recovery.
+REGISTER_WORKER = (
+    "INSERT OR REPLACE INTO workers (id, hostname, pid, handlers, started_at, heartbeat_at, "
+    "stopped_at) VALUES (?, ?, ?, ?, ?, ?, NULL)"
+)
+HEARTBEAT = "UPDATE workers SET heartbeat_at = ? WHERE id = ? AND stopped_at IS NULL"
+STOP_WORKER = "UPDATE workers SET stopped_at = ?, heartbeat_at = ? WHERE id = ?"
+LIST_WORKERS = (
+    "SELECT id, hostname, pid, handlers, started_at, heartbeat_at, stopped_at FROM workers"
+)
+DELETE_WORKER = "DELETE FROM workers WHERE id = ?"
+LIVE_ROWS_OF_WORKER = (
+    f"SELECT {JOB_COLUMNS} FROM jobs WHERE "
+    "(status = 'running' AND worker_id = ?) "
+    "OR (status IN ('pending', 'delayed') AND enqueued_by = ?)"
+)
+RELEASE_WORKER_LOCKS = "DELETE FROM locks WHERE worker_id = ?"
+RESET_RUNNING = (
+    "UPDATE jobs SET status = 'pending', worker_id = NULL, started_at = NULL, updated_at = ?, "
+    "enqueued_by = NULL WHERE id = ? AND status = 'running' AND worker_id = ?"
+)
+DISOWN = "UPDATE jobs SET enqueued_by = NULL WHERE id = ? AND status IN ('pending', 'delayed')"
+CANCEL_RECOVERED = (
+    "UPDATE jobs SET status = 'cancelled', error = ?, finished_at = ?, updated_at = ?, "
+    "output = NULL WHERE id = ? AND status IN ('pending', 'delayed', 'running') "
+    f"RETURNING {JOB_COLUMNS}"
+)

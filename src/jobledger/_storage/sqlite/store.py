@@ -1,0 +1,483 @@
+"""The SQLite backend: the `Store` operations over one database file.
+
+Connections: one writer (all writes, serialised by `self.lock`, an RLock, so producers
+on any thread can enqueue), and one reader per thread for observers. A ":memory:"
+database cannot be shared between connections, so there the writer also serves reads,
+under the same lock.
+
+Every write goes through `tx.with_write_tx` (BEGIN IMMEDIATE, guarded rollback, whole-
+transaction retry on BUSY). All operations here are idempotent as whole transactions —
+each re-reads what it needs inside the transaction and is a compare-and-set — so they
+are safe to replay.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+from jobledger._storage import tx
+from jobledger._storage.interface import (
+    ClaimedJob,
+    ClaimResult,
+    JobFilter,
+    JobRow,
+    NewJob,
+    Outcome,
+)
+from jobledger._storage.sqlite import queries as q
+from jobledger._storage.sqlite.connections import Synchronous, open_reader, open_writer
+from jobledger._storage.sqlite.migrate import migrate, migrate_connection
+from jobledger.errors import JobNotFound
+
+__all__ = ["SqliteStore"]
+
+T = TypeVar("T")
+_LIVE = ("pending", "delayed", "running")
+
+
+class SqliteStore:
+    def __init__(
+        self,
+        path: str,
+        *,
+        synchronous: Synchronous = "NORMAL",
+        busy_timeout: float = 1.0,
+    ) -> None:
+        self.path = path
+        self.memory = path == ":memory:" or path == ""
+        if not self.memory:
+            migrate(path)
+        self.conn = open_writer(
+            ":memory:" if self.memory else path,
+            busy_timeout=busy_timeout,
+            synchronous=synchronous,
+        )
+        if self.memory:
+            migrate_connection(self.conn)
+        self.lock = threading.RLock()
+        self._local = threading.local()
+        self._readers: list[sqlite3.Connection] = []
+        self._readers_lock = threading.Lock()
+        self._known_queues: set[str] = set()
+        self._closed = False
+
+    # -- plumbing -------------------------------------------------------------------
+
+    def write(self, work: Callable[[sqlite3.Connection], T], label: str) -> T:
+        with self.lock:
+            conn = self.conn
+            return tx.with_write_tx(conn, lambda: work(conn), label)
+
+    @contextmanager
+    def user_transaction(self) -> Iterator[sqlite3.Connection]:
+        """A caller-driven write transaction (`jobs.write_tx()`); no automatic retry."""
+        with self.lock:
+            try:
+                with tx.write_transaction(self.conn, "write_tx") as conn:
+                    yield conn
+            except sqlite3.Error as exc:
+                raise tx._storage_error(exc, "write_tx") from exc
+
+    def read(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        if self.memory:
+            with self.lock:
+                return work(self.conn)
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = open_reader(self.path)
+            self._local.conn = conn
+            with self._readers_lock:
+                self._readers.append(conn)
+        return work(conn)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with self._readers_lock:
+            readers, self._readers = self._readers, []
+        for conn in readers:
+            try:
+                conn.close()
+            except sqlite3.Error:
+                pass
+        with self.lock:
+            self.conn.close()
+
+    def data_version(self) -> int:
+        """Changes whenever *another* connection commits; cheap enough to poll."""
+        with self.lock:
+            return int(self.conn.execute("PRAGMA data_version").fetchone()[0])
+
+    # -- enqueue --------------------------------------------------------------------
+
+    def enqueue(
+        self, jobs: Sequence[NewJob], conn: sqlite3.Connection | None = None
+    ) -> list[JobRow]:
+        """Insert `jobs`; an entry whose key is live returns the existing row instead.
+
+        Returns, per entry, the row as stored (the existing one on an idempotency hit; a
+        row built from the entry otherwise, without reading it back). With `conn`, runs
+        inside the caller's open transaction.
+        """
+        if conn is not None:
+            return self._enqueue_in(conn, jobs)
+        return self.write(lambda c: self._enqueue_in(c, jobs), "enqueue")
+
+    def _enqueue_in(self, conn: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[JobRow]:
+        out: list[JobRow] = []
+        batch_keys: dict[str, JobRow] = {}
+        parents_seen: set[str] = set()
+        for job in jobs:
+            key = job.idempotency_key
+            if key is not None:
+                hit = batch_keys.get(key)
+                if hit is None:
+                    hit = conn.execute(q.FIND_LIVE_BY_KEY, (key,)).fetchone()
+                if hit is not None:
+                    out.append(hit)
+                    continue
+            if job.parent_id is not None and job.parent_id not in parents_seen:
+                if conn.execute(q.PARENT_EXISTS, (job.parent_id,)).fetchone() is None:
+                    raise JobNotFound(
+                        f"parent job {job.parent_id!r} does not exist",
+                        params={"parent_id": job.parent_id},
+                    )
+                parents_seen.add(job.parent_id)
+            if job.queue not in self._known_queues:
+                conn.execute(q.REGISTER_QUEUE, (job.queue, job.type, job.created_at))
+            conn.execute(
+                q.INSERT_JOB,
+                (
+                    job.id,
+                    job.type,
+                    job.status,
+                    job.queue,
+                    job.priority,
+                    job.payload,
+                    job.max_attempts,
+                    job.timeout_ms,
+                    key,
+                    job.parent_id,
+                    job.schedule_id,
+                    job.metadata,
+                    job.enqueued_by,
+                    job.scheduled_at,
+                    job.created_at,
+                    job.created_at,
+                ),
+            )
+            row = _row_of(job)
+            if key is not None:
+                batch_keys[key] = row
+            out.append(row)
+        return out
+
+    def remember_queues(self, names: Iterator[str] | Sequence[str]) -> None:
+        """Called after COMMIT: these queues are registered and need no further INSERT."""
+        self._known_queues.update(names)
+
+    def queues_since(self, seq: int) -> list[tuple[int, str, str]]:
+        return self.read(lambda c: c.execute(q.QUEUES_SINCE, (seq,)).fetchall())
+
+    # -- dispatch -------------------------------------------------------------------
+
+    def claim(
+        self,
+        queue: str,
+        *,
+        queue_cap: int,
+        global_cap: int,
+        limit: int,
+        now_ms: int,
+        worker_id: str,
+        types: tuple[str, ...],
+    ) -> ClaimResult:
+        claim_sql = q.claim_sql(len(types))
+
+        def work(conn: sqlite3.Connection) -> ClaimResult:
+            in_queue = conn.execute(q.COUNT_RUNNING_IN_QUEUE, (queue,)).fetchone()[0]
+            free = queue_cap - in_queue
+            if free <= 0:
+                return ClaimResult([], False)
+            running = conn.execute(q.COUNT_RUNNING).fetchone()[0]
+            global_free = global_cap - running
+            if global_free <= 0:
+                return ClaimResult([], True)
+            n = min(free, global_free, limit)
+            rows = conn.execute(
+                claim_sql, (worker_id, now_ms, now_ms, queue, now_ms, *types, n)
+            ).fetchall()
+            jobs = [ClaimedJob(*r) for r in rows]
+            # RETURNING order is unspecified; run them in claim order.
+            jobs.sort(key=lambda j: (j.priority, j.scheduled_at, j.id))
+            limited_by_global = global_free < min(free, limit)
+            return ClaimResult(jobs, limited_by_global and len(jobs) == n)
+
+        return self.write(work, "claim")
+
+    def finalize(
+        self, outcomes: Sequence[Outcome], now_ms: int, *, label: str = "finalize"
+    ) -> list[JobRow | None]:
+        """Write every outcome in one transaction; None where the fence did not match."""
+
+        def work(conn: sqlite3.Connection) -> list[JobRow | None]:
+            results: list[JobRow | None] = []
+            for o in outcomes:
+                if o.kind == "retry":
+                    row = conn.execute(
+                        q.RETRY, (o.error, o.retry_at, now_ms, o.job_id, o.worker_id, o.attempt)
+                    ).fetchone()
+                else:
+                    row = conn.execute(
+                        q.FINISH,
+                        (
+                            o.kind,
+                            o.output,
+                            o.error,
+                            now_ms,
+                            now_ms,
+                            o.progress,
+                            o.progress_detail,
+                            o.job_id,
+                            o.worker_id,
+                            o.attempt,
+                        ),
+                    ).fetchone()
+                if o.release_locks:
+                    conn.execute(q.RELEASE_JOB_LOCKS, (o.job_id,))
+                results.append(row)
+            return results
+
+        return self.write(work, label)
+
+    def promote_due(self, now_ms: int) -> list[str]:
+        rows = self.write(
+            lambda c: c.execute(q.PROMOTE_DUE, (now_ms, now_ms)).fetchall(), "promote"
+        )
+        return sorted({r[0] for r in rows})
+
+    def next_delayed_at(self) -> int | None:
+        row = self.read(lambda c: c.execute(q.NEXT_DELAYED_AT).fetchone())
+        return None if row is None or row[0] is None else int(row[0])
+
+    # -- progress and metadata (fenced) ---------------------------------------------
+
+    def set_progress(
+        self,
+        job_id: str,
+        worker_id: str,
+        attempt: int,
+        progress: float,
+        detail: str | None,
+        now_ms: int,
+    ) -> bool:
+        def work(conn: sqlite3.Connection) -> bool:
+            cur = conn.execute(
+                q.SET_PROGRESS, (progress, detail, now_ms, job_id, worker_id, attempt)
+            )
+            return cur.rowcount == 1
+
+        return self.write(work, "progress")
+
+    def patch_metadata(
+        self, job_id: str, worker_id: str, attempt: int, patch: dict[str, Any], now_ms: int
+    ) -> dict[str, Any] | None:
+        """Shallow-merge `patch` into the stored metadata; None if the claim was lost."""
+
+        def work(conn: sqlite3.Connection) -> dict[str, Any] | None:
+            row = conn.execute(q.GET_METADATA_FENCED, (job_id, worker_id, attempt)).fetchone()
+            if row is None:
+                return None
+            merged = {**json.loads(row[0]), **patch}
+            conn.execute(
+                q.SET_METADATA_FENCED,
+                (
+                    json.dumps(merged, separators=(",", ":"), allow_nan=False),
+                    now_ms,
+                    job_id,
+                    worker_id,
+                    attempt,
+                ),
+            )
+            return merged
+
+        return self.write(work, "patch_metadata")
+
+    # -- durable locks (layer 3) ----------------------------------------------------
+
+    def try_lock(self, name: str, job_id: str, worker_id: str, now_ms: int) -> bool:
+        return bool(
+            self.write(
+                lambda c: c.execute(q.TRY_LOCK, (name, job_id, worker_id, now_ms)).rowcount,
+                "lock",
+            )
+        )
+
+    def release_lock(self, name: str, job_id: str) -> None:
+        self.write(lambda c: c.execute(q.RELEASE_LOCK, (name, job_id)), "unlock")
+
+    # -- cancellation ---------------------------------------------------------------
+
+    def request_cancel(
+        self, job_id: str, reason: str | None, error: str, now_ms: int
+    ) -> tuple[str | None, str | None, JobRow | None]:
+        """Flag the row; cancel it at once if it is waiting.
+
+        Returns (status before, worker id, terminal row if it was cancelled here).
+        """
+
+        def work(conn: sqlite3.Connection) -> tuple[str | None, str | None, JobRow | None]:
+            flagged = conn.execute(q.REQUEST_CANCEL, (reason, now_ms, job_id)).fetchone()
+            if flagged is None:
+                return None, None, None
+            status, worker = flagged
+            row = None
+            if status in ("pending", "delayed"):
+                row = conn.execute(q.CANCEL_WAITING, (error, now_ms, now_ms, job_id)).fetchone()
+            return status, worker, row
+
+        return self.write(work, "cancel")
+
+    def force_cancel(
+        self, job_id: str, worker_id: str, attempt: int, error: str, now_ms: int
+    ) -> JobRow | None:
+        def work(conn: sqlite3.Connection) -> JobRow | None:
+            row: JobRow | None = conn.execute(
+                q.FORCE_CANCEL_RUNNING, (error, now_ms, now_ms, job_id, worker_id, attempt)
+            ).fetchone()
+            if row is not None:
+                conn.execute(q.RELEASE_JOB_LOCKS, (job_id,))
+            return row
+
+        return self.write(work, "force_cancel")
+
+    def cancel_many(
+        self, queue: str | None, type_name: str | None, reason: str | None, error: str, now_ms: int
+    ) -> tuple[list[tuple[str, str | None]], list[JobRow]]:
+        where, params = _where_queue_type(queue, type_name)
+
+        def work(conn: sqlite3.Connection) -> tuple[list[tuple[str, str | None]], list[JobRow]]:
+            running = conn.execute(
+                q.CANCEL_MANY_REQUEST.format(where=where), (reason, now_ms, *params)
+            ).fetchall()
+            waiting = conn.execute(
+                q.CANCEL_MANY_WAITING.format(where=where), (error, now_ms, now_ms, *params)
+            ).fetchall()
+            return [(r[0], r[1]) for r in running], waiting
+
+        return self.write(work, "cancel_many")
+
+    def cancel_requested_among(self, ids: Sequence[str]) -> list[tuple[str, str | None]]:
+        if not ids:
+            return []
+        sql = q.CANCEL_REQUESTED_AMONG.format(ids=",".join("?" * len(ids)))
+        return self.read(lambda c: [(r[0], r[1]) for r in c.execute(sql, tuple(ids))])
+
+    # -- reads ----------------------------------------------------------------------
+
+    def get(self, job_id: str) -> JobRow | None:
+        row: JobRow | None = self.read(lambda c: c.execute(q.GET_JOB, (job_id,)).fetchone())
+        return row
+
+    def terminal_among(self, ids: Sequence[str]) -> list[JobRow]:
+        if not ids:
+            return []
+        out: list[JobRow] = []
+        for start in range(0, len(ids), 500):
+            chunk = tuple(ids[start : start + 500])
+            sql = q.TERMINAL_AMONG.format(ids=",".join("?" * len(chunk)))
+            out.extend(self._read_all(sql, chunk))
+        return out
+
+    def _read_all(self, sql: str, params: tuple[Any, ...]) -> list[JobRow]:
+        return self.read(lambda c: c.execute(sql, params).fetchall())
+
+    def list(self, flt: JobFilter, *, limit: int, offset: int) -> list[JobRow]:
+        where, params = _where(flt)
+        sql = (
+            f"SELECT {q.JOB_COLUMNS} FROM jobs{where} "
+            "ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?"
+        )
+        return self.read(lambda c: c.execute(sql, (*params, limit, offset)).fetchall())
+
+    def count(self, flt: JobFilter) -> int:
+        where, params = _where(flt)
+        return int(
+            self.read(
+                lambda c: c.execute(f"SELECT count(*) FROM jobs{where}", params).fetchone()[0]
+            )
+        )
+
+    def gc(self, before_ms: int, *, batch: int = 1000) -> int:
+        total = 0
+        while True:
+            n = self.write(lambda c: c.execute(q.GC_TERMINAL, (before_ms, batch)).rowcount, "gc")
+            total += n
+            if n < batch:
+                return total
+
+
+def _row_of(job: NewJob) -> JobRow:
+    return (
+        job.id,
+        job.type,
+        job.status,
+        job.queue,
+        job.priority,
+        job.payload,
+        None,
+        None,
+        0,
+        job.max_attempts,
+        job.timeout_ms,
+        job.idempotency_key,
+        job.parent_id,
+        job.schedule_id,
+        job.metadata,
+        None,
+        None,
+        0,
+        None,
+        job.scheduled_at,
+        None,
+        None,
+        job.created_at,
+        job.created_at,
+        job.enqueued_by,
+    )
+
+
+def _where_queue_type(queue: str | None, type_name: str | None) -> tuple[str, tuple[str, ...]]:
+    parts: list[str] = []
+    params: list[str] = []
+    if queue is not None:
+        parts.append("queue = ?")
+        params.append(queue)
+    if type_name is not None:
+        parts.append("type = ?")
+        params.append(type_name)
+    return " AND ".join(parts), tuple(params)
+
+
+def _where(flt: JobFilter) -> tuple[str, tuple[Any, ...]]:
+    parts: list[str] = []
+    params: list[Any] = []
+    if flt.status:
+        parts.append(f"status IN ({','.join('?' * len(flt.status))})")
+        params.extend(flt.status)
+    for column, value in (
+        ("queue", flt.queue),
+        ("type", flt.type),
+        ("schedule_id", flt.schedule_id),
+        ("parent_id", flt.parent_id),
+    ):
+        if value is not None:
+            parts.append(f"{column} = ?")
+            params.append(value)
+    return (" WHERE " + " AND ".join(parts) if parts else ""), tuple(params)
