@@ -18,7 +18,7 @@ import asyncio
 import threading
 from collections.abc import Awaitable, Generator, Mapping
 from types import MappingProxyType, TracebackType
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, cast
 
 from jobledger.errors import JobCancelled
 
@@ -83,9 +83,7 @@ class CancelToken:
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._waiters.append(fut)
         await fut
-        reason = self.reason
-        assert reason is not None
-        return reason
+        return cast(CancelReason, self.reason)  # fire() set it before waking us
 
     def wait_sync(self, timeout: float | None = None) -> bool:
         """For plain handlers: block this thread until fired or `timeout` passes."""
