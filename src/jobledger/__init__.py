@@ -8,6 +8,16 @@ from jobledger._runtime.events import JobEvent
 from jobledger._runtime.handle import JobHandle
 from jobledger._runtime.lifecycle import Hold
 from jobledger._runtime.manager import JobManager, WriteTx
+from jobledger._scheduling.scheduler import SchedulerService
+from jobledger._scheduling.triggers import (
+    AfterStartup,
+    CatchUpPolicy,
+    Cron,
+    Interval,
+    Once,
+    SkipMissed,
+    Trigger,
+)
 from jobledger._types import (
     CancelManyResult,
     DrainVerdict,
@@ -35,14 +45,18 @@ from jobledger.errors import (
 )
 
 __all__ = [
+    "AfterStartup",
     "CancelManyResult",
     "CancelToken",
+    "CatchUpPolicy",
     "Clock",
+    "Cron",
     "DatabaseBusy",
     "DatabaseFull",
     "DrainVerdict",
     "HandlerRegistrationError",
     "Hold",
+    "Interval",
     "JobCancelled",
     "JobContext",
     "JobError",
@@ -58,14 +72,18 @@ __all__ = [
     "JobType",
     "JobValidationError",
     "MissedEvent",
+    "Once",
     "PermanentError",
     "RetryPolicy",
     "ScheduleError",
     "ScheduleSnapshot",
+    "SchedulerService",
     "SchemaError",
     "SettledEvent",
+    "SkipMissed",
     "StorageError",
     "SystemClock",
+    "Trigger",
     "WriteTransactionFailed",
     "WriteTx",
 ]

@@ -16,6 +16,7 @@ Background loops of a started manager, each for one duty:
 from __future__ import annotations
 
 import asyncio
+import builtins
 import logging
 import os
 import socket
@@ -42,6 +43,8 @@ from jobledger._runtime.events import EventBus, JobEvent
 from jobledger._runtime.handle import JobHandle
 from jobledger._runtime.lifecycle import Hold, Lifecycle
 from jobledger._runtime.timers import wait_with_timeout
+from jobledger._scheduling.job_schedules import snapshot_of
+from jobledger._scheduling.triggers import CatchUpPolicy, SkipMissed, Trigger
 from jobledger._storage.interface import JobFilter, JobRow, NewJob
 from jobledger._storage.rows import error_to_json, snapshot_from_row
 from jobledger._storage.sqlite import queries as q
@@ -55,6 +58,7 @@ from jobledger._types import (
     JobSnapshot,
     JobStatus,
     RecoveryStrategy,
+    ScheduleSnapshot,
 )
 from jobledger.clock import Clock, SystemClock
 from jobledger.errors import HandlerRegistrationError, JobError, JobValidationError
@@ -166,6 +170,10 @@ class JobManager:
         self._touched_queues: dict[str, str] = {}
         self._touched_lock = threading.Lock()
         self._lifecycle = Lifecycle(self)
+        from jobledger._scheduling.job_schedules import JobSchedules
+
+        self._schedules = JobSchedules(self)
+        self._lifecycle.schedules = self._schedules
 
     # -- registration ---------------------------------------------------------------
 
@@ -725,6 +733,153 @@ class JobManager:
                     self._queue_seq = max(self._queue_seq, seq)
                     break
         engine.kick(name)
+
+    # -- schedules ------------------------------------------------------------------
+
+    def register_job_schedule(
+        self,
+        job_type: JobType[P] | str,
+        payload: P,
+        *,
+        trigger: Trigger,
+        name: str | None = None,
+        catch_up: CatchUpPolicy | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        enabled: bool = True,
+    ) -> str:
+        """Persist a schedule that enqueues `payload` as `job_type` on `trigger`; arm it."""
+        sid = self._store.write(
+            lambda conn: self._schedules.register_in(
+                conn,
+                job_type,
+                payload,
+                trigger=trigger,
+                name=name,
+                catch_up=catch_up or SkipMissed(),
+                metadata=metadata,
+                enabled=enabled,
+            ),
+            "register_schedule",
+        )
+        self._schedules.sync(sid)
+        return sid
+
+    def register_job_schedule_tx(
+        self,
+        tx: WriteTx,
+        job_type: JobType[P] | str,
+        payload: P,
+        *,
+        trigger: Trigger,
+        name: str | None = None,
+        catch_up: CatchUpPolicy | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        enabled: bool = True,
+    ) -> str:
+        """Insert through `tx`; no timer is touched: call `sync_job_schedule_timer_by_id`
+        after the commit."""
+        return self._schedules.register_in(
+            tx.conn,
+            job_type,
+            payload,
+            trigger=trigger,
+            name=name,
+            catch_up=catch_up or SkipMissed(),
+            metadata=metadata,
+            enabled=enabled,
+        )
+
+    def update_job_schedule(self, schedule_id: str, **patch: Any) -> ScheduleSnapshot | None:
+        """Change fields (name, trigger, payload, catch_up, enabled, metadata).
+
+        A patch with `trigger` or `enabled` re-syncs the timer; others keep it (and its phase)."""
+        snap = self._store.write(
+            lambda conn: self._schedules.update_in(conn, schedule_id, patch), "update_schedule"
+        )
+        if snap is not None and ("trigger" in patch or "enabled" in patch):
+            self._schedules.sync(schedule_id)
+            return self.get_job_schedule_by_id(schedule_id)
+        return snap
+
+    def update_job_schedule_tx(
+        self, tx: WriteTx, schedule_id: str, **patch: Any
+    ) -> ScheduleSnapshot | None:
+        """Update through `tx`; touches no timer (a rollback keeps the armed timer as it was)."""
+        return self._schedules.update_in(tx.conn, schedule_id, patch)
+
+    def sync_job_schedule_timer_by_id(self, schedule_id: str) -> None:
+        """Arm or disarm the schedule's timer from its committed row. Never raises."""
+        self._schedules.sync(schedule_id)
+
+    async def trigger_job_schedule_now_by_id(self, schedule_id: str) -> bool:
+        """Enqueue one extra run now (the calendar is unchanged); True if a row was written."""
+        row = self._schedules.get_row(schedule_id)
+        if row is None:
+            return False
+        return await self._schedules.manual(row)
+
+    def pause_job_schedule_by_id(self, schedule_id: str) -> bool:
+        return self.update_job_schedule(schedule_id, enabled=False) is not None
+
+    def resume_job_schedule_by_id(self, schedule_id: str) -> bool:
+        return self.update_job_schedule(schedule_id, enabled=True) is not None
+
+    def unregister_job_schedule_by_id(self, schedule_id: str) -> bool:
+        """Delete the schedule; its jobs stay, with `schedule_id` set to None."""
+        self._schedules.sched.unregister(f"schedule:{schedule_id}")
+        deleted = self._store.write(
+            lambda c: c.execute(q.DELETE_SCHEDULE, (schedule_id,)).rowcount, "delete_schedule"
+        )
+        return bool(deleted)
+
+    def get_job_schedule_by_id(self, schedule_id: str) -> ScheduleSnapshot | None:
+        row = self._schedules.get_row(schedule_id)
+        return None if row is None else snapshot_of(row)
+
+    def list_job_schedules(
+        self, *, type: JobType[Any] | str | None = None, enabled: bool | None = None
+    ) -> builtins.list[ScheduleSnapshot]:
+        """Schedules, oldest first."""
+        type_name = None if type is None else _type_name(type)
+        return [
+            snapshot_of(r)
+            for r in self._schedules.list_rows()
+            if (type_name is None or r[1] == type_name)
+            and (enabled is None or bool(r[6]) == enabled)
+        ]
+
+    def _by_name(self, job_type: JobType[Any] | str, name: str | None) -> str:
+        row = self._schedules.resolve_name(job_type, name)
+        if row is None:
+            raise self._schedules.not_found(job_type, name)
+        return str(row[0])
+
+    async def trigger_job_schedule_now(
+        self, job_type: JobType[Any] | str, name: str | None = None
+    ) -> bool:
+        return await self.trigger_job_schedule_now_by_id(self._by_name(job_type, name))
+
+    def pause_job_schedule(self, job_type: JobType[Any] | str, name: str | None = None) -> bool:
+        return self.pause_job_schedule_by_id(self._by_name(job_type, name))
+
+    def resume_job_schedule(self, job_type: JobType[Any] | str, name: str | None = None) -> bool:
+        return self.resume_job_schedule_by_id(self._by_name(job_type, name))
+
+    def unregister_job_schedule(
+        self, job_type: JobType[Any] | str, name: str | None = None
+    ) -> bool:
+        return self.unregister_job_schedule_by_id(self._by_name(job_type, name))
+
+    def update_job_schedule_by_name(
+        self, job_type: JobType[Any] | str, name: str | None = None, **patch: Any
+    ) -> ScheduleSnapshot | None:
+        return self.update_job_schedule(self._by_name(job_type, name), **patch)
+
+    def get_job_schedule(
+        self, job_type: JobType[Any] | str, name: str | None = None
+    ) -> ScheduleSnapshot | None:
+        row = self._schedules.resolve_name(job_type, name)
+        return None if row is None else snapshot_of(row)
 
     # -- pause and drain ------------------------------------------------------------
 

@@ -147,3 +147,29 @@ CANCEL_RECOVERED = (
     "output = NULL WHERE id = ? AND status IN ('pending', 'delayed', 'running') "
     f"RETURNING {JOB_COLUMNS}"
 )
+
+# Persistent schedules.
+SCHEDULE_COLUMNS = (
+    "id, type, name, trigger, payload, catch_up, enabled, next_run, last_run, fire_count, "
+    "metadata, created_at, updated_at"
+)
+INSERT_SCHEDULE = (
+    f"INSERT INTO job_schedules ({SCHEDULE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, NULL, NULL, 0, "
+    "?, ?, ?)"
+)
+GET_SCHEDULE = f"SELECT {SCHEDULE_COLUMNS} FROM job_schedules WHERE id = ?"
+GET_SCHEDULE_BY_NAME = f"SELECT {SCHEDULE_COLUMNS} FROM job_schedules WHERE type = ? AND name = ?"
+SCHEDULES_OF_TYPE = (
+    f"SELECT {SCHEDULE_COLUMNS} FROM job_schedules WHERE type = ? ORDER BY created_at, id"
+)
+LIST_SCHEDULES = f"SELECT {SCHEDULE_COLUMNS} FROM job_schedules ORDER BY created_at, id"
+DELETE_SCHEDULE = "DELETE FROM job_schedules WHERE id = ?"
+SET_NEXT_RUN = "UPDATE job_schedules SET next_run = ?, updated_at = ? WHERE id = ?"
+# A natural fire applies only while the persisted calendar still says this fire is next:
+# two processes that both fire T cannot both win.
+MARK_FIRED = (
+    "UPDATE job_schedules SET last_run = ?, next_run = ?, fire_count = fire_count + 1, "
+    "updated_at = ? WHERE id = ? AND enabled = 1 AND next_run = ?"
+)
+MARK_MANUAL = "UPDATE job_schedules SET last_run = ?, next_run = ?, updated_at = ? WHERE id = ?"
+CATCH_UP_CAS = "UPDATE job_schedules SET next_run = ?, updated_at = ? WHERE id = ? AND next_run = ?"

@@ -1,0 +1,594 @@
+"""Persistent job schedules: rows in `job_schedules`, armed through `SchedulerService`.
+
+Layering (seed 001): `SchedulerService` only knows timers; this module owns the rows and
+turns a timer's fire into a job. Rules:
+
+* Only the leader arms schedules, after startup catch-up (catch-up THEN arm, so a
+  make-up job lands before the first natural fire). Leadership moving re-arms them on
+  the new leader.
+* A natural fire at T is one write transaction: a compare-and-set of the schedule's
+  `next_run` from T to the following fire (plus `last_run`, `fire_count`), and the job
+  row with idempotency key `schedule:<id>:<T ms>`. A second process firing T loses the
+  compare-and-set and writes nothing, so a fire is never enqueued twice — even after
+  the first job finished and its key could be reused.
+* Every fire re-reads the row, so payload/metadata edits apply to the next fire without
+  re-arming (the interval phase is kept). A trigger change re-arms once.
+* `next_run` is the next automatic fire; `last_run` the last fire of any kind; manual
+  triggers set `last_run` only (and consume an overdue, never-fired one-shot).
+* Catch-up (once, at startup recovery) finds overdue crons/intervals, counts the real
+  number of missed fires, calls `on_missed`, and for `AfterStartup(minutes)` enqueues one
+  make-up job keyed `schedule:<id>:catchup:<first missed ms>`, guarded by the same
+  compare-and-set on `next_run`.
+* Pause: cron timers are paused in the scheduler (so `limit` quotas survive), interval
+  fires are no-ops, suppressed one-shot fires are recorded and re-armed exactly once on
+  release; release resumes crons and refreshes `next_run`.
+* `*_tx` variants validate first, write through the caller's transaction and never touch
+  timers; `sync_job_schedule_timer_by_id` does that after commit. A rolled-back update
+  therefore leaves the old row and the same armed timer, phase intact.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sqlite3
+import unicodedata
+import uuid
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from jobledger._core.registry import HandlerSpec, JobType, dumps
+from jobledger._runtime.enqueue import EnqueueOptions, prepare
+from jobledger._runtime.lifecycle import ScheduleHooks
+from jobledger._scheduling.scheduler import SchedulerService
+from jobledger._scheduling.triggers import (
+    AfterStartup,
+    CatchUpPolicy,
+    Cron,
+    Interval,
+    Once,
+    SkipMissed,
+    Trigger,
+    catch_up_from_json,
+    catch_up_to_json,
+    count_fires_between,
+    next_after,
+    trigger_from_json,
+    trigger_to_json,
+    validate_catch_up,
+)
+from jobledger._storage.sqlite import queries as q
+from jobledger._types import MissedEvent, ScheduleSnapshot
+from jobledger.clock import from_ms, to_ms
+from jobledger.errors import JobValidationError, ScheduleError
+
+if TYPE_CHECKING:
+    from jobledger._runtime.manager import JobManager
+
+__all__ = ["JobSchedules", "validate_name"]
+
+log = logging.getLogger("jobledger.schedules")
+
+ScheduleRow = tuple[Any, ...]
+_PATCH_KEYS = frozenset({"name", "trigger", "payload", "catch_up", "enabled", "metadata"})
+
+
+def validate_name(name: object) -> str:
+    """'' for the singleton (None); else 1-200 chars, stripped, no controls, not '__…'."""
+    if name is None:
+        return ""
+    if (
+        not isinstance(name, str)
+        or not 1 <= len(name) <= 200
+        or name != name.strip()
+        or name.startswith("__")
+        or any(unicodedata.category(ch) == "Cc" for ch in name)
+    ):
+        raise ScheduleError(
+            f"invalid schedule name {name!r}: 1-200 characters, no surrounding spaces or "
+            "control characters, not starting with '__'",
+            code="JOB_SCHEDULE_NAME_INVALID",
+            params={"name": repr(name)[:300]},
+        )
+    return name
+
+
+def snapshot_of(row: ScheduleRow) -> ScheduleSnapshot:
+    try:
+        trigger: Trigger = trigger_from_json(json.loads(row[3]))
+    except (ScheduleError, ValueError):
+        trigger = Once(at=from_ms(0))  # fires at once and visibly, never breaks reads
+    return ScheduleSnapshot(
+        id=row[0],
+        type=row[1],
+        name=row[2] or None,
+        trigger=trigger,
+        payload=json.loads(row[4]),
+        catch_up=catch_up_from_json(json.loads(row[5])),
+        enabled=bool(row[6]),
+        next_run=None if row[7] is None else from_ms(row[7]),
+        last_run=None if row[8] is None else from_ms(row[8]),
+        metadata=json.loads(row[10]) or {},
+        created_at=from_ms(row[11]),
+        updated_at=from_ms(row[12]),
+    )
+
+
+class JobSchedules(ScheduleHooks):
+    """The schedule half of a `JobManager` (see the module docstring)."""
+
+    def __init__(self, manager: JobManager) -> None:
+        self.m = manager
+        self.sched = SchedulerService(manager.clock)
+        self.leader = True  # until a leader election says otherwise
+        self.armed_phase = False  # the recovery flow reached "arm"
+        self.paused = False
+        self.suppressed_once: set[str] = set()
+
+    # -- validation -----------------------------------------------------------------
+
+    def _spec(self, job_type: JobType[Any] | str) -> HandlerSpec[Any]:
+        name = job_type.name if isinstance(job_type, JobType) else job_type
+        spec = self.m._handlers.get(name) if isinstance(name, str) else None
+        if spec is None:
+            raise JobValidationError(
+                f"no handler is registered for job type {job_type!r}",
+                code="JOB_UNKNOWN_TYPE",
+                params={"type": repr(job_type), "known_types": sorted(self.m._handlers)},
+            )
+        return spec
+
+    def _payload_json(self, spec: HandlerSpec[Any], payload: Any) -> str:
+        _, text = spec.job_type.encode(payload, max_bytes=self.m.max_payload_bytes)
+        return text
+
+    def _trigger_json(self, trigger: Trigger) -> str:
+        if not isinstance(trigger, Cron | Interval | Once):
+            raise ScheduleError(f"not a trigger: {trigger!r}", code="JOB_SCHEDULE_TRIGGER_INVALID")
+        self.sched.validate_trigger(trigger)
+        return dumps(trigger_to_json(trigger))
+
+    def _catch_up_json(self, policy: CatchUpPolicy) -> str:
+        if not isinstance(policy, SkipMissed | AfterStartup):
+            raise ScheduleError(
+                f"catch_up must be SkipMissed() or AfterStartup(...), not {policy!r}",
+                code="JOB_SCHEDULE_TRIGGER_INVALID",
+            )
+        validate_catch_up(policy)
+        return dumps(catch_up_to_json(policy))
+
+    @staticmethod
+    def _metadata_json(metadata: Mapping[str, Any] | None) -> str:
+        if metadata is None:
+            return "{}"
+        if not isinstance(metadata, Mapping):
+            raise JobValidationError("metadata must be a mapping", code="JOB_INVALID_OPTION")
+        return dumps(dict(metadata))
+
+    # -- register / update / delete -------------------------------------------------
+
+    def register_in(
+        self,
+        conn: sqlite3.Connection,
+        job_type: JobType[Any] | str,
+        payload: Any,
+        *,
+        trigger: Trigger,
+        name: str | None,
+        catch_up: CatchUpPolicy,
+        metadata: Mapping[str, Any] | None,
+        enabled: bool,
+    ) -> str:
+        spec = self._spec(job_type)
+        stored_name = validate_name(name)
+        trigger_json = self._trigger_json(trigger)
+        catch_up_json = self._catch_up_json(catch_up)
+        payload_json = self._payload_json(spec, payload)
+        metadata_json = self._metadata_json(metadata)
+        self._check_free(conn, spec.name, stored_name, None)
+        sid = str(uuid.uuid4())
+        now = self.m._engine.now_ms()
+        conn.execute(
+            q.INSERT_SCHEDULE,
+            (
+                sid,
+                spec.name,
+                stored_name,
+                trigger_json,
+                payload_json,
+                catch_up_json,
+                1 if enabled else 0,
+                metadata_json,
+                now,
+                now,
+            ),
+        )
+        return sid
+
+    @staticmethod
+    def _check_free(
+        conn: sqlite3.Connection, type_name: str, name: str, own_id: str | None
+    ) -> None:
+        row = conn.execute(q.GET_SCHEDULE_BY_NAME, (type_name, name)).fetchone()
+        if row is not None and row[0] != own_id:
+            if name == "":
+                raise ScheduleError(
+                    f"{type_name!r} already has an unnamed (singleton) schedule",
+                    code="JOB_SCHEDULE_SINGLETON_EXISTS",
+                    params={"type": type_name, "schedule_id": row[0]},
+                )
+            raise ScheduleError(
+                f"{type_name!r} already has a schedule named {name!r}",
+                code="JOB_SCHEDULE_NAME_CONFLICT",
+                params={"type": type_name, "name": name, "schedule_id": row[0]},
+            )
+
+    def update_in(
+        self, conn: sqlite3.Connection, sid: str, patch: Mapping[str, Any]
+    ) -> ScheduleSnapshot | None:
+        unknown = set(patch) - _PATCH_KEYS
+        if unknown:
+            raise JobValidationError(
+                f"unknown schedule fields: {', '.join(sorted(unknown))}",
+                code="JOB_INVALID_OPTION",
+            )
+        row = conn.execute(q.GET_SCHEDULE, (sid,)).fetchone()
+        if row is None:
+            return None
+        spec = self._spec(row[1])
+        sets: dict[str, Any] = {}
+        if "name" in patch:
+            sets["name"] = validate_name(patch["name"])
+            self._check_free(conn, row[1], sets["name"], sid)
+        if "trigger" in patch:
+            sets["trigger"] = self._trigger_json(patch["trigger"])
+        if "payload" in patch:
+            sets["payload"] = self._payload_json(spec, patch["payload"])
+        if "catch_up" in patch:
+            sets["catch_up"] = self._catch_up_json(patch["catch_up"])
+        if "metadata" in patch:
+            sets["metadata"] = self._metadata_json(patch["metadata"])
+        if "enabled" in patch:
+            if not isinstance(patch["enabled"], bool):
+                raise JobValidationError("enabled must be a bool", code="JOB_INVALID_OPTION")
+            sets["enabled"] = 1 if patch["enabled"] else 0
+            if not patch["enabled"]:
+                sets["next_run"] = None
+        if sets:
+            sets["updated_at"] = self.m._engine.now_ms()
+            assignments = ", ".join(f"{k} = ?" for k in sets)
+            conn.execute(
+                f"UPDATE job_schedules SET {assignments} WHERE id = ?", (*sets.values(), sid)
+            )
+        new = conn.execute(q.GET_SCHEDULE, (sid,)).fetchone()
+        return None if new is None else snapshot_of(new)
+
+    def get_row(self, sid: str) -> ScheduleRow | None:
+        row: ScheduleRow | None = self.m._store.read(
+            lambda c: c.execute(q.GET_SCHEDULE, (sid,)).fetchone()
+        )
+        return row
+
+    def list_rows(self) -> list[ScheduleRow]:
+        return self.m._store.read(lambda c: c.execute(q.LIST_SCHEDULES).fetchall())
+
+    def resolve_name(self, job_type: JobType[Any] | str, name: str | None) -> ScheduleRow | None:
+        type_name = job_type.name if isinstance(job_type, JobType) else job_type
+        if name is not None:
+            found: ScheduleRow | None = self.m._store.read(
+                lambda c: c.execute(q.GET_SCHEDULE_BY_NAME, (type_name, name)).fetchone()
+            )
+            return found
+        rows = self.m._store.read(lambda c: c.execute(q.SCHEDULES_OF_TYPE, (type_name,)).fetchall())
+        if len(rows) > 1:
+            raise ScheduleError(
+                f"{type_name!r} has {len(rows)} schedules; name the one you mean",
+                code="JOB_SCHEDULE_NAME_REQUIRED",
+                params={"type": type_name, "known_names": [r[2] for r in rows if r[2]]},
+            )
+        return rows[0] if rows else None
+
+    def not_found(self, job_type: JobType[Any] | str, name: str | None) -> ScheduleError:
+        type_name = job_type.name if isinstance(job_type, JobType) else job_type
+        rows = self.m._store.read(lambda c: c.execute(q.SCHEDULES_OF_TYPE, (type_name,)).fetchall())
+        return ScheduleError(
+            f"no schedule of {type_name!r} named {name!r}",
+            code="JOB_SCHEDULE_NOT_FOUND_BY_NAME",
+            params={"type": type_name, "name": name, "known_names": [r[2] for r in rows if r[2]]},
+        )
+
+    # -- timers ---------------------------------------------------------------------
+
+    def may_arm(self) -> bool:
+        m = self.m
+        return (
+            m._started
+            and not m._stopping
+            and self.armed_phase
+            and self.leader
+            and m._loop is not None
+        )
+
+    def sync(self, sid: str) -> None:
+        """Arm or disarm one schedule from its row; never raises."""
+        try:
+            row = self.get_row(sid)
+            if row is None or not row[6]:
+                self.sched.unregister(_timer_id(sid))
+                self.suppressed_once.discard(sid)
+                return
+            if self.may_arm():
+                self.arm(row)
+        except Exception:
+            log.exception("could not arm schedule %s; startup recovery re-arms it", sid)
+
+    def arm(self, row: ScheduleRow) -> None:
+        sid = row[0]
+        timer = _timer_id(sid)
+        self.sched.unregister(timer)
+        if not row[6]:
+            return
+        snap = snapshot_of(row)
+        trigger = snap.trigger
+        if isinstance(trigger, Once) and row[8] is not None and row[8] >= to_ms(trigger.at):
+            if row[7] is not None:
+                self._set_next_run(sid, None)
+            return
+
+        async def fire(fire_time: datetime) -> None:
+            await self._fire(sid, fire_time)
+
+        self.sched.register_schedule(
+            timer,
+            trigger,
+            fire,
+            True,
+            anchor=snap.created_at,
+            fires_so_far=int(row[9]) if isinstance(trigger, Cron) else 0,
+        )
+        nxt = self.sched.get_next_run(timer)
+        nxt_ms = None if nxt is None else to_ms(nxt)
+        if nxt_ms != row[7]:
+            self._set_next_run(sid, nxt_ms)
+        if self.paused and isinstance(trigger, Cron):
+            self.sched.pause(timer)
+
+    def _set_next_run(self, sid: str, next_ms: int | None) -> None:
+        now = self.m._engine.now_ms()
+        self.m._store.write(
+            lambda c: c.execute(q.SET_NEXT_RUN, (next_ms, now, sid)), "schedule_next_run"
+        )
+
+    async def _fire(self, sid: str, fire_time: datetime) -> None:
+        if self.paused:
+            row = self.get_row(sid)
+            if row is not None and isinstance(snapshot_of(row).trigger, Once):
+                self.suppressed_once.add(sid)
+            return
+        row = self.get_row(sid)
+        if row is None or not row[6]:
+            return
+        snap = snapshot_of(row)
+        fire_ms = to_ms(fire_time)
+        if isinstance(snap.trigger, Once):
+            fire_ms = max(fire_ms, to_ms(snap.trigger.at))
+            next_ms: int | None = None
+        else:
+            nxt = self.sched.get_next_run(_timer_id(sid))
+            if nxt is None or to_ms(nxt) <= fire_ms:
+                following = next_after(snap.trigger, from_ms(fire_ms), anchor=snap.created_at)
+                nxt = following
+            next_ms = None if nxt is None else to_ms(nxt)
+            limit = snap.trigger.limit if isinstance(snap.trigger, Cron) else None
+            if limit is not None and int(row[9]) + 1 >= limit:
+                next_ms = None
+        # Compare against the fire's own time, never the row's current value: a stale
+        # second leader firing the same T must lose.
+        self._enqueue_fire(
+            row,
+            key=f"schedule:{sid}:{to_ms(fire_time)}",
+            expected_next=to_ms(fire_time),
+            last_run=fire_ms,
+            next_run=next_ms,
+        )
+
+    def _enqueue_fire(
+        self,
+        row: ScheduleRow,
+        *,
+        key: str | None,
+        expected_next: int | None,
+        last_run: int,
+        next_run: int | None,
+        delay: float | None = None,
+        catch_up_next: int | None = None,
+    ) -> bool:
+        """One transaction: the calendar compare-and-set and the job row. True if written."""
+        m = self.m
+        sid, type_name = row[0], row[1]
+        job = None
+        try:
+            spec = self._spec(type_name)
+            job = prepare(
+                spec.job_type,
+                spec,
+                json.loads(row[4]),
+                EnqueueOptions(idempotency_key=key, schedule_id=sid, delay=delay),
+                now_ms=m._engine.now_ms(),
+                enqueued_by=m.worker_id,
+                max_payload_bytes=m.max_payload_bytes,
+            )
+        except Exception:
+            log.exception("schedule %s: its job could not be built; the fire is consumed", sid)
+        now = m._engine.now_ms()
+
+        def work(conn: sqlite3.Connection) -> bool:
+            if catch_up_next is not None or expected_next is None:
+                cas = conn.execute(q.CATCH_UP_CAS, (catch_up_next, now, sid, expected_next))
+            else:
+                cas = conn.execute(q.MARK_FIRED, (last_run, next_run, now, sid, expected_next))
+            if cas.rowcount != 1:
+                return False
+            if job is not None:
+                m._store._enqueue_in(conn, [job])
+            return True
+
+        try:
+            written = m._store.write(work, "schedule_fire")
+        except Exception:
+            log.exception("schedule %s: the fire could not be written", sid)
+            return False
+        if written and job is not None:
+            m._after_enqueue([job], [_fresh_row(job)])
+        return written
+
+    async def manual(self, row: ScheduleRow) -> bool:
+        m = self.m
+        sid = row[0]
+        snap = snapshot_of(row)
+        spec = self._spec(row[1])
+        job = prepare(
+            spec.job_type,
+            spec,
+            json.loads(row[4]),
+            EnqueueOptions(schedule_id=sid),
+            now_ms=m._engine.now_ms(),
+            enqueued_by=m.worker_id,
+            max_payload_bytes=m.max_payload_bytes,
+        )
+        now = m._engine.now_ms()
+        consume = isinstance(snap.trigger, Once) and now >= to_ms(snap.trigger.at)
+        next_ms = None if consume else row[7]
+
+        def work(conn: sqlite3.Connection) -> None:
+            m._store._enqueue_in(conn, [job])
+            conn.execute(q.MARK_MANUAL, (now, next_ms, now, sid))
+
+        m._store.write(work, "schedule_manual")
+        m._after_enqueue([job], [_fresh_row(job)])
+        if consume:
+            self.sched.unregister(_timer_id(sid))
+        return True
+
+    # -- lifecycle hooks ------------------------------------------------------------
+
+    async def catch_up_and_arm(self) -> None:
+        rows = [r for r in self.list_rows() if r[6] and r[1] in self.m._handlers]
+        for row in rows:
+            if self.m._stopping:
+                return
+            try:
+                await self._catch_up(row)
+            except Exception:
+                log.exception("catch-up of schedule %s failed", row[0])
+        self.armed_phase = True
+        if self.leader:
+            self.arm_all()
+
+    async def _catch_up(self, row: ScheduleRow) -> None:
+        snap = snapshot_of(row)
+        if isinstance(snap.trigger, Once) or row[7] is None:
+            return
+        now_ms = self.m._engine.now_ms()
+        if row[7] > now_ms:
+            return
+        now = from_ms(now_ms)
+        first_missed = from_ms(row[7])
+        count, last = count_fires_between(
+            snap.trigger, first_missed - timedelta(milliseconds=1), now, anchor=snap.created_at
+        )
+        count = max(count, 1)
+        following = next_after(snap.trigger, now, anchor=snap.created_at)
+        following_ms = None if following is None else to_ms(following)
+        policy = snap.catch_up
+        if isinstance(policy, AfterStartup):
+            won = self._enqueue_fire(
+                row,
+                key=f"schedule:{row[0]}:catchup:{row[7]}",
+                expected_next=row[7],
+                last_run=now_ms,
+                next_run=following_ms,
+                delay=policy.minutes * 60.0,
+                catch_up_next=following_ms,
+            )
+        else:
+            won = self._cas_only(row[0], row[7], following_ms)
+        if not won:
+            return
+        spec = self.m._handlers.get(row[1])
+        if spec is not None and spec.on_missed is not None:
+            event = MissedEvent(
+                schedule_id=row[0], type=row[1], missed_count=count, last_fire_at=last
+            )
+            try:
+                result = spec.on_missed(event)
+                if asyncio.iscoroutine(result):
+                    await result
+            except Exception:
+                log.exception("on_missed of %s raised; ignored", row[1])
+
+    def _cas_only(self, sid: str, expected: int, following: int | None) -> bool:
+        now = self.m._engine.now_ms()
+        return bool(
+            self.m._store.write(
+                lambda c: c.execute(q.CATCH_UP_CAS, (following, now, sid, expected)).rowcount,
+                "schedule_catch_up",
+            )
+        )
+
+    def arm_all(self) -> None:
+        for row in self.list_rows():
+            if row[6] and row[1] in self.m._handlers:
+                try:
+                    self.arm(row)
+                except Exception:
+                    log.exception("could not arm schedule %s", row[0])
+
+    def on_leadership(self, leader: bool) -> None:
+        if leader == self.leader:
+            return
+        self.leader = leader
+        if leader and self.may_arm():
+            self.arm_all()
+        elif not leader:
+            for timer in self.sched.ids():
+                self.sched.unregister(timer)
+
+    def on_pause(self) -> None:
+        self.paused = True
+        for timer in self.sched.ids():
+            self.sched.pause(timer)
+
+    def on_release(self) -> None:
+        self.paused = False
+        suppressed, self.suppressed_once = self.suppressed_once, set()
+        for timer in self.sched.ids():
+            self.sched.resume(timer)
+        if not self.may_arm():
+            return
+        for sid in suppressed:
+            row = self.get_row(sid)
+            if row is not None and row[6]:
+                self.arm(row)
+        for timer in self.sched.ids():
+            sid = timer.removeprefix("schedule:")
+            row = self.get_row(sid)
+            nxt = self.sched.get_next_run(timer)
+            nxt_ms = None if nxt is None else to_ms(nxt)
+            if row is not None and nxt_ms != row[7]:
+                self._set_next_run(sid, nxt_ms)
+
+    async def on_stop(self) -> None:
+        await self.sched.stop()
+
+
+def _timer_id(sid: str) -> str:
+    return f"schedule:{sid}"
+
+
+def _fresh_row(job: Any) -> tuple[Any, ...]:
+    from jobledger._storage.sqlite.store import _row_of
+
+    return _row_of(job)
