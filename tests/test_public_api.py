@@ -1,0 +1,59 @@
+"""The curated public API: a sorted `__all__` that names only what exists."""
+
+from __future__ import annotations
+
+import jobledger
+import jobledger.testing
+
+CONTRACT = {
+    # DESIGN.md §2 names these; removing one is a breaking change.
+    "AfterStartup",
+    "CancelManyResult",
+    "CancelToken",
+    "Clock",
+    "Cron",
+    "DrainVerdict",
+    "Interval",
+    "JobCancelled",
+    "JobContext",
+    "JobError",
+    "JobErrorInfo",
+    "JobHandle",
+    "JobHandler",
+    "JobManager",
+    "JobSnapshot",
+    "JobSpec",
+    "JobStatus",
+    "JobType",
+    "MissedEvent",
+    "Once",
+    "PermanentError",
+    "RetryPolicy",
+    "SchedulerService",
+    "ScheduleSnapshot",
+    "SettledEvent",
+    "SkipMissed",
+    "SystemClock",
+}
+
+
+def test_all_is_sorted_and_complete() -> None:
+    names = list(jobledger.__all__)
+    assert names == sorted(names)
+    assert len(names) == len(set(names))
+    for name in names:
+        assert hasattr(jobledger, name), name
+    assert CONTRACT <= set(names), CONTRACT - set(names)
+
+
+def test_public_names_do_not_leak_private_modules() -> None:
+    for name in jobledger.__all__:
+        obj = getattr(jobledger, name)
+        module = getattr(obj, "__module__", "jobledger")
+        assert module.startswith("jobledger"), (name, module)
+    assert "FakeClock" in jobledger.testing.__all__
+
+
+def test_status_compares_equal_to_its_string() -> None:
+    assert jobledger.JobStatus.COMPLETED == "completed"
+    assert jobledger.JobStatus("failed").is_terminal
