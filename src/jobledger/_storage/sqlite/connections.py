@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import sqlite3
 from typing import Literal
+from urllib.parse import quote
 
 __all__ = [
     "READER_BUSY_TIMEOUT",
@@ -38,8 +39,10 @@ def _connect(
     path: str, *, busy_timeout: float, read_only: bool = False, same_thread: bool = False
 ) -> sqlite3.Connection:
     if read_only and path != ":memory:":
+        # Percent-encode the path: a raw `#` or `?` in it would end the URI's path, drop
+        # `mode=ro` and silently open (or create) a different file read-write.
         conn = sqlite3.connect(
-            f"file:{path}?mode=ro",
+            f"file:{quote(path)}?mode=ro",
             uri=True,
             isolation_level=None,
             timeout=busy_timeout,
