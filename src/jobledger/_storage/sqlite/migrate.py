@@ -1,0 +1,272 @@
+"""Numbered schema migrations, applied under the writer lease.
+
+The migrations are the files `migrations/NNNN_name.sql`, numbered 1, 2, 3 ... with no
+gaps. `PRAGMA user_version` records the last one applied; `SCHEMA_VERSION` is the
+highest number this library knows. `schema.sql` beside this module is the canonical
+result of applying all of them (`render_fresh_schema()` regenerates it).
+
+Invariants:
+
+* A database that already has `SCHEMA_VERSION` and WAL is opened without touching the
+  lease (the fast path is a read on a read-only connection).
+* Everything else happens under the writer lease, with the version re-read under it: two
+  processes opening one fresh file at the same moment apply each migration once, and
+  the loser finds the work done. WAL is switched on here, once, because switching needs
+  exclusive access to the file.
+* Each migration is one write transaction (`BEGIN IMMEDIATE`) containing its statements
+  and `PRAGMA user_version = N`, so a file is always at a whole version. The version is
+  checked again inside the transaction, which keeps lease-less callers
+  (`migrate_connection`) safe as well.
+* Statements are split with `sqlite3.complete_statement` and run one by one, never with
+  `executescript`, which would COMMIT the open transaction first.
+* A file from a newer library (`user_version > SCHEMA_VERSION`) raises `SchemaError` and
+  is left untouched.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import sqlite3
+from dataclasses import dataclass
+from importlib import resources
+
+from jobledger._storage.lease import (
+    LeaseMode,
+    acquire_writer_lease,
+    writer_lease,
+    writer_lock_path_for,
+)
+from jobledger._storage.sqlite import connections
+from jobledger._storage.tx import is_busy_error, with_write_tx
+from jobledger.errors import DatabaseBusy, SchemaError, StorageError
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "Migration",
+    "dump_schema",
+    "load_migrations",
+    "migrate",
+    "migrate_connection",
+    "render_fresh_schema",
+    "schema_version",
+    "split_statements",
+]
+
+_PACKAGE = "jobledger._storage.sqlite"
+_NAME_RE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    number: int
+    name: str
+    sql: str
+
+
+@functools.cache
+def load_migrations() -> tuple[Migration, ...]:
+    """Every migration shipped with the package, in order."""
+    found: list[Migration] = []
+    for entry in resources.files(_PACKAGE).joinpath("migrations").iterdir():
+        match = _NAME_RE.match(entry.name)
+        if match is None:
+            continue
+        found.append(Migration(int(match[1]), match[2], entry.read_text(encoding="utf-8")))
+    found.sort(key=lambda m: m.number)
+    numbers = [m.number for m in found]
+    if numbers != list(range(1, len(found) + 1)):
+        raise RuntimeError(f"migrations must be numbered 1..N without gaps, found {numbers}")
+    return tuple(found)
+
+
+SCHEMA_VERSION: int = load_migrations()[-1].number
+
+
+def split_statements(sql: str) -> list[str]:
+    """Split a script into single statements (comments and string literals may hold `;`)."""
+    statements: list[str] = []
+    buffer = ""
+    pieces = sql.split(";")
+    for piece in pieces[:-1]:
+        buffer += piece + ";"
+        if sqlite3.complete_statement(buffer):
+            if not _only_comments(buffer[:-1]):
+                statements.append(buffer.strip())
+            buffer = ""
+    # After the last `;` only comments and whitespace may remain; anything else is a
+    # statement missing its terminator (or a `;` swallowed by an open string/comment).
+    rest = buffer + pieces[-1]
+    if not _only_comments(rest):
+        raise ValueError(f"incomplete SQL statement at the end of the script: {rest.strip()!r}")
+    return statements
+
+
+def _only_comments(sql: str) -> bool:
+    for line in sql.splitlines():
+        stripped = line.strip()
+        if stripped and not stripped.startswith("--"):
+            return False
+    return True
+
+
+def schema_version(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+
+def _too_new(version: int) -> SchemaError:
+    return SchemaError(
+        f"the database has schema version {version}; this jobledger knows up to "
+        f"{SCHEMA_VERSION}. Upgrade jobledger to open it.",
+        params={"user_version": version, "schema_version": SCHEMA_VERSION},
+    )
+
+
+def migrate_connection(conn: sqlite3.Connection) -> int:
+    """Bring the database behind `conn` to `SCHEMA_VERSION`, without the lease.
+
+    For ":memory:" databases and callers that already hold the lease. `conn` must have
+    been opened with `isolation_level=None` and must not be inside a transaction.
+    """
+    current = schema_version(conn)
+    if current > SCHEMA_VERSION:
+        raise _too_new(current)
+    for migration in load_migrations():
+        if migration.number <= current:
+            continue
+        with_write_tx(
+            conn,
+            functools.partial(_apply, conn, migration),
+            f"migrate:{migration.number:04d}_{migration.name}",
+        )
+    return schema_version(conn)
+
+
+def _apply(conn: sqlite3.Connection, migration: Migration) -> None:
+    # Re-read inside the transaction: it is the only read no other writer can race.
+    version = schema_version(conn)
+    if version > SCHEMA_VERSION:
+        raise _too_new(version)
+    if version >= migration.number:
+        return
+    for statement in split_statements(migration.sql):
+        conn.execute(statement)
+    conn.execute(f"PRAGMA user_version = {migration.number:d}")
+
+
+def _read_state(db_path: str, busy_timeout: float) -> tuple[int, str] | None:
+    """(user_version, journal_mode) from a read-only look, or None when that is not known."""
+    if not os.path.exists(db_path):
+        return None
+    try:
+        conn = connections.open_reader(db_path, busy_timeout=busy_timeout, read_only=True)
+        try:
+            version = schema_version(conn)
+            mode = str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        if is_busy_error(exc):
+            return None  # someone is switching the file over; the slow path will wait
+        raise
+    return version, mode
+
+
+def migrate(
+    db_path: str,
+    *,
+    lease_wait: float = 10.0,
+    busy_timeout: float = 5.0,
+    lease_mode: LeaseMode = "acquire",
+) -> int:
+    """Create or upgrade the database file at `db_path`; return its schema version.
+
+    Raises `DatabaseBusy` when the writer lease is not had within `lease_wait` seconds
+    and `SchemaError` when the file is newer than this library. `lease_mode=
+    "caller-held"` is for a caller that already holds the lease.
+    """
+    if db_path == ":memory:" or db_path.startswith("file::memory:"):
+        raise ValueError("migrate() needs a file; use migrate_connection() for :memory:")
+    state = _read_state(db_path, busy_timeout)
+    if state is not None:
+        version, mode = state
+        if version > SCHEMA_VERSION:
+            raise _too_new(version)
+        if version == SCHEMA_VERSION and mode == "wal":
+            return version
+
+    lock_path = writer_lock_path_for(db_path)
+    if lease_mode == "acquire":
+        # Polled here rather than in writer_lease() so the wait can be bounded and named.
+        lease = acquire_writer_lease(lock_path, wait=lease_wait)
+        if lease is None:
+            raise DatabaseBusy(
+                f"migrate: the writer lease on {db_path} was not had within {lease_wait}s",
+                params={"lock_path": lock_path, "lease_wait": lease_wait},
+            )
+        with lease:
+            return _migrate_under_lease(db_path, busy_timeout)
+    with writer_lease(lock_path, mode=lease_mode):
+        return _migrate_under_lease(db_path, busy_timeout)
+
+
+def _migrate_under_lease(db_path: str, busy_timeout: float) -> int:
+    conn = connections.open_writer(db_path, busy_timeout=busy_timeout)
+    try:
+        version = schema_version(conn)
+        if version > SCHEMA_VERSION:
+            raise _too_new(version)
+        _ensure_wal(conn, db_path)
+        return migrate_connection(conn)
+    except sqlite3.Error as exc:
+        if is_busy_error(exc):
+            raise DatabaseBusy(
+                f"migrate: {db_path} stayed busy", params={"sqlite_error": str(exc)}
+            ) from exc
+        raise
+    finally:
+        conn.close()
+
+
+def _ensure_wal(conn: sqlite3.Connection, db_path: str) -> None:
+    mode = str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
+    if mode == "wal":
+        return
+    mode = str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]).lower()
+    if mode != "wal":
+        raise StorageError(
+            f"could not switch {db_path} to WAL (journal_mode is {mode!r})",
+            params={"journal_mode": mode},
+        )
+
+
+def dump_schema(conn: sqlite3.Connection) -> str:
+    """The canonical text of a schema: version, then every object's SQL, sorted."""
+    rows = conn.execute(
+        "SELECT type, name, sql FROM sqlite_master WHERE sql IS NOT NULL ORDER BY type, name"
+    ).fetchall()
+    parts = [
+        "-- GENERATED: the jobledger schema with every migration applied. Do not edit.",
+        "-- After adding a migration, regenerate it from the repository root with",
+        "--   python -m jobledger._storage.sqlite.migrate \\",
+        "--       > src/jobledger/_storage/sqlite/schema.sql",
+        f"-- user_version = {schema_version(conn)}",
+        "",
+    ]
+    parts.extend(f"{sql};\n" for _, _, sql in rows)
+    return "\n".join(parts)
+
+
+def render_fresh_schema() -> str:
+    """`dump_schema` of a fresh in-memory database after all migrations."""
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    try:
+        migrate_connection(conn)
+        return dump_schema(conn)
+    finally:
+        conn.close()
+
+
+if __name__ == "__main__":
+    print(render_fresh_schema(), end="")

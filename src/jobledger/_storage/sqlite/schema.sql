@@ -1,0 +1,114 @@
+-- GENERATED: the jobledger schema with every migration applied. Do not edit.
+-- After adding a migration, regenerate it from the repository root with
+--   python -m jobledger._storage.sqlite.migrate \
+--       > src/jobledger/_storage/sqlite/schema.sql
+-- user_version = 1
+
+CREATE INDEX job_schedules_enabled_next_run_idx ON job_schedules (enabled, next_run);
+
+CREATE UNIQUE INDEX job_schedules_type_name_uq ON job_schedules (type, name);
+
+CREATE INDEX jobs_claim_idx ON jobs (queue, priority, scheduled_at, id)
+    WHERE status = 'pending' AND cancel_requested = 0;
+
+CREATE INDEX jobs_created_idx ON jobs (created_at, id);
+
+CREATE INDEX jobs_delayed_idx ON jobs (scheduled_at) WHERE status = 'delayed';
+
+CREATE INDEX jobs_enqueued_by_idx ON jobs (enqueued_by) WHERE status IN ('pending', 'delayed');
+
+CREATE INDEX jobs_finished_idx ON jobs (finished_at) WHERE finished_at IS NOT NULL;
+
+CREATE UNIQUE INDEX jobs_idempotency_key_uq ON jobs (idempotency_key)
+    WHERE idempotency_key IS NOT NULL AND status IN ('pending', 'delayed', 'running');
+
+CREATE INDEX jobs_parent_idx ON jobs (parent_id) WHERE parent_id IS NOT NULL;
+
+CREATE INDEX jobs_running_idx ON jobs (queue, worker_id) WHERE status = 'running';
+
+CREATE INDEX jobs_schedule_idx ON jobs (schedule_id, finished_at) WHERE schedule_id IS NOT NULL;
+
+CREATE INDEX jobs_status_created_idx ON jobs (status, created_at);
+
+CREATE TABLE job_schedules (
+    id          TEXT PRIMARY KEY,
+    type        TEXT NOT NULL,
+    name        TEXT NOT NULL DEFAULT '',          -- '' is the type's singleton
+    trigger     TEXT NOT NULL,
+    payload     TEXT NOT NULL,
+    catch_up    TEXT NOT NULL,
+    enabled     INTEGER NOT NULL DEFAULT 1,
+    next_run    INTEGER,
+    last_run    INTEGER,
+    fire_count  INTEGER NOT NULL DEFAULT 0,        -- natural fires, so cron limits survive restarts
+    metadata    TEXT NOT NULL DEFAULT '{}',
+    created_at  INTEGER NOT NULL,
+    updated_at  INTEGER NOT NULL
+);
+
+CREATE TABLE jobs (
+    id               TEXT PRIMARY KEY,
+    type             TEXT NOT NULL,
+    status           TEXT NOT NULL CHECK (status IN
+                        ('pending', 'delayed', 'running', 'completed', 'failed', 'cancelled')),
+    queue            TEXT NOT NULL,
+    priority         INTEGER NOT NULL DEFAULT 0,
+    payload          TEXT NOT NULL,
+    output           TEXT,
+    error            TEXT,
+    attempt          INTEGER NOT NULL DEFAULT 0,
+    max_attempts     INTEGER NOT NULL DEFAULT 3,
+    timeout_ms       INTEGER,
+    idempotency_key  TEXT,
+    parent_id        TEXT REFERENCES jobs (id) ON DELETE SET NULL,
+    schedule_id      TEXT REFERENCES job_schedules (id) ON DELETE SET NULL,
+    metadata         TEXT NOT NULL DEFAULT '{}',
+    progress         REAL,
+    progress_detail  TEXT,
+    cancel_requested INTEGER NOT NULL DEFAULT 0,
+    cancel_reason    TEXT,
+    worker_id        TEXT,                          -- the claim's owner while running
+    enqueued_by      TEXT,                          -- the manager that wrote the row
+    scheduled_at     INTEGER NOT NULL,
+    started_at       INTEGER,
+    finished_at      INTEGER,
+    created_at       INTEGER NOT NULL,
+    updated_at       INTEGER NOT NULL
+);
+
+CREATE TABLE leader (
+    id          INTEGER PRIMARY KEY CHECK (id = 1),
+    worker_id   TEXT NOT NULL,
+    term        INTEGER NOT NULL,
+    expires_at  INTEGER NOT NULL
+);
+
+CREATE TABLE locks (
+    name         TEXT PRIMARY KEY,
+    job_id       TEXT NOT NULL,
+    worker_id    TEXT NOT NULL,
+    acquired_at  INTEGER NOT NULL
+);
+
+CREATE TABLE ownership (
+    key    TEXT PRIMARY KEY,
+    owner  TEXT NOT NULL,
+    at_ms  INTEGER NOT NULL
+);
+
+CREATE TABLE queues (
+    seq         INTEGER PRIMARY KEY,
+    name        TEXT NOT NULL UNIQUE,
+    type        TEXT NOT NULL,
+    created_at  INTEGER NOT NULL
+);
+
+CREATE TABLE workers (
+    id            TEXT PRIMARY KEY,
+    hostname      TEXT NOT NULL,
+    pid           INTEGER NOT NULL,
+    handlers      TEXT NOT NULL DEFAULT '[]',     -- job type names it can run
+    started_at    INTEGER NOT NULL,
+    heartbeat_at  INTEGER NOT NULL,
+    stopped_at    INTEGER
+);
