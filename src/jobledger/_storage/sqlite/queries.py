@@ -39,12 +39,17 @@ COUNT_RUNNING = "SELECT count(*) FROM jobs WHERE status = 'running'"
 
 @functools.cache
 def claim_sql(n_types: int) -> str:
-    """Claim up to `?` rows of one queue, restricted to the job types this worker runs."""
+    """Claim up to `?` rows of one queue, restricted to the job types this worker runs.
+
+    The outer compare-and-set is spelled `+status`: the unary plus keeps the planner from
+    driving the UPDATE through `jobs_status_created_idx` (every pending row, O(backlog)
+    per claim) instead of the primary key lookup of the few ids the subquery chose.
+    """
     return (
         "UPDATE jobs SET status = 'running', worker_id = ?, started_at = ?, updated_at = ? "
         "WHERE id IN (SELECT id FROM jobs WHERE status = 'pending' AND cancel_requested = 0 "
         f"AND queue = ? AND scheduled_at <= ? AND type IN ({','.join('?' * n_types)}) "
-        "ORDER BY priority, scheduled_at, id LIMIT ?) AND status = 'pending' "
+        "ORDER BY priority, scheduled_at, id LIMIT ?) AND +status = 'pending' "
         "RETURNING id, type, queue, priority, payload, attempt, max_attempts, timeout_ms, "
         "metadata, parent_id, schedule_id, scheduled_at, started_at"
     )
