@@ -1,0 +1,56 @@
+"""Child-process entry points for the multi-process tests.
+
+They run under the "spawn" start method, so each is a plain top-level function that
+reports through its exit code, a multiprocessing Event or a Queue. Every wait has a
+timeout, so a broken test fails instead of hanging.
+"""
+
+from __future__ import annotations
+
+import sys
+from multiprocessing.queues import Queue
+from multiprocessing.synchronize import Barrier, Event
+
+from jobledger._storage.lease import acquire_writer_lease
+from jobledger._storage.ownership import publish_heartbeat
+from jobledger._storage.sqlite.migrate import migrate
+
+WAIT = 30.0
+EXIT_BUSY = 5
+EXIT_SKIPPED = 4
+EXIT_TIMEOUT = 6
+
+
+def hold_lease(lock_path: str, acquired: Event, release: Event) -> None:
+    """Take the lease, say so, and keep it until `release` is set (or the process dies)."""
+    lease = acquire_writer_lease(lock_path)
+    if lease is None:
+        sys.exit(EXIT_BUSY)
+    acquired.set()
+    if not release.wait(WAIT):
+        lease.release()
+        sys.exit(EXIT_TIMEOUT)
+    lease.release()
+
+
+def try_lease(lock_path: str) -> None:
+    """Exit 0 if the lease could be taken (and give it back), EXIT_BUSY if not."""
+    lease = acquire_writer_lease(lock_path)
+    if lease is None:
+        sys.exit(EXIT_BUSY)
+    lease.release()
+
+
+def publish(db_path: str, owner: str, now_ms: int) -> None:
+    """Publish one heartbeat; exit EXIT_SKIPPED if it was skipped."""
+    if not publish_heartbeat(db_path, owner, now_ms):
+        sys.exit(EXIT_SKIPPED)
+
+
+def migrate_at_barrier(db_path: str, barrier: Barrier, results: Queue[tuple[str, str]]) -> None:
+    """Wait until every sibling is ready, then migrate at the same moment."""
+    barrier.wait(WAIT)
+    try:
+        results.put(("ok", str(migrate(db_path))))
+    except BaseException as exc:
+        results.put(("error", repr(exc)))

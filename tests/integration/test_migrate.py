@@ -1,0 +1,314 @@
+"""Numbered migrations under the writer lease, including two processes racing on one file.
+
+`schema.sql` is generated. After adding a migration, regenerate it from the repository
+root with
+
+    .venv/bin/python -m jobledger._storage.sqlite.migrate \
+        > src/jobledger/_storage/sqlite/schema.sql
+
+and review the diff; `test_a_fresh_schema_equals_all_migrations_applied` fails until then.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sqlite3
+from collections.abc import Iterator
+from importlib import resources
+from multiprocessing.context import SpawnContext, SpawnProcess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jobledger._storage.lease import WriterLease, acquire_writer_lease, writer_lock_path_for
+from jobledger._storage.sqlite import migrate as migrate_module
+from jobledger._storage.sqlite.migrate import (
+    SCHEMA_VERSION,
+    Migration,
+    dump_schema,
+    load_migrations,
+    migrate,
+    migrate_connection,
+    render_fresh_schema,
+    schema_version,
+    split_statements,
+)
+from jobledger.errors import DatabaseBusy, SchemaError, WriteTransactionFailed
+from tests.integration import _procs
+
+WAIT = _procs.WAIT
+TABLES = {"job_schedules", "jobs", "locks", "leader", "ownership", "queues", "workers"}
+
+
+def _schema_file() -> str:
+    return (
+        resources.files("jobledger._storage.sqlite")
+        .joinpath("schema.sql")
+        .read_text(encoding="utf-8")
+    )
+
+
+@pytest.fixture
+def ctx() -> SpawnContext:
+    return multiprocessing.get_context("spawn")
+
+
+@pytest.fixture
+def procs() -> Iterator[list[SpawnProcess]]:
+    started: list[SpawnProcess] = []
+    yield started
+    for proc in started:
+        if proc.is_alive():
+            proc.kill()
+        proc.join(WAIT)
+        proc.close()
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> str:
+    return str(tmp_path / "queue.db")
+
+
+def _open(path: str) -> sqlite3.Connection:
+    return sqlite3.connect(path, isolation_level=None)
+
+
+def _lease_is_free(db: str) -> bool:
+    lease = acquire_writer_lease(writer_lock_path_for(db))
+    if lease is None:
+        return False
+    lease.release()
+    return True
+
+
+def _tables(conn: sqlite3.Connection) -> set[str]:
+    rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+    return {str(name) for (name,) in rows}
+
+
+def test_two_processes_open_one_fresh_database_at_the_same_moment(
+    ctx: SpawnContext, procs: list[SpawnProcess], db: str
+) -> None:
+    barrier = ctx.Barrier(2)
+    results = ctx.Queue()
+    for _ in range(2):
+        proc = ctx.Process(target=_procs.migrate_at_barrier, args=(db, barrier, results))
+        procs.append(proc)
+        proc.start()
+    outcomes = sorted(results.get(timeout=WAIT) for _ in range(2))
+    for proc in procs:
+        proc.join(WAIT)
+    results.close()
+    results.join_thread()
+
+    assert outcomes == [("ok", str(SCHEMA_VERSION))] * 2
+    assert [proc.exitcode for proc in procs] == [0, 0]
+    conn = _open(db)
+    try:
+        assert schema_version(conn) == SCHEMA_VERSION
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        assert _tables(conn) == TABLES
+        assert dump_schema(conn) == _schema_file(), "exactly one copy of the schema"
+    finally:
+        conn.close()
+
+
+def test_a_fresh_schema_equals_all_migrations_applied(db: str) -> None:
+    assert render_fresh_schema() == _schema_file()
+    assert migrate(db) == SCHEMA_VERSION
+    conn = _open(db)
+    try:
+        assert dump_schema(conn) == _schema_file()
+        assert _tables(conn) == TABLES
+    finally:
+        conn.close()
+
+
+def test_schema_version_is_the_highest_migration() -> None:
+    migrations = load_migrations()
+    assert [m.number for m in migrations] == list(range(1, len(migrations) + 1))
+    assert migrations[-1].number == SCHEMA_VERSION
+    assert f"-- user_version = {SCHEMA_VERSION}\n" in _schema_file()
+
+
+@pytest.mark.parametrize("wal", [True, False], ids=["wal", "rollback-journal"])
+def test_a_newer_database_raises_schema_error_and_is_left_alone(db: str, wal: bool) -> None:
+    conn = _open(db)
+    if wal:
+        conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    conn.close()
+
+    holder = acquire_writer_lease(writer_lock_path_for(db))
+    assert holder is not None
+    try:
+        with pytest.raises(SchemaError) as info:
+            migrate(db, lease_wait=0.0)  # refused at once, without waiting for the lease
+    finally:
+        holder.release()
+    assert info.value.code == "DB_SCHEMA"
+    assert info.value.params["user_version"] == SCHEMA_VERSION + 1
+
+    conn = _open(db)
+    try:
+        assert schema_version(conn) == SCHEMA_VERSION + 1
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == ("wal" if wal else "delete")
+        assert _tables(conn) == set()
+        with pytest.raises(SchemaError):
+            migrate_connection(conn)
+    finally:
+        conn.close()
+
+
+def test_the_version_is_checked_again_under_the_lease(
+    db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A newer library upgrades the file between our first read and our lease."""
+
+    def racing_acquire(lock_path: str, **kwargs: Any) -> WriterLease | None:
+        conn = _open(db)
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+        conn.close()
+        return acquire_writer_lease(lock_path, **kwargs)
+
+    monkeypatch.setattr(migrate_module, "acquire_writer_lease", racing_acquire)
+    with pytest.raises(SchemaError):
+        migrate(db)
+    conn = _open(db)
+    try:
+        assert _tables(conn) == set()
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete", "left alone"
+    finally:
+        conn.close()
+    assert _lease_is_free(db)
+
+
+def test_the_version_is_checked_again_inside_each_transaction(
+    db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stale read before BEGIN (another lease-less writer got there first) is harmless."""
+    conn = _open(db)
+    migrate_connection(conn)
+    real = migrate_module.schema_version
+    reads = 0
+
+    def stale_first(c: sqlite3.Connection) -> int:
+        nonlocal reads
+        reads += 1
+        return 0 if reads == 1 else real(c)
+
+    monkeypatch.setattr(migrate_module, "schema_version", stale_first)
+    try:
+        assert migrate_connection(conn) == SCHEMA_VERSION
+        assert reads > 2, "the version was read again inside the transaction"
+    finally:
+        conn.close()
+
+
+def test_a_current_database_opens_without_the_lease(db: str) -> None:
+    migrate(db)
+    holder = acquire_writer_lease(writer_lock_path_for(db))
+    assert holder is not None
+    try:
+        assert migrate(db, lease_wait=0.0) == SCHEMA_VERSION
+    finally:
+        holder.release()
+
+
+def test_pending_work_without_the_lease_raises_database_busy(db: str) -> None:
+    holder = acquire_writer_lease(writer_lock_path_for(db))
+    assert holder is not None
+    try:
+        with pytest.raises(DatabaseBusy) as info:
+            migrate(db, lease_wait=0.05)
+        assert info.value.code == "DB_BUSY"
+        # A caller that holds the lease says so, and migrates under it.
+        assert migrate(db, lease_mode="caller-held") == SCHEMA_VERSION
+    finally:
+        holder.release()
+
+
+def test_an_existing_rollback_journal_database_is_switched_to_wal(db: str) -> None:
+    conn = _open(db)
+    assert migrate_connection(conn) == SCHEMA_VERSION
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    conn.close()
+
+    assert migrate(db) == SCHEMA_VERSION
+    conn = _open(db)
+    try:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    finally:
+        conn.close()
+
+
+def test_migrate_connection_serves_in_memory_databases() -> None:
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    try:
+        assert migrate_connection(conn) == SCHEMA_VERSION
+        assert migrate_connection(conn) == SCHEMA_VERSION  # nothing left to do
+        assert _tables(conn) == TABLES
+    finally:
+        conn.close()
+    with pytest.raises(ValueError, match="migrate_connection"):
+        migrate(":memory:")
+
+
+def test_each_migration_is_all_or_nothing(db: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    broken = Migration(
+        SCHEMA_VERSION + 1,
+        "broken",
+        "CREATE TABLE half_done (x INTEGER);\nINSERT INTO no_such_table VALUES (1);\n",
+    )
+    migrate(db)
+    monkeypatch.setattr(migrate_module, "load_migrations", lambda: (*load_migrations(), broken))
+    monkeypatch.setattr(migrate_module, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
+
+    with pytest.raises(WriteTransactionFailed, match="no_such_table"):
+        migrate(db)
+    conn = _open(db)
+    try:
+        assert schema_version(conn) == SCHEMA_VERSION
+        assert "half_done" not in _tables(conn)
+    finally:
+        conn.close()
+    assert _lease_is_free(db), "the failed migration gave the lease back"
+
+
+def test_statements_split_only_at_real_terminators() -> None:
+    script = """-- a header; with a semicolon
+CREATE TABLE a (x TEXT DEFAULT ';');  -- trailing; comment
+INSERT INTO a VALUES ('one;two');
+CREATE TRIGGER a_t AFTER INSERT ON a BEGIN
+    UPDATE a SET x = x || ';';
+END;
+-- the end; nothing follows
+"""
+    assert split_statements(script) == [
+        "-- a header; with a semicolon\nCREATE TABLE a (x TEXT DEFAULT ';');",
+        "-- trailing; comment\nINSERT INTO a VALUES ('one;two');",
+        "CREATE TRIGGER a_t AFTER INSERT ON a BEGIN\n    UPDATE a SET x = x || ';';\nEND;",
+    ]
+    with pytest.raises(ValueError, match="incomplete"):
+        split_statements("CREATE TABLE a (x);\nCREATE TABLE b (y)")
+
+
+def test_the_fast_path_reads_without_creating_anything(db: str) -> None:
+    migrate(db)
+    lock = writer_lock_path_for(db)
+    os.remove(lock)
+    assert migrate(db) == SCHEMA_VERSION
+    assert not os.path.exists(lock), "a current database never touches the lock file"
+
+
+def test_paths_with_uri_characters_open_the_right_file(tmp_path: Path) -> None:
+    """The read-only fast path once dropped everything after a `#` or `?` in the path."""
+    folder = tmp_path / "a#b?c"
+    folder.mkdir()
+    db = str(folder / "queue.db")
+    assert migrate(db) == SCHEMA_VERSION
+    assert migrate(db) == SCHEMA_VERSION  # the fast path, through a file: URI
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a#b?c"], "no stray file opened"
