@@ -50,6 +50,8 @@ class SqliteStore:
     ) -> None:
         self.path = path
         self.memory = path == ":memory:" or path == ""
+        self._busy_timeout = busy_timeout
+        self._synchronous: Synchronous = synchronous
         if not self.memory:
             migrate(path)
         self.conn = open_writer(
@@ -65,11 +67,23 @@ class SqliteStore:
         self._readers_lock = threading.Lock()
         self._known_queues: set[str] = set()
         self._closed = False
+        self._generation = 0  # bumped by close(): thread-local readers of older ones are stale
 
     # -- plumbing -------------------------------------------------------------------
 
+    def _reopen_if_closed(self) -> None:
+        # A stopped manager stays a producer and an observer (DESIGN §4: enqueue after
+        # stop() writes the row): a use after close() opens fresh connections. Call with
+        # self.lock held. A closed ":memory:" database is gone, so it stays closed.
+        if self._closed and not self.memory:
+            self.conn = open_writer(
+                self.path, busy_timeout=self._busy_timeout, synchronous=self._synchronous
+            )
+            self._closed = False
+
     def write(self, work: Callable[[sqlite3.Connection], T], label: str) -> T:
         with self.lock:
+            self._reopen_if_closed()
             conn = self.conn
             return tx.with_write_tx(conn, lambda: work(conn), label)
 
@@ -77,6 +91,7 @@ class SqliteStore:
     def user_transaction(self) -> Iterator[sqlite3.Connection]:
         """A caller-driven write transaction (`jobs.write_tx()`); no automatic retry."""
         with self.lock:
+            self._reopen_if_closed()
             try:
                 with tx.write_transaction(self.conn, "write_tx") as conn:
                     yield conn
@@ -88,9 +103,10 @@ class SqliteStore:
             with self.lock:
                 return work(self.conn)
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
+        if conn is None or getattr(self._local, "generation", None) != self._generation:
             conn = open_reader(self.path)
             self._local.conn = conn
+            self._local.generation = self._generation
             with self._readers_lock:
                 self._readers.append(conn)
         return work(conn)
@@ -100,6 +116,7 @@ class SqliteStore:
             return
         self._closed = True
         with self._readers_lock:
+            self._generation += 1
             readers, self._readers = self._readers, []
         for conn in readers:
             try:
@@ -112,6 +129,7 @@ class SqliteStore:
     def data_version(self) -> int:
         """Changes whenever *another* connection commits; cheap enough to poll."""
         with self.lock:
+            self._reopen_if_closed()
             return int(self.conn.execute("PRAGMA data_version").fetchone()[0])
 
     # -- enqueue --------------------------------------------------------------------
