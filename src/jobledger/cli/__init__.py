@@ -1,25 +1,128 @@
-"""The `jobledger` command line."""
+"""The `jobledger` command line.
+
+    jobledger [--db PATH] [--debug] COMMAND ...
+
+The database is `--db PATH`, else `$JOBLEDGER_DB`, else `./jobledger.db`. Commands that
+only look (jobs list/show/wait, queues, schedules list/show, doctor, serve) open it
+read-only and never create it; commands that change rows go through a `JobManager`
+(never started, unless it is `worker` or `demo`). See docs/reference/cli.md.
+"""
 
 from __future__ import annotations
 
+import logging
+import os
+import sys
+import traceback
+from collections.abc import Sequence
+from typing import Any
+
 import click
+
+from jobledger.cli._common import (
+    DEFAULT_DB,
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    CliError,
+    Settings,
+)
+from jobledger.errors import (
+    HandlerRegistrationError,
+    JobError,
+    JobValidationError,
+    ScheduleError,
+)
 
 __all__ = ["main"]
 
+_INTERRUPTED = 130
 
-@click.group()
+
+class _Main(click.Group):
+    """Turns every failure into one line on stderr and an exit code."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        argv = list(sys.argv[1:] if args is None else args)
+        debug = "--debug" in argv or os.environ.get("JOBLEDGER_DEBUG") == "1"
+        try:
+            rv = super().main(
+                argv, prog_name or "jobledger", complete_var, standalone_mode=False, **extra
+            )
+        except click.UsageError as exc:
+            hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+            click.echo(f"jobledger: error: {exc.format_message()}{hint}", err=True)
+            sys.exit(EXIT_BAD_INPUT)
+        except CliError as exc:
+            if debug:
+                traceback.print_exc()
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            click.echo(f"jobledger: error: {exc.format_message()}", err=True)
+            sys.exit(exc.exit_code)
+        except (click.Abort, KeyboardInterrupt):
+            click.echo("jobledger: interrupted", err=True)
+            sys.exit(_INTERRUPTED)
+        except JobError as exc:
+            if debug:
+                traceback.print_exc()
+            click.echo(f"jobledger: error: {exc.code}: {exc.message}", err=True)
+            bad_input = isinstance(
+                exc, JobValidationError | ScheduleError | HandlerRegistrationError
+            )
+            sys.exit(EXIT_BAD_INPUT if bad_input else EXIT_FAILED)
+        except Exception as exc:
+            if debug:
+                traceback.print_exc()
+            else:
+                first = str(exc).splitlines()[0] if str(exc) else ""
+                click.echo(
+                    f"jobledger: error: {type(exc).__name__}: {first} "
+                    "(--debug shows the traceback)",
+                    err=True,
+                )
+            sys.exit(EXIT_FAILED)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+@click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
-    "--db", "db", default=None, help="Database file (default $JOBLEDGER_DB or ./jobledger.db)."
+    "--db",
+    "db",
+    default=None,
+    metavar="PATH",
+    help="Database file (default $JOBLEDGER_DB, else ./jobledger.db).",
 )
+@click.option("--debug", is_flag=True, help="Show tracebacks and debug logs.")
+@click.version_option(package_name="jobledger")
 @click.pass_context
-def main(ctx: click.Context, db: str | None) -> None:
+def main(ctx: click.Context, db: str | None, debug: bool) -> None:
     """jobledger: durable jobs and schedules on one SQL table."""
-    ctx.obj = db
+    env = os.environ.get("JOBLEDGER_DB")
+    path = db or env or DEFAULT_DB
+    ctx.obj = Settings(db=path, db_explicit=bool(db or env), debug=debug)
+    if debug:
+        logging.basicConfig(level=logging.DEBUG)
 
 
-@main.command()
-def demo() -> None:
-    """Run the demo (worker, sample jobs, a cron schedule and the dashboard)."""
-    click.echo(
-        "jobledger demo: the engine is being built; this will run a worker with sample jobs."
-    )
+def _register() -> None:
+    from jobledger.cli import _jobs, _ops, _schedules, _serve, _worker
+
+    main.add_command(_worker.worker)
+    main.add_command(_jobs.jobs)
+    main.add_command(_schedules.schedules)
+    main.add_command(_ops.queues)
+    main.add_command(_ops.doctor)
+    main.add_command(_ops.gc)
+    main.add_command(_serve.serve)
+    main.add_command(_serve.demo)
+
+
+_register()

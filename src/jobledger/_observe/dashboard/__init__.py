@@ -1,0 +1,295 @@
+"""Server-rendered dashboard pages (no build step; `static/app.js` adds live updates).
+
+Invariant: every value that comes from the database goes through `html.escape` here, and
+through `textContent` in `app.js`; job payloads, outputs, errors and metadata are user
+data and may contain markup. Pages carry a strict Content-Security-Policy (set by
+`http.py`): no inline script or style, so even a missed escape could not run code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from html import escape
+from typing import Any
+from urllib.parse import urlencode
+
+from jobledger._observe.read_model import STATUSES, JobQuery, ReadModel, iso
+from jobledger._types import JobSnapshot
+
+__all__ = ["render_index", "render_job", "render_not_found"]
+
+
+def _e(value: object) -> str:
+    return escape("" if value is None else str(value), quote=True)
+
+
+def _json(value: Any) -> str:
+    return escape(json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str))
+
+
+def _time(value: Any) -> str:
+    text = iso(value) if not isinstance(value, str) else value
+    if text is None:
+        return '<span class="muted">—</span>'
+    return f'<time datetime="{_e(text)}">{_e(text.replace("T", " ").replace("Z", " UTC"))}</time>'
+
+
+def _badge(status: str) -> str:
+    return f'<span class="badge status-{_e(status)}" data-status="{_e(status)}">{_e(status)}</span>'
+
+
+def _progress(snap: JobSnapshot) -> str:
+    value = 100.0 if snap.status == "completed" else (snap.progress or 0.0)
+    return f'<progress max="100" value="{value:g}" title="{value:g}%">{value:g}%</progress>'
+
+
+def _page(title: str, body: str, *, page: str, data: dict[str, str] | None = None) -> str:
+    attrs = "".join(f' data-{_e(k)}="{_e(v)}"' for k, v in (data or {}).items())
+    return f"""<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{_e(title)}</title>
+<link rel="stylesheet" href="/static/style.css">
+</head>
+<body data-page="{_e(page)}"{attrs}>
+<header class="top">
+  <a class="brand" href="/">jobledger</a>
+  <nav><a href="/">Overview</a><a href="/#jobs">Jobs</a><a href="/#schedules">Schedules</a>
+  <a href="/#workers">Workers</a><a href="/metrics">Metrics</a><a href="/openapi.json">API</a></nav>
+  <span class="live" id="live" title="live updates">●</span>
+</header>
+<main>
+{body}
+</main>
+<script src="/static/app.js" defer></script>
+</body>
+</html>
+"""
+
+
+def _link(params: dict[str, Any]) -> str:
+    clean = {k: v for k, v in params.items() if v is not None and v != "" and v != 0}
+    return "/?" + urlencode(clean) + "#jobs" if clean else "/#jobs"
+
+
+def _queues_table(rm: ReadModel) -> str:
+    stats = rm.queue_stats()
+    if not stats:
+        return '<p class="empty">No queues yet: enqueue a job.</p>'
+    head = "".join(f"<th class=num>{_e(s)}</th>" for s in STATUSES)
+    rows = []
+    for qs in stats:
+        cells = []
+        for s in STATUSES:
+            n = qs.counts.get(s, 0)
+            link = _link({"queue": qs.name, "status": s})
+            cls = f"num count status-{s}" + (" zero" if n == 0 else "")
+            cells.append(f'<td class="{cls}"><a href="{_e(link)}">{n}</a></td>')
+        rows.append(
+            f'<tr data-queue="{_e(qs.name)}"><td><a href="{_e(_link({"queue": qs.name}))}">'
+            f"{_e(qs.name)}</a></td><td class=muted>{_e(qs.type or '')}</td>{''.join(cells)}"
+            f"<td>{_time(qs.oldest_pending_at)}</td></tr>"
+        )
+    return (
+        '<table class="grid" id="queues-table"><thead><tr><th>Queue</th><th>Type</th>'
+        f"{head}<th>Oldest pending</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def _job_row(s: JobSnapshot) -> str:
+    return (
+        f'<tr data-job-id="{_e(s.id)}">'
+        f'<td class="mono"><a href="/jobs/{_e(s.id)}">{_e(s.id)}</a></td>'
+        f"<td>{_e(s.type)}</td><td>{_badge(str(s.status))}</td><td>{_e(s.queue)}</td>"
+        f"<td class=num>{s.attempt + 1}/{s.max_attempts}</td>"
+        f"<td>{_progress(s)}</td><td>{_time(s.created_at)}</td>"
+        f"<td>{_time(s.finished_at or s.started_at)}</td></tr>"
+    )
+
+
+def _filters(query: JobQuery, limit: int) -> str:
+    chosen = query.status[0] if len(query.status) == 1 else ",".join(query.status)
+    options = ['<option value="">any status</option>']
+    for s in STATUSES:
+        sel = " selected" if chosen == s else ""
+        options.append(f'<option value="{s}"{sel}>{s}</option>')
+    if chosen and chosen not in STATUSES:
+        options.append(f'<option value="{_e(chosen)}" selected>{_e(chosen)}</option>')
+    return f"""<form class="filters" method="get" action="/#jobs" id="job-filters">
+  <label>Status <select name="status">{"".join(options)}</select></label>
+  <label>Queue <input name="queue" value="{_e(query.queue or "")}" placeholder="any"></label>
+  <label>Type <input name="type" value="{_e(query.type or "")}" placeholder="any"></label>
+  <label>Rows <input name="limit" type="number" min="1" max="500" value="{limit}"></label>
+  <button type="submit">Filter</button> <a class="button-link" href="/#jobs">Clear</a>
+</form>"""
+
+
+def _jobs_section(rm: ReadModel, query: JobQuery, limit: int, offset: int) -> str:
+    page = rm.page(query, limit=limit, offset=offset)
+    base = {
+        "status": ",".join(query.status),
+        "queue": query.queue,
+        "type": query.type,
+        "limit": limit if limit != 50 else None,
+    }
+    first = offset + 1 if page.items else 0
+    pager = [f'<span class="muted">{first} to {offset + len(page.items)} of {page.total}</span>']
+    if offset > 0:
+        newer = _link({**base, "offset": max(0, offset - limit)})
+        pager.append(f'<a href="{_e(newer)}">← newer</a>')
+    if offset + len(page.items) < page.total:
+        pager.append(f'<a href="{_e(_link({**base, "offset": offset + limit}))}">older →</a>')
+    if page.items:
+        table = (
+            '<table class="grid" id="jobs-table"><thead><tr><th>ID</th><th>Type</th>'
+            "<th>Status</th><th>Queue</th><th class=num>Attempt</th><th>Progress</th>"
+            "<th>Created</th><th>Started / finished</th></tr></thead><tbody>"
+            + "".join(_job_row(s) for s in page.items)
+            + "</tbody></table>"
+        )
+    else:
+        table = '<p class="empty" id="jobs-table">No jobs match.</p>'
+    return f"{_filters(query, limit)}{table}<p class=pager>{' '.join(pager)}</p>"
+
+
+def _schedules_table(rm: ReadModel) -> str:
+    items = rm.schedules()
+    if not items:
+        return '<p class="empty">No schedules.</p>'
+    rows = []
+    for s in items:
+        state = "enabled" if s["enabled"] else "paused"
+        rows.append(
+            f'<tr data-schedule-id="{_e(s["id"])}"><td>{_e(s["type"])}</td>'
+            f"<td>{_e(s['name'] or '(singleton)')}</td><td class=mono>{_e(s['trigger_text'])}</td>"
+            f'<td><span class="badge sched-{state}">{state}</span></td>'
+            f"<td>{_time(s['next_run'])}</td><td>{_time(s['last_run'])}</td>"
+            f"<td class=num>{_e(s['fire_count'])}</td>"
+            f'<td><a href="{_e(_link({"schedule_id": s["id"]}))}">jobs</a></td></tr>'
+        )
+    return (
+        '<table class="grid" id="schedules-table"><thead><tr><th>Type</th><th>Name</th>'
+        "<th>Trigger</th><th>State</th><th>Next run</th><th>Last run</th>"
+        f"<th class=num>Fires</th><th></th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def _workers_section(rm: ReadModel) -> str:
+    workers = rm.workers()
+    leader = rm.leader(workers)
+    if leader is None:
+        lead = '<p class="muted" id="leader">No leader lease has been taken.</p>'
+    else:
+        ok = "valid" if leader.valid else "expired"
+        lead = (
+            f'<p id="leader">Leader: <span class="mono">{_e(leader.worker_id)}</span> '
+            f'(term {leader.term}, <span class="badge lease-{ok}">{ok}</span>, '
+            f"expires {_time(leader.expires_at)})</p>"
+        )
+    if not workers:
+        return lead + '<p class="empty">No worker has registered.</p>'
+    rows = []
+    for w in workers:
+        rows.append(
+            f'<tr><td class="mono">{_e(w.id)}</td><td>{_e(w.hostname)}</td>'
+            f'<td class=num>{w.pid}</td><td><span class="badge worker-{_e(w.state)}">'
+            f"{_e(w.state)}</span></td><td>{_e(', '.join(sorted(w.handlers)))}</td>"
+            f"<td>{_time(w.heartbeat_at)}</td><td>{_time(w.started_at)}</td></tr>"
+        )
+    return (
+        lead + '<table class="grid" id="workers-table"><thead><tr><th>Worker</th><th>Host</th>'
+        "<th class=num>PID</th><th>State</th><th>Handles</th><th>Heartbeat</th><th>Started</th>"
+        f"</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def render_index(
+    rm: ReadModel,
+    query: JobQuery,
+    *,
+    limit: int,
+    offset: int,
+    problem: str | None = None,
+    actions: bool = False,
+) -> str:
+    notice = f'<p class="notice error">{_e(problem)}</p>' if problem else ""
+    body = f"""{notice}
+<section id="overview">
+<h1>Queues <span class="muted small">{_e(os.path.basename(rm.path))}</span></h1>
+{_queues_table(rm)}</section>
+<section id="jobs"><h2>Jobs</h2>{_jobs_section(rm, query, limit, offset)}</section>
+<section id="schedules"><h2>Schedules</h2>{_schedules_table(rm)}</section>
+<section id="workers"><h2>Workers</h2>{_workers_section(rm)}</section>"""
+    return _page("jobledger", body, page="index")
+
+
+def _dl(snap: JobSnapshot) -> str:
+    def row(label: str, value: str, key: str) -> str:
+        return f'<dt>{_e(label)}</dt><dd data-field="{_e(key)}">{value}</dd>'
+
+    parent = (
+        f'<a class="mono" href="/jobs/{_e(snap.parent_id)}">{_e(snap.parent_id)}</a>'
+        if snap.parent_id
+        else '<span class="muted">—</span>'
+    )
+    return (
+        "<dl class=facts>"
+        + "".join(
+            [
+                row("Type", _e(snap.type), "type"),
+                row("Queue", _e(snap.queue), "queue"),
+                row("Attempt", f"{snap.attempt + 1} of {snap.max_attempts}", "attempt"),
+                row("Priority", _e(snap.priority), "priority"),
+                row("Timeout", _e(f"{snap.timeout:g} s" if snap.timeout else "none"), "timeout"),
+                row("Idempotency key", _e(snap.idempotency_key or "—"), "idempotency_key"),
+                row("Parent", parent, "parent_id"),
+                row("Schedule", _e(snap.schedule_id or "—"), "schedule_id"),
+                row("Worker", _e(snap.worker_id or "—"), "worker_id"),
+                row(
+                    "Cancel requested", "yes" if snap.cancel_requested else "no", "cancel_requested"
+                ),
+                row("Scheduled", _time(snap.scheduled_at), "scheduled_at"),
+                row("Started", _time(snap.started_at), "started_at"),
+                row("Finished", _time(snap.finished_at), "finished_at"),
+                row("Created", _time(snap.created_at), "created_at"),
+                row("Updated", _time(snap.updated_at), "updated_at"),
+            ]
+        )
+        + "</dl>"
+    )
+
+
+def render_job(snap: JobSnapshot, *, actions: bool = False) -> str:
+    value = 100.0 if snap.status == "completed" else (snap.progress or 0.0)
+    error = snap.error.to_json() if snap.error is not None else None
+    hidden_error = "" if error else " hidden"
+    body = f"""<p><a href="/#jobs">← all jobs</a></p>
+<h1>Job <span class="mono">{_e(snap.id)}</span>
+<span id="status">{_badge(str(snap.status))}</span></h1>
+<div class="progress-row">
+  <progress id="progress" max="100" value="{value:g}" aria-label="Progress"></progress>
+  <span id="progress-text">{value:g}%</span>
+  <span id="progress-detail" class="muted">{_e(snap.progress_detail or "")}</span>
+</div>
+{_dl(snap)}
+<section id="error-section"{hidden_error}><h2>Error</h2>
+<pre id="error" class="error">{_json(error)}</pre></section>
+<section><h2>Output</h2><pre id="output">{_json(snap.output)}</pre></section>
+<section><h2>Payload</h2><pre id="payload">{_json(snap.payload)}</pre></section>
+<section><h2>Metadata</h2><pre id="metadata">{_json(dict(snap.metadata))}</pre></section>"""
+    return _page(
+        f"job {snap.id} · jobledger",
+        body,
+        page="job",
+        data={"job-id": snap.id, "status": str(snap.status)},
+    )
+
+
+def render_not_found(job_id: str) -> str:
+    body = f"""<p><a href="/#jobs">← all jobs</a></p>
+<h1>No such job</h1><p>There is no job <span class="mono">{_e(job_id)}</span> (it may have been
+garbage-collected).</p>"""
+    return _page("job not found · jobledger", body, page="missing")

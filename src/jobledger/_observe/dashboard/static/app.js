@@ -1,0 +1,163 @@
+// jobledger dashboard: live updates for the server-rendered pages. No build step.
+// Every value from the server is written with textContent (never innerHTML): payloads,
+// outputs, errors and metadata are user data and may contain markup.
+"use strict";
+
+(function () {
+  const TERMINAL = new Set(["completed", "failed", "cancelled"]);
+  const live = document.getElementById("live");
+
+  function setLive(state) {
+    if (!live) return;
+    live.dataset.state = state;
+    live.title = state === "on" ? "live updates" : state === "done" ? "finished" : "reconnecting";
+  }
+
+  // Render <time datetime="..."> in the browser's local time zone.
+  function localizeTimes(root) {
+    for (const el of root.querySelectorAll("time[datetime]")) {
+      const d = new Date(el.getAttribute("datetime"));
+      if (isNaN(d.getTime())) continue;
+      el.textContent = d.toLocaleString(undefined, {
+        year: "numeric", month: "2-digit", day: "2-digit",
+        hour: "2-digit", minute: "2-digit", second: "2-digit",
+      });
+      el.title = el.getAttribute("datetime");
+    }
+  }
+
+  function pretty(value) {
+    return JSON.stringify(value === undefined ? null : value, null, 2);
+  }
+
+  function setTime(el, iso) {
+    el.textContent = "";
+    if (!iso) {
+      const span = document.createElement("span");
+      span.className = "muted";
+      span.textContent = "—";
+      el.appendChild(span);
+      return;
+    }
+    const t = document.createElement("time");
+    t.setAttribute("datetime", iso);
+    t.textContent = iso;
+    el.appendChild(t);
+    localizeTimes(el);
+  }
+
+  // ---- job page: a live progress bar from the server-sent events --------------------
+
+  function jobPage() {
+    const id = document.body.dataset.jobId;
+    const bar = document.getElementById("progress");
+    const barText = document.getElementById("progress-text");
+    const detail = document.getElementById("progress-detail");
+    const statusEl = document.getElementById("status");
+
+    function setProgress(status, progress, text) {
+      const value = status === "completed" ? 100 : progress == null ? 0 : progress;
+      bar.value = value;
+      bar.setAttribute("value", String(value));
+      barText.textContent = `${Math.round(value * 10) / 10}%`;
+      detail.textContent = text || "";
+    }
+
+    function setStatus(status) {
+      document.body.dataset.status = status;
+      statusEl.textContent = "";
+      const badge = document.createElement("span");
+      badge.className = `badge status-${status}`;
+      badge.dataset.status = status;
+      badge.textContent = status;
+      statusEl.appendChild(badge);
+    }
+
+    function field(name) {
+      return document.querySelector(`[data-field="${name}"]`);
+    }
+
+    function applySnapshot(s) {
+      setStatus(s.status);
+      setProgress(s.status, s.progress, s.progress_detail);
+      field("attempt").textContent = `${s.attempt + 1} of ${s.max_attempts}`;
+      field("worker_id").textContent = s.worker_id || "—";
+      field("cancel_requested").textContent = s.cancel_requested ? "yes" : "no";
+      for (const k of ["scheduled_at", "started_at", "finished_at", "updated_at"]) {
+        setTime(field(k), s[k]);
+      }
+      const errSection = document.getElementById("error-section");
+      errSection.hidden = !s.error;
+      document.getElementById("error").textContent = pretty(s.error);
+      document.getElementById("output").textContent = pretty(s.output);
+      document.getElementById("metadata").textContent = pretty(s.metadata);
+    }
+
+    if (TERMINAL.has(document.body.dataset.status)) {
+      setLive("done");
+      return;
+    }
+    const es = new EventSource(`/api/jobs/${encodeURIComponent(id)}/events`);
+    es.addEventListener("open", () => setLive("on"));
+    es.addEventListener("error", () => setLive(es.readyState === EventSource.CLOSED ? "done" : "off"));
+    es.addEventListener("progress", (ev) => {
+      const p = JSON.parse(ev.data);
+      setProgress(p.status, p.progress, p.progress_detail);
+      setTime(field("updated_at"), p.updated_at);
+    });
+    es.addEventListener("snapshot", (ev) => {
+      const s = JSON.parse(ev.data);
+      applySnapshot(s);
+      if (TERMINAL.has(s.status)) {
+        es.close(); // the server ends the stream; without close() the browser reconnects
+        setLive("done");
+      }
+    });
+    es.addEventListener("gone", () => {
+      es.close();
+      setLive("done");
+    });
+  }
+
+  // ---- overview: refresh the tables in place every few seconds -----------------------
+
+  function indexPage() {
+    const ids = ["queues-table", "jobs-table", "schedules-table", "workers-table", "leader"];
+    let busy = false;
+
+    async function refresh() {
+      if (busy || document.hidden) return;
+      busy = true;
+      try {
+        const res = await fetch(window.location.href, { headers: { accept: "text/html" } });
+        if (!res.ok) throw new Error(String(res.status));
+        // DOMParser builds an inert document: nothing in it runs.
+        const doc = new DOMParser().parseFromString(await res.text(), "text/html");
+        for (const id of ids) {
+          const fresh = doc.getElementById(id);
+          const old = document.getElementById(id);
+          if (fresh && old) {
+            old.replaceWith(document.adoptNode(fresh));
+          }
+        }
+        const pager = doc.querySelector(".pager");
+        const oldPager = document.querySelector(".pager");
+        if (pager && oldPager) oldPager.replaceWith(document.adoptNode(pager));
+        localizeTimes(document);
+        setLive("on");
+      } catch (e) {
+        setLive("off");
+      } finally {
+        busy = false;
+      }
+    }
+
+    setLive("on");
+    window.setInterval(refresh, 2000);
+  }
+
+  localizeTimes(document);
+  const page = document.body.dataset.page;
+  if (page === "job") jobPage();
+  else if (page === "index") indexPage();
+})();

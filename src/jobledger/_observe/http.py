@@ -1,0 +1,460 @@
+"""The read-only HTTP API and the dashboard (Starlette; the `web` extra).
+
+Routes (see `openapi.py` for the schema served at `/openapi.json`):
+
+    GET /api/jobs                 filters status (comma list), queue, type, schedule_id,
+                                  parent_id; limit 1-500 (50); offset >= 0
+    GET /api/jobs/{id}            404 JOB_NOT_FOUND
+    GET /api/jobs/{id}/events     server-sent events: `snapshot` and `progress`, ends after
+                                  the terminal snapshot
+    GET /api/queues, /api/schedules, /api/workers, /api/health, /metrics, /openapi.json
+    GET /, /jobs/{id}             the dashboard (HTML + /static/app.js)
+
+Invariants:
+
+* Read-only: every route reads through one `ReadModel` (a `mode=ro` connection). The only
+  writes are the optional actions (`allow_actions=True`, which needs a token): cancel a
+  job and run a schedule now, done through a never-started `JobManager`.
+* Errors are one JSON envelope, `{"error": {"code", "message"}}`: 400 INVALID_QUERY, 401
+  UNAUTHORIZED, 404 JOB_NOT_FOUND / NOT_FOUND, 405 METHOD_NOT_ALLOWED, 503 for a database
+  that cannot be read, 500 INTERNAL (never a traceback).
+* Without a token the app is meant for loopback: `allowed_hosts` (set by the CLI) refuses
+  other Host headers, which defeats DNS rebinding. With a token every route except
+  `/api/health` needs it (`Authorization: Bearer`, the `jobledger_token` cookie, or
+  `?token=` once, which sets the cookie).
+* Server-sent events come from polling the row (`poll_interval`), so progress written by
+  any process shows up; a stream sends a comment every few seconds so a gone client is
+  noticed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import re
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import QueryParams
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
+from starlette.responses import (
+    HTMLResponse,
+    JSONResponse,
+    PlainTextResponse,
+    Response,
+    StreamingResponse,
+)
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from jobledger._observe import dashboard, metrics
+from jobledger._observe.openapi import openapi_schema
+from jobledger._observe.read_model import JobQuery, ReadModel, iso, parse_statuses
+from jobledger._types import JobSnapshot
+from jobledger.errors import JobError, StorageError
+
+__all__ = ["DEFAULT_LIMIT", "LOOPBACK_HOSTS", "MAX_LIMIT", "create_app", "parse_job_query"]
+
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 500
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
+PING_SECONDS = 5.0
+_INT_RE = re.compile(r"-?[0-9]{1,18}")
+_STATIC = Path(__file__).parent / "dashboard" / "static"
+_TOKEN_COOKIE = "jobledger_token"
+
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+
+
+class InvalidQuery(ValueError):
+    pass
+
+
+def _int_param(params: QueryParams, name: str, default: int, low: int, high: int) -> int:
+    raw = params.get(name)
+    if raw is None or raw == "":
+        return default
+    if not _INT_RE.fullmatch(raw):
+        raise InvalidQuery(f"{name} must be an integer, not {raw[:40]!r}")
+    value = int(raw)
+    if not low <= value <= high:
+        raise InvalidQuery(f"{name} must be between {low} and {high}, not {value}")
+    return value
+
+
+def parse_job_query(params: QueryParams) -> tuple[JobQuery, int, int]:
+    """The filters, limit and offset of `GET /api/jobs` (and the dashboard's list)."""
+    try:
+        statuses = parse_statuses(params.getlist("status"))
+    except ValueError as exc:
+        raise InvalidQuery(str(exc)) from None
+
+    def text(name: str) -> str | None:
+        value = params.get(name)
+        return value if value else None
+
+    query = JobQuery(
+        status=statuses,
+        queue=text("queue"),
+        type=text("type"),
+        schedule_id=text("schedule_id"),
+        parent_id=text("parent_id"),
+    )
+    limit = _int_param(params, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
+    offset = _int_param(params, "offset", 0, 0, 10**18 - 1)
+    return query, limit, offset
+
+
+def _error(status: int, code: str, message: str) -> JSONResponse:
+    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
+
+
+def _sse(event: str, data: Any, event_id: int) -> str:
+    body = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    return f"id: {event_id}\nevent: {event}\ndata: {body}\n\n"
+
+
+def _progress_json(snap: JobSnapshot) -> dict[str, Any]:
+    return {
+        "id": snap.id,
+        "status": str(snap.status),
+        "progress": snap.progress,
+        "progress_detail": snap.progress_detail,
+        "updated_at": iso(snap.updated_at),
+    }
+
+
+def _state_key(snap: JobSnapshot) -> str:
+    """Everything but progress: a change here is a `snapshot` event."""
+    data = snap.to_json()
+    for k in ("progress", "progress_detail", "updated_at"):
+        data.pop(k, None)
+    return json.dumps(data, sort_keys=True, default=str)
+
+
+class _Guard:
+    """Pure ASGI middleware: token check and security headers (streams pass untouched)."""
+
+    def __init__(self, app: ASGIApp, token: str | None) -> None:
+        self.app = app
+        self.token = token
+
+    def _authorised(self, request: Request) -> tuple[bool, bool]:
+        """(authorised, came from the query string)."""
+        assert self.token is not None
+        expected = self.token.encode()
+        auth = request.headers.get("authorization", "")
+        if auth.lower().startswith("bearer ") and hmac.compare_digest(
+            auth[7:].strip().encode(), expected
+        ):
+            return True, False
+        cookie = request.cookies.get(_TOKEN_COOKIE)
+        if cookie is not None and hmac.compare_digest(cookie.encode(), expected):
+            return True, False
+        query = request.query_params.get("token")
+        if query is not None and hmac.compare_digest(query.encode(), expected):
+            return True, True
+        return False, False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path: str = scope.get("path", "")
+        set_cookie = False
+        if self.token is not None and path != "/api/health":
+            ok, from_query = self._authorised(Request(scope))
+            if not ok:
+                response: Response
+                if path.startswith(("/api/", "/metrics", "/openapi.json", "/static/")):
+                    response = _error(401, "UNAUTHORIZED", "a valid token is required")
+                else:
+                    response = HTMLResponse(
+                        "<!doctype html><title>jobledger</title><p>A token is required: open "
+                        "this page with <code>?token=...</code>.</p>",
+                        status_code=401,
+                    )
+                await self._send_with_headers(response, scope, receive, send, False)
+                return
+            set_cookie = from_query
+
+        async def send_wrapped(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                names = {k.lower() for k, _ in headers}
+                for name, value in _security_headers(path):
+                    if name.encode() not in names:
+                        headers.append((name.encode(), value.encode()))
+                if set_cookie and self.token is not None:
+                    headers.append(
+                        (
+                            b"set-cookie",
+                            f"{_TOKEN_COOKIE}={self.token}; Path=/; HttpOnly; "
+                            "SameSite=Strict".encode(),
+                        )
+                    )
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, send_wrapped)
+
+    @staticmethod
+    async def _send_with_headers(
+        response: Response, scope: Scope, receive: Receive, send: Send, _: bool
+    ) -> None:
+        for name, value in _security_headers(scope.get("path", "")):
+            response.headers.setdefault(name, value)
+        await response(scope, receive, send)
+
+
+def _security_headers(path: str) -> list[tuple[str, str]]:
+    headers = [
+        ("x-content-type-options", "nosniff"),
+        ("referrer-policy", "no-referrer"),
+        ("x-frame-options", "DENY"),
+        ("cache-control", "no-store"),
+    ]
+    if not path.startswith(("/api/", "/metrics", "/openapi.json", "/static/")):
+        headers.append(("content-security-policy", CSP))
+    return headers
+
+
+def create_app(
+    db_path: str,
+    *,
+    token: str | None = None,
+    allow_actions: bool = False,
+    poll_interval: float = 0.25,
+    allowed_hosts: Sequence[str] | None = None,
+    read_model: ReadModel | None = None,
+) -> Starlette:
+    """The ASGI app over the database at `db_path` (opened read-only at once).
+
+    `allow_actions` adds POST routes (cancel a job, run a schedule now) and needs `token`.
+    """
+    if allow_actions and not token:
+        raise ValueError("allow_actions needs a token")
+    rm = read_model if read_model is not None else ReadModel(db_path)
+
+    async def read(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return await run_in_threadpool(fn, *args, **kwargs)
+
+    async def api_jobs(request: Request) -> Response:
+        try:
+            query, limit, offset = parse_job_query(request.query_params)
+        except InvalidQuery as exc:
+            return _error(400, "INVALID_QUERY", str(exc))
+        page = await read(rm.page, query, limit=limit, offset=offset)
+        return JSONResponse(page.to_json())
+
+    async def api_job(request: Request) -> Response:
+        job_id = request.path_params["job_id"]
+        snap = await read(rm.get_job, job_id)
+        if snap is None:
+            return _error(404, "JOB_NOT_FOUND", f"no job with id {job_id!r}")
+        return JSONResponse(snap.to_json())
+
+    async def api_job_events(request: Request) -> Response:
+        job_id = request.path_params["job_id"]
+        first = await read(rm.get_job, job_id)
+        if first is None:
+            return _error(404, "JOB_NOT_FOUND", f"no job with id {job_id!r}")
+
+        async def stream() -> AsyncIterator[str]:
+            seq = 0
+            snap: JobSnapshot | None = first
+            last_state: str | None = None
+            last_progress: tuple[Any, Any] | None = None
+            last_sent = time.monotonic()
+            yield "retry: 2000\n\n"
+            while True:
+                if snap is None:
+                    seq += 1
+                    yield _sse("gone", {"id": job_id}, seq)
+                    return
+                state = _state_key(snap)
+                progress = (snap.progress, snap.progress_detail)
+                if progress != last_progress and last_state is not None:
+                    seq += 1
+                    last_progress = progress
+                    last_sent = time.monotonic()
+                    yield _sse("progress", _progress_json(snap), seq)
+                if state != last_state:
+                    seq += 1
+                    last_state = state
+                    last_progress = progress
+                    last_sent = time.monotonic()
+                    yield _sse("snapshot", snap.to_json(), seq)
+                if snap.is_terminal:
+                    return
+                if time.monotonic() - last_sent > PING_SECONDS:
+                    last_sent = time.monotonic()
+                    yield ": ping\n\n"
+                await asyncio.sleep(poll_interval)
+                if await request.is_disconnected():
+                    return
+                snap = await read(rm.get_job, job_id)
+
+        return StreamingResponse(
+            stream(),
+            media_type="text/event-stream",
+            headers={"cache-control": "no-store", "x-accel-buffering": "no"},
+        )
+
+    async def api_queues(request: Request) -> Response:
+        stats = await read(rm.queue_stats)
+        return JSONResponse({"items": [s.to_json() for s in stats]})
+
+    async def api_schedules(request: Request) -> Response:
+        return JSONResponse({"items": await read(rm.schedules)})
+
+    async def api_workers(request: Request) -> Response:
+        workers = await read(rm.workers)
+        leader = await read(rm.leader, workers)
+        return JSONResponse(
+            {
+                "items": [w.to_json() for w in workers],
+                "leader": None if leader is None else leader.to_json(),
+            }
+        )
+
+    async def api_health(request: Request) -> Response:
+        try:
+            version = await read(rm.schema_version)
+        except JobError as exc:
+            return JSONResponse(
+                {"status": "error", "error": {"code": exc.code, "message": exc.message}},
+                status_code=503,
+            )
+        return JSONResponse({"status": "ok", "schema_version": version})
+
+    async def metrics_route(request: Request) -> Response:
+        data = await read(rm.metrics)
+        return PlainTextResponse(metrics.render(data), media_type=metrics.CONTENT_TYPE)
+
+    async def openapi_route(request: Request) -> Response:
+        return JSONResponse(openapi_schema(actions=allow_actions))
+
+    async def index(request: Request) -> Response:
+        try:
+            query, limit, offset = parse_job_query(request.query_params)
+            problem = None
+        except InvalidQuery as exc:
+            query, limit, offset, problem = JobQuery(), DEFAULT_LIMIT, 0, str(exc)
+        html = await read(
+            dashboard.render_index,
+            rm,
+            query,
+            limit=limit,
+            offset=offset,
+            problem=problem,
+            actions=allow_actions,
+        )
+        return HTMLResponse(html, status_code=400 if problem else 200)
+
+    async def job_page(request: Request) -> Response:
+        job_id = request.path_params["job_id"]
+        snap = await read(rm.get_job, job_id)
+        if snap is None:
+            return HTMLResponse(dashboard.render_not_found(job_id), status_code=404)
+        return HTMLResponse(dashboard.render_job(snap, actions=allow_actions))
+
+    routes: list[Route | Mount] = [
+        Route("/", index),
+        Route("/jobs/{job_id:str}", job_page),
+        Route("/api/jobs", api_jobs),
+        Route("/api/jobs/{job_id:str}", api_job),
+        Route("/api/jobs/{job_id:str}/events", api_job_events),
+        Route("/api/queues", api_queues),
+        Route("/api/schedules", api_schedules),
+        Route("/api/workers", api_workers),
+        Route("/api/health", api_health),
+        Route("/metrics", metrics_route),
+        Route("/openapi.json", openapi_route),
+        Mount("/static", app=StaticFiles(directory=_STATIC), name="static"),
+    ]
+    if allow_actions:
+        routes.extend(_action_routes(db_path, rm))
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        if exc.status_code == 404:
+            return _error(404, "NOT_FOUND", f"no route for {request.url.path}")
+        if exc.status_code == 405:
+            return _error(405, "METHOD_NOT_ALLOWED", f"{request.method} is not allowed here")
+        return _error(exc.status_code, "HTTP_ERROR", str(exc.detail))
+
+    async def storage_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, JobError)
+        status = 503 if isinstance(exc, StorageError) else 400
+        return _error(status, exc.code, exc.message)
+
+    async def internal_error(request: Request, exc: Exception) -> Response:
+        return _error(500, "INTERNAL", "internal error; see the server log")
+
+    middleware = [Middleware(_Guard, token=token)]
+    if allowed_hosts is not None:
+        middleware.insert(0, Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts)))
+    app = Starlette(
+        routes=routes,
+        middleware=middleware,
+        exception_handlers={
+            HTTPException: http_error,
+            JobError: storage_error,
+            Exception: internal_error,
+        },
+    )
+    # "/api/jobs/" is not "/api/jobs": answer 404 instead of a redirect nobody documents.
+    app.router.redirect_slashes = False
+    app.state.read_model = rm
+    return app
+
+
+def _action_routes(db_path: str, rm: ReadModel) -> list[Route]:
+    """POST routes, only with `allow_actions` (and so a token). They use a never-started
+    manager: it writes the request and returns; the worker that runs the job acts on it."""
+    from jobledger._runtime.manager import JobManager
+
+    holder: dict[str, JobManager] = {}
+
+    def manager() -> JobManager:
+        if "m" not in holder:
+            holder["m"] = JobManager(db_path)
+        return holder["m"]
+
+    async def cancel(request: Request) -> Response:
+        job_id = request.path_params["job_id"]
+        if rm.get_job(job_id) is None:
+            return _error(404, "JOB_NOT_FOUND", f"no job with id {job_id!r}")
+        reason = request.query_params.get("reason") or "cancelled from the dashboard"
+        outcome = await manager().cancel(job_id, reason=reason[:500])
+        return JSONResponse({"id": job_id, "outcome": outcome})
+
+    async def run_schedule(request: Request) -> Response:
+        schedule_id = request.path_params["schedule_id"]
+        m = manager()
+        trigger: Callable[[str], Awaitable[bool]] | None = getattr(
+            m, "trigger_job_schedule_now_by_id", None
+        )
+        if trigger is None:
+            return _error(501, "NOT_IMPLEMENTED", "schedules are not available in this build")
+        if rm.schedule(schedule_id) is None:
+            return _error(404, "JOB_SCHEDULE_NOT_FOUND", f"no schedule with id {schedule_id!r}")
+        return JSONResponse({"id": schedule_id, "enqueued": bool(await trigger(schedule_id))})
+
+    return [
+        Route("/api/jobs/{job_id:str}/cancel", cancel, methods=["POST"]),
+        Route("/api/schedules/{schedule_id:str}/run", run_schedule, methods=["POST"]),
+    ]

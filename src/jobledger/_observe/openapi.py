@@ -1,0 +1,328 @@
+"""The OpenAPI 3.0 description of the HTTP API, written by hand.
+
+It is the contract the schema fuzz test (`tests/http/test_fuzz.py`) checks the server
+against: every documented response must match its schema and nothing may answer 5xx.
+Keep it in step with `http.py` and `JobSnapshot.to_json()`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["openapi_schema"]
+
+
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    return {**schema, "nullable": True}
+
+
+_STR = {"type": "string"}
+_INT = {"type": "integer"}
+_NUM = {"type": "number"}
+_BOOL = {"type": "boolean"}
+_TIME = {"type": "string", "format": "date-time"}
+_ANY: dict[str, Any] = {"nullable": True}
+_OK = {"type": "string", "enum": ["ok"]}
+_STATUS = {
+    "type": "string",
+    "enum": ["pending", "delayed", "running", "completed", "failed", "cancelled"],
+}
+
+
+def _obj(props: dict[str, Any], required: list[str] | None = None) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": props,
+        "required": list(props) if required is None else required,
+    }
+
+
+_SCHEMAS: dict[str, Any] = {
+    "Error": _obj(
+        {"error": _obj({"code": _STR, "message": _STR})},
+    ),
+    "JobError": _nullable(
+        _obj(
+            {
+                "code": _STR,
+                "message": _STR,
+                "retryable": _BOOL,
+                "params": {"type": "object"},
+            }
+        )
+    ),
+    "Job": _obj(
+        {
+            "id": _STR,
+            "type": _STR,
+            "status": _STATUS,
+            "queue": _STR,
+            "priority": _INT,
+            "payload": _ANY,
+            "output": _ANY,
+            "error": {"$ref": "#/components/schemas/JobError"},
+            "attempt": _INT,
+            "max_attempts": _INT,
+            "timeout": _nullable(_NUM),
+            "idempotency_key": _nullable(_STR),
+            "parent_id": _nullable(_STR),
+            "schedule_id": _nullable(_STR),
+            "metadata": {"type": "object"},
+            "progress": _nullable(_NUM),
+            "progress_detail": _nullable(_STR),
+            "cancel_requested": _BOOL,
+            "worker_id": _nullable(_STR),
+            "scheduled_at": _TIME,
+            "started_at": _nullable(_TIME),
+            "finished_at": _nullable(_TIME),
+            "created_at": _TIME,
+            "updated_at": _TIME,
+        }
+    ),
+    "JobPage": _obj(
+        {
+            "items": {"type": "array", "items": {"$ref": "#/components/schemas/Job"}},
+            "total": {"type": "integer", "minimum": 0},
+            "limit": {"type": "integer", "minimum": 1, "maximum": 500},
+            "offset": {"type": "integer", "minimum": 0},
+        }
+    ),
+    "Queue": _obj(
+        {
+            "name": _STR,
+            "type": _nullable(_STR),
+            "counts": {"type": "object", "additionalProperties": _INT},
+            "oldest_pending_at": _nullable(_TIME),
+        }
+    ),
+    "Schedule": _obj(
+        {
+            "id": _STR,
+            "type": _STR,
+            "name": _nullable(_STR),
+            "trigger": _ANY,
+            "trigger_text": _STR,
+            "payload": _ANY,
+            "catch_up": _ANY,
+            "enabled": _BOOL,
+            "next_run": _nullable(_TIME),
+            "last_run": _nullable(_TIME),
+            "fire_count": _INT,
+            "metadata": {"type": "object"},
+            "created_at": _nullable(_TIME),
+            "updated_at": _nullable(_TIME),
+        }
+    ),
+    "Worker": _obj(
+        {
+            "id": _STR,
+            "hostname": _STR,
+            "pid": _INT,
+            "handlers": {"type": "array", "items": _STR},
+            "started_at": _TIME,
+            "heartbeat_at": _TIME,
+            "stopped_at": _nullable(_TIME),
+            "state": {"type": "string", "enum": ["alive", "dead", "stopped"]},
+        }
+    ),
+    "Leader": _nullable(
+        _obj({"worker_id": _STR, "term": _INT, "expires_at": _TIME, "valid": _BOOL})
+    ),
+}
+
+
+def _ref(name: str) -> dict[str, Any]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _json(description: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _error(description: str) -> dict[str, Any]:
+    return _json(description, _ref("Error"))
+
+
+def _items(name: str) -> dict[str, Any]:
+    return _obj({"items": {"type": "array", "items": _ref(name)}})
+
+
+def _query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "query",
+        "required": False,
+        "schema": schema,
+        "description": description,
+    }
+
+
+_JOB_ID = {
+    "name": "job_id",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string", "minLength": 1},
+}
+
+
+def openapi_schema(*, actions: bool = False) -> dict[str, Any]:
+    paths: dict[str, Any] = {
+        "/api/jobs": {
+            "get": {
+                "summary": "List jobs, newest first",
+                "operationId": "listJobs",
+                "parameters": [
+                    _query("status", _STR, "Comma list of statuses, e.g. pending,running."),
+                    _query("queue", _STR, "Only this queue."),
+                    _query("type", _STR, "Only this job type."),
+                    _query("schedule_id", _STR, "Only jobs fired by this schedule."),
+                    _query("parent_id", _STR, "Only children of this job."),
+                    _query(
+                        "limit",
+                        {"type": "integer", "minimum": 1, "maximum": 500, "default": 50},
+                        "Page size.",
+                    ),
+                    _query(
+                        "offset", {"type": "integer", "minimum": 0, "default": 0}, "Rows to skip."
+                    ),
+                ],
+                "responses": {
+                    "200": _json("A page of jobs.", _ref("JobPage")),
+                    "400": _error("INVALID_QUERY: a filter, limit or offset is invalid."),
+                },
+            }
+        },
+        "/api/jobs/{job_id}": {
+            "get": {
+                "summary": "One job",
+                "operationId": "getJob",
+                "parameters": [_JOB_ID],
+                "responses": {
+                    "200": _json("The job.", _ref("Job")),
+                    "404": _error("JOB_NOT_FOUND"),
+                },
+            }
+        },
+        "/api/jobs/{job_id}/events": {
+            "get": {
+                "summary": "Server-sent events of one job until it ends",
+                "description": (
+                    "Events `snapshot` (a Job) and `progress` ({id, status, progress, "
+                    "progress_detail, updated_at}); the stream ends after the terminal "
+                    "snapshot. `gone` if the row is deleted meanwhile."
+                ),
+                "operationId": "jobEvents",
+                "parameters": [_JOB_ID],
+                "responses": {
+                    "200": {
+                        "description": "An event stream.",
+                        "content": {"text/event-stream": {"schema": _STR}},
+                    },
+                    "404": _error("JOB_NOT_FOUND"),
+                },
+            }
+        },
+        "/api/queues": {
+            "get": {
+                "summary": "Queues with job counts by state",
+                "operationId": "listQueues",
+                "responses": {"200": _json("Every known queue.", _items("Queue"))},
+            }
+        },
+        "/api/schedules": {
+            "get": {
+                "summary": "Persistent schedules",
+                "operationId": "listSchedules",
+                "responses": {"200": _json("Every schedule.", _items("Schedule"))},
+            }
+        },
+        "/api/workers": {
+            "get": {
+                "summary": "Registered workers and the leader",
+                "operationId": "listWorkers",
+                "responses": {
+                    "200": _json(
+                        "Workers, alive first.",
+                        _obj(
+                            {
+                                "items": {"type": "array", "items": _ref("Worker")},
+                                "leader": _ref("Leader"),
+                            }
+                        ),
+                    )
+                },
+            }
+        },
+        "/api/health": {
+            "get": {
+                "summary": "Liveness of the API and its database",
+                "operationId": "health",
+                "responses": {
+                    "200": _json(
+                        "The database is readable.",
+                        _obj({"status": _OK, "schema_version": _INT}),
+                    ),
+                    "503": _json("The database cannot be read.", {"type": "object"}),
+                },
+            }
+        },
+        "/metrics": {
+            "get": {
+                "summary": "Prometheus metrics",
+                "operationId": "metrics",
+                "responses": {
+                    "200": {
+                        "description": "Prometheus text format 0.0.4.",
+                        "content": {"text/plain": {"schema": _STR}},
+                    }
+                },
+            }
+        },
+    }
+    if actions:
+        paths["/api/jobs/{job_id}/cancel"] = {
+            "post": {
+                "summary": "Cancel a job (needs --allow-actions and the token)",
+                "operationId": "cancelJob",
+                "parameters": [_JOB_ID, _query("reason", _STR, "Why (at most 500 characters).")],
+                "responses": {
+                    "200": _json(
+                        "The cancel outcome.",
+                        _obj(
+                            {
+                                "id": _STR,
+                                "outcome": {
+                                    "type": "string",
+                                    "enum": ["cancelled", "timed-out", "not-cancellable"],
+                                },
+                            }
+                        ),
+                    ),
+                    "404": _error("JOB_NOT_FOUND"),
+                },
+            }
+        }
+        paths["/api/schedules/{schedule_id}/run"] = {
+            "post": {
+                "summary": "Run a schedule now (needs --allow-actions and the token)",
+                "operationId": "runSchedule",
+                "parameters": [{**_JOB_ID, "name": "schedule_id"}],
+                "responses": {
+                    "200": _json(
+                        "Whether a job row was written.", _obj({"id": _STR, "enqueued": _BOOL})
+                    ),
+                    "404": _error("JOB_SCHEDULE_NOT_FOUND"),
+                    "501": _error("Schedules are not available."),
+                },
+            }
+        }
+    return {
+        "openapi": "3.0.3",
+        "info": {
+            "title": "jobledger",
+            "version": "1",
+            "description": "Read-only API over a jobledger database.",
+        },
+        "paths": paths,
+        "components": {"schemas": _SCHEMAS},
+    }

@@ -1,0 +1,125 @@
+"""Shared pieces of the CLI: settings, errors, consoles and loading a user's JobManager.
+
+Error policy: a failure is one line on stderr (`jobledger: error: ...`) and a non-zero
+exit code: 2 for bad input (usage, a bad `--payload`, a payload the type rejects), 1 for
+everything else (not found, a job that did not complete, an unhealthy database). No
+traceback unless `--debug`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+import click
+from rich.console import Console
+
+from jobledger._observe.read_model import ReadModel
+from jobledger._runtime.manager import JobManager
+
+__all__ = [
+    "EXIT_BAD_INPUT",
+    "EXIT_FAILED",
+    "CliError",
+    "Settings",
+    "fail",
+    "load_manager",
+    "out",
+    "parse_json_option",
+    "reader",
+]
+
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+DEFAULT_DB = "jobledger.db"
+
+
+class CliError(Exception):
+    """One line on stderr and `exit_code` (handled by the `jobledger` group)."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_FAILED) -> None:
+        super().__init__(message)
+        self.message = message
+        self.exit_code = exit_code
+
+    def show(self) -> None:
+        click.echo(f"jobledger: error: {self.message}", err=True)
+
+
+def fail(message: str, exit_code: int = EXIT_FAILED) -> NoReturn:
+    raise CliError(message, exit_code)
+
+
+@dataclass(slots=True)
+class Settings:
+    db: str
+    db_explicit: bool  # --db or $JOBLEDGER_DB was given
+    debug: bool
+
+
+def out(*, stderr: bool = False) -> Console:
+    """A rich console; wide when not a terminal, so ids are never folded in pipes."""
+    stream = sys.stderr if stderr else sys.stdout
+    width = None if stream.isatty() else 200
+    return Console(file=stream, width=width, soft_wrap=False, highlight=False)
+
+
+def reader(settings: Settings) -> ReadModel:
+    """The read model over the CLI's database (never creates the file)."""
+    if not os.path.exists(settings.db):
+        fail(
+            f"no jobledger database at {settings.db} (pass --db PATH or set JOBLEDGER_DB)",
+            EXIT_FAILED,
+        )
+    return ReadModel(settings.db)
+
+
+def parse_json_option(name: str, text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        fail(f"{name} is not valid JSON: {exc}", EXIT_BAD_INPUT)
+
+
+def load_manager(spec: str, settings: Settings) -> JobManager:
+    """Import `MODULE:ATTR` and return the JobManager there.
+
+    ATTR may be dotted, and may name a zero-argument callable that returns a manager (a
+    factory). When `--db`/`$JOBLEDGER_DB` was given it is exported as `JOBLEDGER_DB`
+    before the import, so an app that builds its manager with
+    `JobManager(os.environ.get("JOBLEDGER_DB", "app.db"))` follows it.
+    """
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        fail(f"expected MODULE:ATTR (e.g. myapp.jobs:jobs), got {spec!r}", EXIT_BAD_INPUT)
+    if settings.db_explicit:
+        os.environ["JOBLEDGER_DB"] = settings.db
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and module_name.startswith(exc.name):
+            fail(f"cannot import {module_name!r}: no such module", EXIT_BAD_INPUT)
+        raise
+    target: Any = module
+    for part in attr.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            fail(f"{module_name!r} has no attribute {attr!r}", EXIT_BAD_INPUT)
+    if not isinstance(target, JobManager) and callable(target):
+        target = target()
+    if not isinstance(target, JobManager):
+        fail(f"{spec} is a {type(target).__name__}, not a jobledger JobManager", EXIT_BAD_INPUT)
+    if settings.db_explicit and os.path.abspath(target.path) != os.path.abspath(settings.db):
+        click.echo(
+            f"jobledger: warning: {spec} uses the database {target.path}, not {settings.db}",
+            err=True,
+        )
+    return target

@@ -1,0 +1,275 @@
+"""`jobledger jobs ...`: list, show, wait for, cancel and enqueue jobs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from jobledger._core.registry import JobType
+from jobledger._observe.read_model import JobQuery, parse_statuses
+from jobledger._runtime.manager import JobManager
+from jobledger._types import JobSnapshot
+from jobledger.cli._common import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    Settings,
+    fail,
+    load_manager,
+    out,
+    parse_json_option,
+    reader,
+)
+
+__all__ = ["jobs", "status_style"]
+
+_STYLES = {
+    "pending": "white",
+    "delayed": "yellow",
+    "running": "cyan",
+    "completed": "green",
+    "failed": "red",
+    "cancelled": "magenta",
+}
+
+
+def status_style(status: str) -> str:
+    return _STYLES.get(status, "white")
+
+
+def _ago(value: datetime | None) -> str:
+    if value is None:
+        return "-"
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _progress_text(s: JobSnapshot) -> str:
+    if s.progress is None:
+        return "-"
+    return f"{s.progress:g}%"
+
+
+@click.group()
+def jobs() -> None:
+    """List, inspect, wait for, cancel and enqueue jobs."""
+
+
+@jobs.command("list")
+@click.option("--status", default=None, help="Comma list, e.g. pending,running.")
+@click.option("--queue", default=None)
+@click.option("--type", "type_", default=None, help="Job type name.")
+@click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
+@click.option("--offset", type=click.IntRange(min=0), default=0)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@click.pass_obj
+def list_jobs(
+    settings: Settings,
+    status: str | None,
+    queue: str | None,
+    type_: str | None,
+    limit: int,
+    offset: int,
+    as_json: bool,
+) -> None:
+    """Jobs, newest first."""
+    try:
+        statuses = parse_statuses(status)
+    except ValueError as exc:
+        fail(f"--status: {exc}", EXIT_BAD_INPUT)
+    query = JobQuery(status=statuses, queue=queue, type=type_)
+    with reader(settings) as rm:
+        page = rm.page(query, limit=limit, offset=offset)
+    if as_json:
+        for s in page.items:
+            click.echo(json.dumps(s.to_json(), ensure_ascii=False))
+        return
+    console = out()
+    if not page.items:
+        console.print("no jobs match")
+        return
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for name in ("ID", "TYPE", "STATUS", "QUEUE", "ATTEMPT", "PROGRESS", "CREATED", "FINISHED"):
+        table.add_column(name, no_wrap=True)
+    for s in page.items:
+        table.add_row(
+            s.id,
+            s.type,
+            f"[{status_style(str(s.status))}]{s.status}[/]",
+            s.queue,
+            f"{s.attempt + 1}/{s.max_attempts}",
+            _progress_text(s),
+            _ago(s.created_at),
+            _ago(s.finished_at),
+        )
+    console.print(table)
+    shown = f"{offset + 1}-{offset + len(page.items)}"
+    console.print(f"[dim]{shown} of {page.total}[/]")
+
+
+@jobs.command("show")
+@click.argument("job_id")
+@click.pass_obj
+def show(settings: Settings, job_id: str) -> None:
+    """One job as JSON."""
+    with reader(settings) as rm:
+        snap = rm.get_job(job_id)
+    if snap is None:
+        fail(f"JOB_NOT_FOUND: no job with id {job_id!r}")
+    click.echo(json.dumps(snap.to_json(), indent=2, ensure_ascii=False))
+
+
+@jobs.command("wait")
+@click.argument("job_id")
+@click.option("--timeout", type=click.FloatRange(min=0), default=None, help="Give up after S s.")
+@click.option("--interval", type=click.FloatRange(min=0.01), default=0.1, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the final job as JSON.")
+@click.pass_obj
+def wait(
+    settings: Settings, job_id: str, timeout: float | None, interval: float, as_json: bool
+) -> None:
+    """Wait for a job to end, with a progress bar; exit 0 only if it completed."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    with reader(settings) as rm:
+        snap = rm.get_job(job_id)
+        if snap is None:
+            fail(f"JOB_NOT_FOUND: no job with id {job_id!r}")
+        progress = Progress(
+            TextColumn("{task.fields[status]:<9}"),
+            BarColumn(),
+            TextColumn("{task.percentage:>5.1f}%"),
+            TextColumn("{task.description}"),
+            TimeElapsedColumn(),
+            console=out(stderr=True),
+            transient=False,
+        )
+        with progress:
+            task = progress.add_task(snap.type, total=100, status=str(snap.status))
+            while True:
+                done = 100.0 if snap.status == "completed" else (snap.progress or 0.0)
+                detail = snap.progress_detail or snap.type
+                progress.update(task, completed=done, description=detail, status=str(snap.status))
+                if snap.is_terminal:
+                    break
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
+                time.sleep(interval)
+                fresh = rm.get_job(job_id)
+                if fresh is None:
+                    fail(f"job {job_id} was deleted while waiting")
+                snap = fresh
+    if as_json:
+        click.echo(json.dumps(snap.to_json(), indent=2, ensure_ascii=False))
+    else:
+        line = f"{snap.id} {snap.status}"
+        if snap.error is not None and snap.status != "completed":
+            first = snap.error.message.splitlines()[0] if snap.error.message else ""
+            line += f": {snap.error.code}: {first}"
+        click.echo(line)
+    if not snap.is_terminal:
+        fail(f"timed out after {timeout:g}s; the job is still {snap.status}")
+    if snap.status != "completed":
+        raise SystemExit(EXIT_FAILED)
+
+
+@jobs.command("cancel")
+@click.argument("job_id")
+@click.option("--reason", default=None, help="Stored in the job's error (<= 500 characters).")
+@click.pass_obj
+def cancel(settings: Settings, job_id: str, reason: str | None) -> None:
+    """Cancel a job (a running one is asked to stop; waits for its worker)."""
+    with reader(settings) as rm:
+        snap = rm.get_job(job_id)
+    if snap is None:
+        fail(f"JOB_NOT_FOUND: no job with id {job_id!r}")
+    manager = JobManager(settings.db)
+
+    async def go() -> str:
+        try:
+            return await manager.cancel(job_id, reason=reason)
+        finally:
+            await manager.stop()
+
+    outcome = asyncio.run(go())
+    click.echo(f"{job_id} {outcome}")
+    if outcome == "not-cancellable":
+        fail(f"job {job_id} is already {snap.status if snap.is_terminal else 'finished'}")
+    if outcome == "timed-out":
+        fail("the worker running the job has not stopped it yet; cancel stays requested")
+
+
+def _enqueue_options(
+    delay: float | None,
+    priority: int,
+    key: str | None,
+    queue: str | None,
+    max_attempts: int | None,
+    metadata: str | None,
+) -> dict[str, Any]:
+    options: dict[str, Any] = {"priority": priority}
+    if delay is not None:
+        options["delay"] = delay
+    if key is not None:
+        options["idempotency_key"] = key
+    if queue is not None:
+        options["queue"] = queue
+    if max_attempts is not None:
+        options["max_attempts"] = max_attempts
+    if metadata is not None:
+        meta = parse_json_option("--metadata", metadata)
+        if not isinstance(meta, dict):
+            fail("--metadata must be a JSON object", EXIT_BAD_INPUT)
+        options["metadata"] = meta
+    return options
+
+
+@jobs.command("enqueue")
+@click.argument("job_type", metavar="TYPE")
+@click.option("--payload", default="{}", show_default=True, help="The payload as JSON.")
+@click.option("--delay", type=click.FloatRange(min=0), default=None, help="Seconds from now.")
+@click.option("--priority", type=int, default=0, show_default=True, help="Lower runs first.")
+@click.option("--key", default=None, help="Idempotency key.")
+@click.option("--queue", default=None, help="Queue (default: the handler's or the type name).")
+@click.option("--max-attempts", type=int, default=None)
+@click.option("--metadata", default=None, help="A JSON object.")
+@click.option(
+    "--app",
+    default=None,
+    metavar="MODULE:ATTR",
+    help="Validate against the handler registered in this JobManager.",
+)
+@click.pass_obj
+def enqueue(
+    settings: Settings,
+    job_type: str,
+    payload: str,
+    delay: float | None,
+    priority: int,
+    key: str | None,
+    queue: str | None,
+    max_attempts: int | None,
+    metadata: str | None,
+    app: str | None,
+) -> None:
+    """Enqueue one job and print its id.
+
+    With --app the payload is validated against the registered type (and the handler's
+    queue rule applies). Without it the JSON is stored as given; the worker validates it
+    when the job runs, and a payload its type rejects fails the job (JOB_PAYLOAD_INVALID).
+    """
+    value = parse_json_option("--payload", payload)
+    options = _enqueue_options(delay, priority, key, queue, max_attempts, metadata)
+    manager = load_manager(app, settings) if app is not None else JobManager(settings.db)
+    try:
+        if app is not None:
+            handle = manager.enqueue(job_type, value, **options)
+        else:
+            handle = manager.enqueue(JobType(job_type, object), value, **options)
+    finally:
+        asyncio.run(manager.stop())
+    click.echo(handle.id)

@@ -1,0 +1,157 @@
+"""`jobledger queues`, `doctor` and `gc`: operating a database."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import click
+from rich.table import Table
+
+from jobledger._observe.read_model import STATUSES, Diagnosis, iso
+from jobledger._storage.sqlite.connections import checkpoint_truncate, open_writer
+from jobledger._storage.sqlite.store import SqliteStore
+from jobledger.cli._common import EXIT_FAILED, Settings, out, reader
+from jobledger.cli._jobs import status_style
+
+__all__ = ["doctor", "gc", "queues"]
+
+WEEK = 7 * 24 * 3600
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def queues(settings: Settings, as_json: bool) -> None:
+    """Queues with job counts by state."""
+    with reader(settings) as rm:
+        stats = rm.queue_stats()
+    if as_json:
+        click.echo(json.dumps([s.to_json() for s in stats], indent=2))
+        return
+    console = out()
+    if not stats:
+        console.print("no queues yet")
+        return
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    table.add_column("QUEUE", no_wrap=True)
+    table.add_column("TYPE", no_wrap=True)
+    for s in STATUSES:
+        table.add_column(s.upper(), justify="right")
+    table.add_column("OLDEST PENDING", no_wrap=True)
+    for qs in stats:
+        cells = [
+            f"[{status_style(s)}]{qs.counts[s]}[/]" if qs.counts[s] else "[dim]0[/]"
+            for s in STATUSES
+        ]
+        table.add_row(qs.name, qs.type or "-", *cells, iso(qs.oldest_pending_at) or "-")
+    console.print(table)
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1024 * 1024):.2f} MiB"
+
+
+def _print_diagnosis(d: Diagnosis) -> None:
+    console = out()
+
+    def line(ok: bool, text: str) -> None:
+        mark = "[green]ok[/]  " if ok else "[red]FAIL[/]"
+        console.print(f"{mark} {text}")
+
+    console.print(f"[bold]{d.path}[/]")
+    line(d.integrity == ["ok"], f"integrity_check: {'; '.join(d.integrity[:3])}")
+    line(
+        d.schema_version == d.library_schema_version,
+        f"schema version {d.schema_version} (library {d.library_schema_version})",
+    )
+    line(d.journal_mode.lower() == "wal", f"journal mode {d.journal_mode}")
+    console.print(f"     size {_mib(d.db_bytes)}, WAL {_mib(d.wal_bytes)}, {d.jobs} job rows")
+    alive = [w for w in d.workers if w.state == "alive"]
+    dead = [w for w in d.workers if w.state == "dead"]
+    line(not dead, f"workers: {len(alive)} alive, {len(dead)} dead (not stopped)")
+    for w in d.workers:
+        if w.state != "stopped":
+            console.print(f"       {w.state:<5} {w.id} pid {w.pid} heartbeat {iso(w.heartbeat_at)}")
+    if d.leader is None:
+        console.print("     leader: none")
+    else:
+        if d.leader.expires_at <= 0:
+            state = "released"
+        elif d.leader.valid:
+            state = f"valid until {iso(d.leader.expires_at)}"
+        else:
+            state = f"expired at {iso(d.leader.expires_at)}"
+        console.print(f"     leader: {d.leader.worker_id} term {d.leader.term} ({state})")
+    line(not d.stuck_running, f"running jobs of workers not alive: {len(d.stuck_running)}")
+    for s in d.stuck_running[:10]:
+        console.print(f"       {s.id} {s.type} worker {s.worker_id}")
+    line(not d.orphans or not alive, f"orphan jobs: {len(d.orphans)}")
+    if d.unhandled:
+        kinds = ", ".join(f"{t} ({n})" for t, n in sorted(d.unhandled.items()))
+        console.print(f"     waiting jobs no live worker handles: {kinds}")
+    if d.problems:
+        console.print(f"[red]{len(d.problems)} problem(s)[/]")
+    else:
+        console.print("[green]healthy[/]")
+
+
+@click.command()
+@click.option("--checkpoint", is_flag=True, help="Run a TRUNCATE checkpoint (empties the WAL).")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def doctor(settings: Settings, checkpoint: bool, as_json: bool) -> None:
+    """Check the database: integrity, schema, WAL, workers, leader, stuck and orphan jobs.
+
+    Exits 1 when a problem is found.
+    """
+    with reader(settings) as rm:
+        diagnosis = rm.diagnose()
+    checkpointed: tuple[int, int, int] | None = None
+    if checkpoint:
+        conn = open_writer(settings.db, busy_timeout=5.0)
+        try:
+            checkpointed = checkpoint_truncate(conn)
+        finally:
+            conn.close()
+    if as_json:
+        data = diagnosis.to_json()
+        if checkpointed is not None:
+            data["checkpoint"] = dict(
+                zip(("busy", "log", "checkpointed"), checkpointed, strict=True)
+            )
+        click.echo(json.dumps(data, indent=2))
+    else:
+        _print_diagnosis(diagnosis)
+        if checkpointed is not None:
+            busy, log, done = checkpointed
+            state = "blocked by a reader or writer" if busy else "done"
+            out().print(f"checkpoint (TRUNCATE): {state}; {done}/{log} WAL frames copied")
+    if diagnosis.problems:
+        raise SystemExit(EXIT_FAILED)
+
+
+@click.command()
+@click.option(
+    "--older-than",
+    type=click.FloatRange(min=0),
+    default=WEEK,
+    show_default=True,
+    help="Seconds since the job finished.",
+)
+@click.option("--dry-run", is_flag=True, help="Only count what would be deleted.")
+@click.pass_obj
+def gc(settings: Settings, older_than: float, dry_run: bool) -> None:
+    """Delete finished (completed, failed, cancelled) jobs older than --older-than."""
+    cutoff = int((time.time() - older_than) * 1000)
+    with reader(settings) as rm:
+        count = rm.count_finished_before(cutoff)
+    if dry_run:
+        click.echo(f"{count} finished job(s) would be deleted")
+        return
+    store = SqliteStore(settings.db)
+    try:
+        deleted = store.gc(cutoff)
+    finally:
+        store.close()
+    click.echo(f"deleted {deleted} finished job(s)")

@@ -1,0 +1,145 @@
+"""`jobledger schedules ...`: look at persistent schedules; run, pause or resume one.
+
+Listing reads the table. `run-now` enqueues through the handler registered for the
+schedule's type, so it needs `--app MODULE:ATTR`; `pause`/`resume` only flip `enabled` and
+work with or without it. The leader process re-arms its timers from the row.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import click
+from rich.table import Table
+
+from jobledger._runtime.manager import JobManager
+from jobledger.cli._common import EXIT_BAD_INPUT, Settings, fail, load_manager, out, reader
+
+__all__ = ["schedules"]
+
+
+@click.group()
+def schedules() -> None:
+    """List and inspect persistent schedules; run, pause or resume one."""
+
+
+@schedules.command("list")
+@click.option("--type", "type_", default=None, help="Only this job type.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def list_schedules(settings: Settings, type_: str | None, as_json: bool) -> None:
+    """Every schedule with its trigger, next and last run."""
+    with reader(settings) as rm:
+        items = [s for s in rm.schedules() if type_ is None or s["type"] == type_]
+    if as_json:
+        click.echo(json.dumps(items, indent=2, ensure_ascii=False))
+        return
+    console = out()
+    if not items:
+        console.print("no schedules")
+        return
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for name in ("ID", "TYPE", "NAME", "TRIGGER", "STATE", "NEXT RUN", "LAST RUN", "FIRES"):
+        table.add_column(name, no_wrap=True)
+    for s in items:
+        table.add_row(
+            s["id"],
+            s["type"],
+            s["name"] or "-",
+            s["trigger_text"],
+            "[green]enabled[/]" if s["enabled"] else "[yellow]paused[/]",
+            s["next_run"] or "-",
+            s["last_run"] or "-",
+            str(s["fire_count"]),
+        )
+    console.print(table)
+
+
+def _get(settings: Settings, schedule_id: str) -> dict[str, Any]:
+    with reader(settings) as rm:
+        item = rm.schedule(schedule_id)
+    if item is None:
+        fail(f"JOB_SCHEDULE_NOT_FOUND: no schedule with id {schedule_id!r}")
+    return item
+
+
+@schedules.command("show")
+@click.argument("schedule_id")
+@click.pass_obj
+def show(settings: Settings, schedule_id: str) -> None:
+    """One schedule as JSON."""
+    click.echo(json.dumps(_get(settings, schedule_id), indent=2, ensure_ascii=False))
+
+
+def _manager(settings: Settings, app: str | None) -> JobManager:
+    return load_manager(app, settings) if app is not None else JobManager(settings.db)
+
+
+_APP = click.option(
+    "--app",
+    default=None,
+    metavar="MODULE:ATTR",
+    help="The JobManager whose handler runs the schedule's type.",
+)
+
+
+@schedules.command("run-now")
+@click.argument("schedule_id")
+@_APP
+@click.pass_obj
+def run_now(settings: Settings, schedule_id: str, app: str | None) -> None:
+    """Enqueue one extra run now (the calendar is unchanged); prints nothing else."""
+    item = _get(settings, schedule_id)
+    if app is None:
+        fail(
+            f"run-now needs --app MODULE:ATTR: the job is built by the handler of "
+            f"{item['type']!r} registered there",
+            EXIT_BAD_INPUT,
+        )
+    manager = _manager(settings, app)
+
+    async def go() -> bool:
+        try:
+            return await manager.trigger_job_schedule_now_by_id(schedule_id)
+        finally:
+            await manager.stop()
+
+    written = asyncio.run(go())
+    click.echo(f"{schedule_id} {'enqueued' if written else 'not enqueued'}")
+    if not written:
+        fail("no job was written")
+
+
+def _flip(settings: Settings, schedule_id: str, app: str | None, enabled: bool) -> None:
+    _get(settings, schedule_id)
+    manager = _manager(settings, app)
+    try:
+        if enabled:
+            changed = manager.resume_job_schedule_by_id(schedule_id)
+        else:
+            changed = manager.pause_job_schedule_by_id(schedule_id)
+    finally:
+        asyncio.run(manager.stop())
+    if not changed:
+        fail(f"JOB_SCHEDULE_NOT_FOUND: no schedule with id {schedule_id!r}")
+    click.echo(f"{schedule_id} {'resumed' if enabled else 'paused'}")
+
+
+@schedules.command("pause")
+@click.argument("schedule_id")
+@_APP
+@click.pass_obj
+def pause(settings: Settings, schedule_id: str, app: str | None) -> None:
+    """Stop a schedule firing (clears next_run)."""
+    _flip(settings, schedule_id, app, enabled=False)
+
+
+@schedules.command("resume")
+@click.argument("schedule_id")
+@_APP
+@click.pass_obj
+def resume(settings: Settings, schedule_id: str, app: str | None) -> None:
+    """Let a paused schedule fire again."""
+    _flip(settings, schedule_id, app, enabled=True)

@@ -1,0 +1,70 @@
+"""`jobledger worker MODULE:ATTR`: run the JobManager defined in the user's code."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+import click
+
+from jobledger._runtime.manager import JobManager
+from jobledger.cli._common import Settings, load_manager
+
+__all__ = ["run_until_signal", "worker"]
+
+log = logging.getLogger("jobledger.cli")
+
+
+async def run_until_signal(manager: JobManager, *, banner: str | None = None) -> None:
+    """Start `manager`, wait for SIGINT/SIGTERM, stop it (a bounded drain)."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    signals = (signal.SIGINT, signal.SIGTERM)
+    for sig in signals:
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await manager.start()
+        if banner:
+            click.echo(banner, err=True)
+        await stop.wait()
+        click.echo("jobledger: stopping (finishing running jobs, at most ~5 s)", err=True)
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+        await manager.stop()
+
+
+@click.command()
+@click.argument("app", metavar="MODULE:ATTR")
+@click.option(
+    "--startup-delay",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Seconds before recovery and dispatch start (default: the manager's own).",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+    default="info",
+    show_default=True,
+)
+@click.pass_obj
+def worker(settings: Settings, app: str, startup_delay: float | None, log_level: str) -> None:
+    """Run the JobManager at MODULE:ATTR until SIGINT or SIGTERM.
+
+    ATTR is a JobManager, or a zero-argument function returning one. With --db the
+    path is exported as JOBLEDGER_DB before the import.
+    """
+    level = logging.DEBUG if settings.debug else getattr(logging, log_level.upper())
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    manager = load_manager(app, settings)
+    if startup_delay is not None:
+        manager.startup_delay = startup_delay
+    types = ", ".join(sorted(manager.job_types)) or "no job types"
+    banner = (
+        f"jobledger worker {manager.worker_id} on {manager.path}: handles {types}; "
+        f"dispatch starts after {manager.startup_delay:g}s. Ctrl-C to stop."
+    )
+    asyncio.run(run_until_signal(manager, banner=banner))
+    click.echo("jobledger: worker stopped", err=True)
