@@ -496,10 +496,13 @@ class JobSchedules(ScheduleHooks):
             return
         now = from_ms(now_ms)
         first_missed = from_ms(row[7])
-        count, last = count_fires_between(
+        count, _ = count_fires_between(
             snap.trigger, first_missed - timedelta(milliseconds=1), now, anchor=snap.created_at
         )
         count = max(count, 1)
+        if isinstance(snap.trigger, Cron) and snap.trigger.limit is not None:
+            # A limited cron could only have fired what was left of its quota.
+            count = max(1, min(count, snap.trigger.limit - int(row[9])))
         following = next_after(snap.trigger, now, anchor=snap.created_at)
         following_ms = None if following is None else to_ms(following)
         policy = snap.catch_up
@@ -519,8 +522,13 @@ class JobSchedules(ScheduleHooks):
             return
         spec = self.m._handlers.get(row[1])
         if spec is not None and spec.on_missed is not None:
+            # last_fire_at is when it last really fired (the reference's lastRun), not
+            # the last missed point: that one follows from the trigger and the count.
             event = MissedEvent(
-                schedule_id=row[0], type=row[1], missed_count=count, last_fire_at=last
+                schedule_id=row[0],
+                type=row[1],
+                missed_count=count,
+                last_fire_at=None if row[8] is None else from_ms(row[8]),
             )
             try:
                 result = spec.on_missed(event)
