@@ -1,0 +1,112 @@
+"""`drain`: what it runs, what it returns, and when it gives up."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pydantic
+import pytest
+
+import jobledger as jl
+from jobledger.testing import FakeClock, drain
+
+
+class N(pydantic.BaseModel):
+    n: int
+
+
+PARENT = jl.JobType("t.parent", N)
+CHILD = jl.JobType("t.child", N)
+ELSEWHERE = jl.JobType("t.elsewhere", N)
+
+
+def test_drain_starts_the_manager_and_ends_the_quiet_window_on_the_fake_clock(
+    tmp_path: Path,
+) -> None:
+    # A row written by another process (a producer) waits for the worker's quiet window:
+    # drain must move the fake clock through it instead of waiting in real time.
+    clock = FakeClock()
+    producer = jl.JobManager(tmp_path / "j.db", clock=clock)
+    jobs = jl.JobManager(tmp_path / "j.db", clock=clock, startup_delay=60)
+
+    @jobs.handler(PARENT, recovery="retry")
+    async def parent(ctx: jl.JobContext[N]) -> int:
+        return ctx.payload.n * 2
+
+    async def main() -> list[jl.JobSnapshot]:
+        producer.enqueue(PARENT, N(n=21))
+        await producer.stop()
+        try:
+            return await drain(jobs, timeout=10)
+        finally:
+            await jobs.stop()
+
+    done = asyncio.run(main())
+    assert [(s.status, s.output) for s in done] == [("completed", 42)]
+    assert done[0].started_at is not None
+    assert (done[0].started_at - done[0].created_at).total_seconds() >= 60
+
+
+def test_drain_returns_children_and_leaves_unhandled_types_waiting(tmp_path: Path) -> None:
+    clock = FakeClock()
+    jobs = jl.JobManager(tmp_path / "j.db", clock=clock, startup_delay=0)
+
+    @jobs.handler(PARENT, recovery="retry")
+    async def parent(ctx: jl.JobContext[N]) -> None:
+        for i in range(ctx.payload.n):
+            jobs.enqueue(CHILD, N(n=i), parent_id=ctx.job_id, delay=10 * (i + 1))
+
+    @jobs.handler(CHILD, recovery="retry")
+    def child(ctx: jl.JobContext[N]) -> int:
+        return ctx.payload.n
+
+    async def main() -> list[jl.JobSnapshot]:
+        async with jobs:
+            jobs.enqueue(ELSEWHERE, N(n=0))  # no handler here: a web app's job for another worker
+            jobs.enqueue(PARENT, N(n=3))
+            return await drain(jobs)
+
+    done = asyncio.run(main())
+    assert [s.type for s in done] == ["t.elsewhere", "t.parent", "t.child", "t.child", "t.child"]
+    assert [str(s.status) for s in done] == ["pending"] + ["completed"] * 4
+    assert [s.output for s in done[2:]] == [0, 1, 2]
+    assert {s.parent_id for s in done[2:]} == {done[1].id}
+
+
+def test_drain_works_on_the_system_clock_with_short_delays(tmp_path: Path) -> None:
+    jobs = jl.JobManager(tmp_path / "j.db", startup_delay=0)
+
+    @jobs.handler(PARENT, recovery="retry", retry=jl.RetryPolicy(max_attempts=2, base_delay=0.02))
+    async def flaky(ctx: jl.JobContext[N]) -> int:
+        if ctx.attempt == 0:
+            raise RuntimeError("first try fails")
+        return ctx.attempt
+
+    async def main() -> list[jl.JobSnapshot]:
+        async with jobs:
+            jobs.enqueue(PARENT, N(n=1), delay=0.02)
+            return await drain(jobs, timeout=10)
+
+    done = asyncio.run(main())
+    assert [(s.status, s.output) for s in done] == [("completed", 1)]
+
+
+def test_drain_raises_timeout_when_a_handler_never_ends(tmp_path: Path) -> None:
+    jobs = jl.JobManager(tmp_path / "j.db", clock=FakeClock(), startup_delay=0)
+    release = asyncio.Event()
+
+    @jobs.handler(PARENT, recovery="retry")
+    async def stuck(ctx: jl.JobContext[N]) -> None:
+        await release.wait()
+
+    async def main() -> None:
+        async with jobs:
+            jobs.enqueue(PARENT, N(n=1))
+            try:
+                with pytest.raises(TimeoutError, match="still running"):
+                    await drain(jobs, timeout=0.3)
+            finally:
+                release.set()
+
+    asyncio.run(main())
