@@ -1,0 +1,1 @@
+"""Static typing of the public API, checked by running mypy on small snippets."""
