@@ -1,0 +1,219 @@
+"""Several worker processes on one file: aggregate throughput, and lock errors seen.
+
+`-n` no-op jobs are pending before the clock starts. `--procs` worker processes
+("spawn") each open the file and, once all are ready, start together. While they drain,
+this process acts as a user next to them: it enqueues `--extra` more jobs one at a time
+(every 2 ms) into the same queue. The clock stops when all `n + extra` jobs are done.
+
+Counted as "database is locked" errors reaching users: an exception out of the user's
+`enqueue`, a log record at WARNING or above that mentions a busy/locked database (a
+claim or finalize that failed), and a job that ended `failed` because of one.
+
+jobledger: each process is a started manager, async no-op handler, concurrency 50,
+global cap 50. huey: each process runs its consumer's `Worker.loop()` in its main thread
+(default polling); a shared counter says when all tasks have executed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing as mp
+import os
+import sqlite3
+import time
+from typing import Any
+
+from _common import (
+    NOOP,
+    Counter,
+    base_parser,
+    count_completed,
+    emit,
+    fresh_dir,
+    huey_prefill,
+    huey_worker,
+    make_huey,
+    make_manager,
+    prefill,
+    rate,
+)
+
+LOCK_WORDS = ("database is locked", "database is busy", "db_busy", "sqlite_busy")
+
+
+class LockCounter(logging.Handler):
+    """Counts log records (WARNING and above) that mention a busy/locked database."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.locked = 0
+        self.other = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if record.exc_info and record.exc_info[1] is not None:
+            exc = record.exc_info[1]
+            text += f" {exc} {getattr(exc, 'code', '')} {exc.__cause__ or ''}"
+        if any(word in text.lower() for word in LOCK_WORDS):
+            self.locked += 1
+        else:
+            self.other += 1
+
+
+def _install_counter() -> LockCounter:
+    handler = LockCounter()
+    logging.getLogger().addHandler(handler)
+    return handler
+
+
+def main() -> None:
+    p = base_parser(__doc__ or "")
+    p.add_argument("-n", type=int, default=20_000)
+    p.add_argument("--procs", type=int, default=4)
+    p.add_argument("--extra", type=int, default=500)
+    args = p.parse_args()
+    ctx = mp.get_context("spawn")
+    with fresh_dir() as d:
+        name = "jobs.db" if args.system == "jobledger" else "huey.db"
+        path = os.path.join(d, name)
+        result = _run(ctx, path, args.system, args.sync, args.n, args.procs, args.extra)
+    total = args.n + args.extra
+    emit(
+        f"procs_{args.procs}",
+        args.system,
+        args.sync,
+        n=total,
+        procs=args.procs,
+        seconds=round(result["seconds"], 4),
+        rate=rate(total, result["seconds"]),
+        locked_errors=result["locked"],
+        other_errors=result["other"],
+        per_process=result["per_process"],
+    )
+
+
+def _run(
+    ctx: Any, path: str, system: str, sync: str, n: int, procs: int, extra: int
+) -> dict[str, Any]:
+    if system == "jobledger":
+        prefill(path, n)
+        done_count: Any = None
+    else:
+        huey = make_huey(path, sync)
+        huey_prefill(huey, _huey_task(huey), n)
+        huey.storage.close()
+        done_count = ctx.Value("q", 0)
+    ready = ctx.Barrier(procs + 1)
+    finish = ctx.Event()
+    results = ctx.Queue()
+    target = _jobledger_worker if system == "jobledger" else _huey_worker
+    workers = [
+        ctx.Process(target=target, args=(path, sync, ready, finish, results, done_count))
+        for _ in range(procs)
+    ]
+    for w in workers:
+        w.start()
+    ready.wait(60)
+    started = time.perf_counter()
+    user_locked, user_other = _produce(path, system, sync, extra)
+    total = n + extra
+    while True:
+        done = count_completed(path) if system == "jobledger" else done_count.value
+        if done >= total:
+            break
+        time.sleep(0.02)
+    seconds = time.perf_counter() - started
+    finish.set()
+    per_process = [results.get(timeout=60) for _ in workers]
+    for w in workers:
+        w.join(30)
+    failed_locked = _failed_locked(path) if system == "jobledger" else 0
+    return {
+        "seconds": seconds,
+        "locked": user_locked + failed_locked + sum(r["locked"] for r in per_process),
+        "other": user_other + sum(r["other"] for r in per_process),
+        "per_process": [r["handled"] for r in per_process],
+    }
+
+
+def _produce(path: str, system: str, sync: str, extra: int) -> tuple[int, int]:
+    """The user next to the workers: enqueue one job every 2 ms; count what raises."""
+    locked = other = 0
+    if system == "jobledger":
+        from _common import jl
+
+        producer = jl.JobManager(path, startup_delay=0, synchronous=sync)  # type: ignore[arg-type]
+        enqueue: Any = lambda: producer.enqueue(NOOP, {})  # noqa: E731
+    else:
+        huey = make_huey(path, sync)
+        enqueue = _huey_task(huey)
+    for _ in range(extra):
+        try:
+            enqueue()
+        except Exception as exc:
+            text = f"{exc} {getattr(exc, 'code', '')}".lower()
+            if any(word in text for word in LOCK_WORDS):
+                locked += 1
+            else:
+                other += 1
+        time.sleep(0.002)
+    return locked, other
+
+
+def _failed_locked(path: str) -> int:
+    conn = sqlite3.connect(path, timeout=5)
+    try:
+        rows = conn.execute("SELECT error FROM jobs WHERE status = 'failed'").fetchall()
+    finally:
+        conn.close()
+    return sum(1 for (err,) in rows if any(w in str(err).lower() for w in LOCK_WORDS))
+
+
+def _jobledger_worker(
+    path: str, sync: str, ready: Any, finish: Any, results: Any, _count: Any
+) -> None:
+    counter_log = _install_counter()
+    counter = Counter()
+    jobs = make_manager(path, sync, counter=counter)
+
+    async def run() -> None:
+        ready.wait(60)
+        await jobs.start()
+        while not finish.is_set():
+            await asyncio.sleep(0.01)
+        await jobs.stop()
+
+    asyncio.run(run())
+    results.put({"handled": counter.n, "locked": counter_log.locked, "other": counter_log.other})
+
+
+def _huey_task(huey: Any, count: Any = None) -> Any:
+    def noop() -> None:
+        if count is not None:
+            with count.get_lock():
+                count.value += 1
+
+    # huey names a task by its function's module; the same name in every process.
+    noop.__module__ = "jlbench"
+    return huey.task(name="noop")(noop)
+
+
+def _huey_worker(path: str, sync: str, ready: Any, finish: Any, results: Any, count: Any) -> None:
+    counter_log = _install_counter()
+    huey = make_huey(path, sync)
+    handled = 0
+
+    _huey_task(huey, count)
+    worker = huey_worker(huey, max_delay=0.1)  # idle only at the very end; stop promptly
+    ready.wait(60)
+    while not finish.is_set():
+        before = worker.task_count
+        worker.loop()
+        handled += worker.task_count - before
+    huey.storage.close()
+    results.put({"handled": handled, "locked": counter_log.locked, "other": counter_log.other})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,282 @@
+"""Run the whole benchmark suite, side by side with huey, and print one table.
+
+    python bench/run_all.py                 # what `make bench` runs (a few minutes)
+    python bench/run_all.py --repeat 3      # each case 3 times, interleaved; median [min-max]
+    python bench/run_all.py --big           # adds the 1M-pending claim case (slow, ~2 min)
+    python bench/run_all.py --full-size     # FULL cases at 20,000 jobs too (slow)
+    python bench/run_all.py --only drain    # cases whose name contains "drain"
+
+Every case is a fresh subprocess in a fresh temporary directory (see `_common.py`); each
+prints JSON lines, collected here. The raw records and the machine description are
+written to `bench/results/<UTC time>.json` (gitignored); the markdown table goes to
+stdout.
+
+At `synchronous=FULL` every commit waits for an fsync, so the per-commit paths (single
+enqueue, and huey's one-commit-per-task drain) are run with 2,000 jobs by default: their
+rate is flat in `n`, and 20,000 of them would take minutes. `--full-size` runs 20,000.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from _common import machine  # noqa: E402
+
+N = 20_000
+FULL_PER_COMMIT_N = 2_000
+
+
+@dataclass
+class Case:
+    name: str  # unique, used by --only
+    script: str
+    args: list[str]
+    big: bool = False
+
+
+@dataclass
+class Row:
+    """One line of the table: a jobledger figure, the huey figure it is compared with."""
+
+    label: str
+    sync: str
+    metric: str
+    ours: tuple[str, str]  # (bench, system) keys into the records
+    theirs: tuple[str, str] | None
+    higher_is_better: bool = True
+    note: str = ""
+    fields: list[str] = field(default_factory=lambda: ["rate"])
+
+
+def cases(args: argparse.Namespace) -> list[Case]:
+    out: list[Case] = []
+    for sync in ("NORMAL", "FULL"):
+        small = sync == "FULL" and not args.full_size
+        per_commit_n = str(FULL_PER_COMMIT_N if small else N)
+        s = ["--sync", sync]
+        for system in ("jobledger", "huey"):
+            out.append(
+                Case(f"enqueue_single/{system}/{sync}", "enqueue.py",
+                     [*s, "--system", system, "--mode", "single", "-n", per_commit_n])
+            )  # fmt: skip
+        for system in ("jobledger", "sqlite-raw"):
+            out.append(
+                Case(f"enqueue_many/{system}/{sync}", "enqueue.py",
+                     [*s, "--system", system, "--mode", "many", "-n", str(N)])
+            )  # fmt: skip
+        out.append(Case(f"drain/jobledger/{sync}", "drain.py", [*s, "-n", str(N)]))
+        out.append(
+            Case(f"drain/huey/{sync}", "drain.py", [*s, "--system", "huey", "-n", per_commit_n])
+        )
+        out.append(
+            Case(f"drain_10q/jobledger/{sync}", "drain.py", [*s, "-n", str(N), "--queues", "10"])
+        )
+        for system in ("jobledger", "huey"):
+            out.append(Case(f"latency/{system}/{sync}", "latency.py", [*s, "--system", system]))
+    for system in ("jobledger", "huey"):
+        out.append(Case(f"claim_10k/{system}", "claim_scale.py", ["--system", system]))
+        out.append(
+            Case(f"claim_1M/{system}", "claim_scale.py",
+                 ["--system", system, "--pending", "1000000"], big=True)
+        )  # fmt: skip
+    for procs in ("1", "4"):
+        for system in ("jobledger", "huey"):
+            out.append(
+                Case(f"procs_{procs}/{system}", "multiproc.py",
+                     ["--system", system, "--procs", procs, "-n", str(N)])
+            )  # fmt: skip
+    chosen = [c for c in out if args.big or not c.big]
+    if args.only:
+        chosen = [c for c in chosen if any(o in c.name for o in args.only)]
+    return chosen
+
+
+NOT_BATCH = "huey has no batch API: vs its single enqueue"
+ONE_QUEUE = "huey runs one queue per instance: vs its 1-queue drain"
+
+
+def _latency_rows(sync: str) -> list[Row]:
+    return [
+        Row(f"latency {what} -> handler start, {p}", sync, "ms", ("latency", "jobledger"),
+            ("latency", "huey"), higher_is_better=False, fields=[f"{key}_{p}_ms"])
+        for what, key in (("enqueue call", "call"), ("commit", "return"))
+        for p in ("p50", "p99")
+    ]  # fmt: skip
+
+
+def _sync_rows(sync: str) -> list[Row]:
+    jl_, hy = "jobledger", "huey"
+    return [
+        Row("enqueue, one by one", sync, "jobs/s", ("enqueue_single", jl_), ("enqueue_single", hy)),
+        Row("enqueue_many, 20k in one call", sync, "jobs/s", ("enqueue_many", jl_),
+            ("enqueue_single", hy), note=NOT_BATCH),
+        Row("raw SQLite executemany, same rows", sync, "jobs/s", ("enqueue_many", "sqlite-raw"),
+            None, note="the ceiling for enqueue_many on this machine"),
+        Row("drain, 1 queue (c=50)", sync, "jobs/s", ("drain", jl_), ("drain", hy)),
+        Row("drain, 10 queues (c=10 each, global 50)", sync, "jobs/s", ("drain_10q", jl_),
+            ("drain", hy), note=ONE_QUEUE),
+        *_latency_rows(sync),
+    ]  # fmt: skip
+
+
+def _scale_rows() -> list[Row]:
+    jl_, hy = "jobledger", "huey"
+    rows = []
+    for size in ("10k", "1M"):
+        key = f"claim_{size}"
+        rows += [
+            Row(f"drain 10k of {size} pending", "NORMAL", "jobs/s", (key, jl_), (key, hy)),
+            Row("  peak RSS", "NORMAL", "MB", (key, jl_), (key, hy), higher_is_better=False,
+                fields=["peak_rss_mb"]),
+        ]  # fmt: skip
+    for procs in ("1", "4"):
+        key = f"procs_{procs}"
+        rows.append(
+            Row(f"{procs} worker process(es) + a producer", "NORMAL", "jobs/s", (key, jl_),
+                (key, hy))
+        )  # fmt: skip
+    rows.append(
+        Row("  'database is locked' reaching users", "NORMAL", "count", ("procs_4", jl_),
+            ("procs_4", hy), higher_is_better=False, fields=["locked_errors"])
+    )  # fmt: skip
+    return rows
+
+
+ROWS = [*_sync_rows("NORMAL"), *_sync_rows("FULL"), *_scale_rows()]
+
+
+def run_case(case: Case) -> list[dict[str, Any]]:
+    cmd = [sys.executable, os.path.join(HERE, case.script), *case.args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE, timeout=1800)
+    if proc.returncode != 0:
+        sys.stderr.write(f"!! {case.name} failed ({proc.returncode}):\n{proc.stderr[-3000:]}\n")
+        return []
+    records = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    for r in records:
+        r["case"] = case.name
+    return records
+
+
+def _values(records: list[dict[str, Any]], key: tuple[str, str], sync: str, f: str) -> list[float]:
+    bench, system = key
+    return [
+        float(r[f])
+        for r in records
+        if r["bench"] == bench and r["system"] == system and r["sync"] == sync and f in r
+    ]
+
+
+def _fmt(values: list[float]) -> str:
+    if not values:
+        return "n/a"
+    med = statistics.median(values)
+    text = _num(med)
+    if len(values) > 1:
+        text += f" [{_num(min(values))}-{_num(max(values))}]"
+    return text
+
+
+def _num(x: float) -> str:
+    if x >= 100:
+        return f"{x:,.0f}"
+    if x >= 10:
+        return f"{x:.1f}"
+    return f"{x:.2f}"
+
+
+def table(records: list[dict[str, Any]]) -> str:
+    lines = [
+        "| benchmark | sync | unit | jobledger | huey | ratio | note |",
+        "|---|---|---|---:|---:|---:|---|",
+    ]
+    for row in ROWS:
+        f = row.fields[0]
+        ours = _values(records, row.ours, row.sync, f)
+        if not ours:
+            continue
+        theirs = _values(records, row.theirs, row.sync, f) if row.theirs else []
+        ratio = ""
+        if ours and theirs:
+            a, b = statistics.median(ours), statistics.median(theirs)
+            if row.higher_is_better and b > 0:
+                ratio = f"{a / b:.2f}x"
+            elif not row.higher_is_better and a > 0:
+                ratio = f"{b / a:.2f}x" if b > 0 else ("=" if a == b else "")
+            elif a == b:
+                ratio = "="
+        lines.append(
+            f"| {row.label} | {row.sync} | {row.metric} | {_fmt(ours)} | "
+            f"{_fmt(theirs) if row.theirs else ''} | {ratio} | {row.note} |"
+        )
+    lines.append("")
+    lines.append(
+        "ratio: jobledger / huey for rates, huey / jobledger for latencies, memory and "
+        "errors (above 1 = jobledger better)."
+    )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--repeat", type=int, default=1)
+    p.add_argument("--big", action="store_true", help="add the 1M-pending claim case")
+    p.add_argument("--full-size", action="store_true", help="FULL per-commit cases at 20,000")
+    p.add_argument("--only", action="append", help="run cases whose name contains this")
+    args = p.parse_args()
+    chosen = cases(args)
+    started = time.time()
+    records: list[dict[str, Any]] = []
+    timings: dict[str, list[float]] = defaultdict(list)
+    for rep in range(args.repeat):
+        for case in chosen:
+            t = time.perf_counter()
+            got = run_case(case)
+            timings[case.name].append(round(time.perf_counter() - t, 1))
+            for r in got:
+                r["repeat"] = rep
+            records.extend(got)
+            sys.stderr.write(f"[{rep + 1}/{args.repeat}] {case.name}: {timings[case.name][-1]}s\n")
+    wall = round(time.time() - started, 1)
+    info = machine()
+    out = table(records)
+    print(
+        f"jobledger vs huey {_huey_version()} - {info['nproc']} CPUs, Python {info['python']}, "
+        f"SQLite {info['sqlite']}, repeat={args.repeat}, {wall}s\n"
+    )
+    print(out)
+    os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(started))
+    path = os.path.join(HERE, "results", f"{stamp}.json")
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(
+            {"machine": info, "args": vars(args), "wall_s": wall, "case_seconds": timings,
+             "records": records, "table": out},
+            fh,
+            indent=1,
+        )  # fmt: skip
+    print(f"\nraw results: {os.path.relpath(path)}")
+
+
+def _huey_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("huey")
+    except Exception:
+        return "?"
+
+
+if __name__ == "__main__":
+    main()
