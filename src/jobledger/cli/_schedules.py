@@ -1,8 +1,9 @@
 """`jobledger schedules ...`: look at persistent schedules; run, pause or resume one.
 
-Listing reads the table. `run-now` enqueues through the handler registered for the
-schedule's type, so it needs `--app MODULE:ATTR`; `pause`/`resume` only flip `enabled` and
-work with or without it. The leader process re-arms its timers from the row.
+Listing reads the table. Changes go through the JobManager of the app (`--app
+MODULE:ATTR`), because a schedule belongs to the handler registered for its type there
+(`run-now` builds the job with it; `pause`/`resume` check the schedule against it). The
+leader process re-arms its timers from the row.
 """
 
 from __future__ import annotations
@@ -73,15 +74,21 @@ def show(settings: Settings, schedule_id: str) -> None:
     click.echo(json.dumps(_get(settings, schedule_id), indent=2, ensure_ascii=False))
 
 
-def _manager(settings: Settings, app: str | None) -> JobManager:
-    return load_manager(app, settings) if app is not None else JobManager(settings.db)
+def _manager(settings: Settings, app: str | None, item: dict[str, Any], what: str) -> JobManager:
+    if app is None:
+        fail(
+            f"{what} needs --app MODULE:ATTR: the JobManager where the handler of "
+            f"{item['type']!r} is registered",
+            EXIT_BAD_INPUT,
+        )
+    return load_manager(app, settings)
 
 
 _APP = click.option(
     "--app",
     default=None,
     metavar="MODULE:ATTR",
-    help="The JobManager whose handler runs the schedule's type.",
+    help="The JobManager where the handler of the schedule's type is registered (required).",
 )
 
 
@@ -91,14 +98,7 @@ _APP = click.option(
 @click.pass_obj
 def run_now(settings: Settings, schedule_id: str, app: str | None) -> None:
     """Enqueue one extra run now (the calendar is unchanged); prints nothing else."""
-    item = _get(settings, schedule_id)
-    if app is None:
-        fail(
-            f"run-now needs --app MODULE:ATTR: the job is built by the handler of "
-            f"{item['type']!r} registered there",
-            EXIT_BAD_INPUT,
-        )
-    manager = _manager(settings, app)
+    manager = _manager(settings, app, _get(settings, schedule_id), "run-now")
 
     async def go() -> bool:
         try:
@@ -113,8 +113,7 @@ def run_now(settings: Settings, schedule_id: str, app: str | None) -> None:
 
 
 def _flip(settings: Settings, schedule_id: str, app: str | None, enabled: bool) -> None:
-    _get(settings, schedule_id)
-    manager = _manager(settings, app)
+    manager = _manager(settings, app, _get(settings, schedule_id), "resume" if enabled else "pause")
     try:
         if enabled:
             changed = manager.resume_job_schedule_by_id(schedule_id)

@@ -1,0 +1,5 @@
+"""`python -m jobledger.cli` is the `jobledger` command."""
+
+from jobledger.cli import main
+
+main()
