@@ -688,6 +688,8 @@ class JobManager:
         engine.kick_all()
         if self._promote_wake is not None:
             self._promote_wake.set()
+        # Schedules registered or changed by other processes (a web app, the CLI).
+        self._schedules.follow()
 
     def _on_delayed(self, at_ms: int) -> None:
         if self._promote_wake is not None:

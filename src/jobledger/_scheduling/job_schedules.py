@@ -5,20 +5,24 @@ turns a timer's fire into a job. Rules:
 
 * Only the leader arms schedules, after startup catch-up (catch-up THEN arm, so a
   make-up job lands before the first natural fire). Leadership moving re-arms them on
-  the new leader.
+  the new leader. The leader follows rows other processes change (`follow`, on their
+  commits): new, re-triggered, disabled, deleted and re-enabled schedules.
 * A natural fire at T is one write transaction: a compare-and-set of the schedule's
-  `next_run` from T to the following fire (plus `last_run`, `fire_count`), and the job
-  row with idempotency key `schedule:<id>:<T ms>`. A second process firing T loses the
-  compare-and-set and writes nothing, so a fire is never enqueued twice — even after
-  the first job finished and its key could be reused.
+  `next_run` from a value <= T to the following fire (> T; plus `last_run`,
+  `fire_count`), and the job row with idempotency key `schedule:<id>:<T ms>`. A second
+  process firing T finds `next_run` past T, loses, and writes nothing, so a fire is never
+  enqueued twice — even after the first job finished and its key could be reused. The
+  `<=` (not `=`) lets a row that fell behind the timer (a fire whose write outlasted a
+  period) catch up at the next fire instead of stalling for good.
 * Every fire re-reads the row, so payload/metadata edits apply to the next fire without
   re-arming (the interval phase is kept). A trigger change re-arms once.
 * `next_run` is the next automatic fire; `last_run` the last fire of any kind; manual
   triggers set `last_run` only (and consume an overdue, never-fired one-shot).
 * Catch-up (once, at startup recovery) finds overdue crons/intervals, counts the real
-  number of missed fires, calls `on_missed`, and for `AfterStartup(minutes)` enqueues one
-  make-up job keyed `schedule:<id>:catchup:<first missed ms>`, guarded by the same
-  compare-and-set on `next_run`.
+  number of missed fires (for a limited cron, at most what its quota had left), and for
+  `AfterStartup(minutes)` enqueues one make-up job keyed
+  `schedule:<id>:catchup:<first missed ms>`, guarded by a compare-and-set on `next_run`;
+  the process that wins it calls `on_missed` (`last_fire_at` = the last real fire).
 * Pause: cron timers are paused in the scheduler (so `limit` quotas survive), interval
   fires are no-ops, suppressed one-shot fires are recorded and re-armed exactly once on
   release; release resumes crons and refreshes `next_run`.
@@ -126,6 +130,10 @@ class JobSchedules(ScheduleHooks):
         self.armed_phase = False  # the recovery flow reached "arm"
         self.paused = False
         self.suppressed_once: set[str] = set()
+        # Schedule id -> the trigger JSON its timer was last armed from (also for a spent
+        # one-shot or an exhausted cron, which arm to nothing): how `follow` tells which
+        # rows another process changed.
+        self.armed: dict[str, str] = {}
 
     # -- validation -----------------------------------------------------------------
 
@@ -318,6 +326,7 @@ class JobSchedules(ScheduleHooks):
             if row is None or not row[6]:
                 self.sched.unregister(_timer_id(sid))
                 self.suppressed_once.discard(sid)
+                self.armed.pop(sid, None)
                 return
             if self.may_arm():
                 self.arm(row)
@@ -329,7 +338,9 @@ class JobSchedules(ScheduleHooks):
         timer = _timer_id(sid)
         self.sched.unregister(timer)
         if not row[6]:
+            self.armed.pop(sid, None)
             return
+        self.armed[sid] = row[3]
         snap = snapshot_of(row)
         trigger = snap.trigger
         if isinstance(trigger, Once) and row[8] is not None and row[8] >= to_ms(trigger.at):
@@ -460,13 +471,20 @@ class JobSchedules(ScheduleHooks):
         )
         now = m._engine.now_ms()
         consume = isinstance(snap.trigger, Once) and now >= to_ms(snap.trigger.at)
-        next_ms = None if consume else row[7]
 
-        def work(conn: sqlite3.Connection) -> None:
+        def work(conn: sqlite3.Connection) -> bool:
+            # Re-read under the write lock: another process may have fired (moving
+            # next_run) or deleted the schedule since `row` was read; writing back the
+            # stale next_run would make every later fire lose its compare-and-set.
+            current = conn.execute(q.GET_SCHEDULE, (sid,)).fetchone()
+            if current is None:
+                return False
             m._store._enqueue_in(conn, [job])
-            conn.execute(q.MARK_MANUAL, (now, next_ms, now, sid))
+            conn.execute(q.MARK_MANUAL, (now, None if consume else current[7], now, sid))
+            return True
 
-        m._store.write(work, "schedule_manual")
+        if not m._store.write(work, "schedule_manual"):
+            return False
         m._after_enqueue([job], [_fresh_row(job)])
         if consume:
             self.sched.unregister(_timer_id(sid))
@@ -563,19 +581,65 @@ class JobSchedules(ScheduleHooks):
         elif not leader:
             for timer in self.sched.ids():
                 self.sched.unregister(timer)
+            self.armed.clear()
+
+    def follow(self) -> None:
+        """Leader only: re-arm or disarm the schedules other processes changed.
+
+        Called when another connection committed. Re-arms a row whose trigger differs
+        from the one its timer was armed from, arms new rows, disarms disabled and
+        deleted ones, and re-arms an enabled row whose `next_run` another process
+        cleared (a pause and resume there) while its timer still runs here: its fires
+        would otherwise all lose the compare-and-set. Deferred while paused (arming
+        writes `next_run`); `on_release` catches up.
+        """
+        if self.paused or not self.may_arm():
+            return
+        try:
+            rows = {r[0]: r for r in self.list_rows() if r[1] in self.m._handlers}
+        except Exception:
+            log.warning("could not read schedules; the next change retries", exc_info=True)
+            return
+        for sid in list(self.armed):
+            row = rows.get(sid)
+            if row is None or not row[6]:
+                self.sched.unregister(_timer_id(sid))
+                self.suppressed_once.discard(sid)
+                del self.armed[sid]
+        for sid, row in rows.items():
+            if not row[6]:
+                continue
+            stale = self.armed.get(sid) != row[3]
+            lost = row[7] is None and self.sched.get_next_run(_timer_id(sid)) is not None
+            if stale or lost:
+                try:
+                    self.arm(row)
+                except Exception:
+                    log.exception("could not arm schedule %s", sid)
+
+    def _crons(self) -> list[str]:
+        """Timer ids of the armed crons."""
+        return [
+            _timer_id(sid)
+            for sid, trigger in self.armed.items()
+            if json.loads(trigger).get("kind") == "cron" and self.sched.has(_timer_id(sid))
+        ]
 
     def on_pause(self) -> None:
         self.paused = True
-        for timer in self.sched.ids():
+        # Only crons pause in the scheduler (so their limit survives); interval fires
+        # keep ticking as no-ops, which keeps their chain and grid.
+        for timer in self._crons():
             self.sched.pause(timer)
 
     def on_release(self) -> None:
         self.paused = False
         suppressed, self.suppressed_once = self.suppressed_once, set()
-        for timer in self.sched.ids():
+        for timer in self._crons():
             self.sched.resume(timer)
         if not self.may_arm():
             return
+        self.follow()
         for sid in suppressed:
             row = self.get_row(sid)
             if row is not None and row[6]:

@@ -170,11 +170,13 @@ SCHEDULES_OF_TYPE = (
 LIST_SCHEDULES = f"SELECT {SCHEDULE_COLUMNS} FROM job_schedules ORDER BY created_at, id"
 DELETE_SCHEDULE = "DELETE FROM job_schedules WHERE id = ?"
 SET_NEXT_RUN = "UPDATE job_schedules SET next_run = ?, updated_at = ? WHERE id = ?"
-# A natural fire applies only while the persisted calendar still says this fire is next:
-# two processes that both fire T cannot both win.
+# A natural fire at T applies only while the persisted calendar is not past T
+# (`next_run <= T`), and moves it past T: two processes that both fire T cannot both win.
+# Not `= T`: a row left behind the timer's calendar (a fire whose write outlasted a period)
+# would make every later fire lose.
 MARK_FIRED = (
     "UPDATE job_schedules SET last_run = ?, next_run = ?, fire_count = fire_count + 1, "
-    "updated_at = ? WHERE id = ? AND enabled = 1 AND next_run = ?"
+    "updated_at = ? WHERE id = ? AND enabled = 1 AND next_run <= ?"
 )
 MARK_MANUAL = "UPDATE job_schedules SET last_run = ?, next_run = ?, updated_at = ? WHERE id = ?"
 CATCH_UP_CAS = "UPDATE job_schedules SET next_run = ?, updated_at = ? WHERE id = ? AND next_run = ?"
