@@ -36,7 +36,7 @@ def test_job_page_escapes_the_payload(base_url: str, populated: Populated) -> No
     assert "<script>alert(1)</script>" not in html
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     assert 'data-job-id="' + populated.ids["parent"] + '"' in html
-    assert '<progress id="progress" max="100" value="100"' in html  # completed
+    assert 'id="progress" class="p-completed" max="100" value="100"' in html
 
     failed = httpx.get(f"{base_url}/jobs/{populated.ids['failed']}", timeout=10).text
     assert "JOB_HANDLER_THREW" in failed

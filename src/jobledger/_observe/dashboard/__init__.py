@@ -41,7 +41,11 @@ def _badge(status: str) -> str:
 
 def _progress(snap: JobSnapshot) -> str:
     value = 100.0 if snap.status == "completed" else (snap.progress or 0.0)
-    return f'<progress max="100" value="{value:g}" title="{value:g}%">{value:g}%</progress>'
+    text = f"{value:.0f}%" if snap.progress is not None or snap.status == "completed" else ""
+    return (
+        f'<progress class="p-{_e(snap.status)}" max="100" value="{value:g}" '
+        f'title="{value:g}%">{value:g}%</progress> <span class="pct">{text}</span>'
+    )
 
 
 def _page(title: str, body: str, *, page: str, data: dict[str, str] | None = None) -> str:
@@ -53,6 +57,7 @@ def _page(title: str, body: str, *, page: str, data: dict[str, str] | None = Non
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{_e(title)}</title>
 <link rel="stylesheet" href="/static/style.css">
+<link rel="icon" href="data:,">
 </head>
 <body data-page="{_e(page)}"{attrs}>
 <header class="top">
@@ -102,10 +107,10 @@ def _queues_table(rm: ReadModel) -> str:
 def _job_row(s: JobSnapshot) -> str:
     return (
         f'<tr data-job-id="{_e(s.id)}">'
-        f'<td class="mono"><a href="/jobs/{_e(s.id)}">{_e(s.id)}</a></td>'
+        f'<td class="mono id"><a href="/jobs/{_e(s.id)}">{_e(s.id)}</a></td>'
         f"<td>{_e(s.type)}</td><td>{_badge(str(s.status))}</td><td>{_e(s.queue)}</td>"
         f"<td class=num>{s.attempt + 1}/{s.max_attempts}</td>"
-        f"<td>{_progress(s)}</td><td>{_time(s.created_at)}</td>"
+        f'<td class="nowrap">{_progress(s)}</td><td>{_time(s.created_at)}</td>'
         f"<td>{_time(s.finished_at or s.started_at)}</td></tr>"
     )
 
@@ -266,16 +271,20 @@ def render_job(snap: JobSnapshot, *, actions: bool = False) -> str:
     value = 100.0 if snap.status == "completed" else (snap.progress or 0.0)
     error = snap.error.to_json() if snap.error is not None else None
     hidden_error = "" if error else " hidden"
+    code, message = (snap.error.code, snap.error.message) if snap.error else ("", "")
     body = f"""<p><a href="/#jobs">← all jobs</a></p>
 <h1>Job <span class="mono">{_e(snap.id)}</span>
 <span id="status">{_badge(str(snap.status))}</span></h1>
 <div class="progress-row">
-  <progress id="progress" max="100" value="{value:g}" aria-label="Progress"></progress>
+  <progress id="progress" class="p-{_e(snap.status)}" max="100" value="{value:g}"
+   aria-label="Progress"></progress>
   <span id="progress-text">{value:g}%</span>
   <span id="progress-detail" class="muted">{_e(snap.progress_detail or "")}</span>
 </div>
 {_dl(snap)}
 <section id="error-section"{hidden_error}><h2>Error</h2>
+<p class="error-summary"><strong id="error-code">{_e(code)}</strong>
+<span id="error-message">{_e(message)}</span></p>
 <pre id="error" class="error">{_json(error)}</pre></section>
 <section><h2>Output</h2><pre id="output">{_json(snap.output)}</pre></section>
 <section><h2>Payload</h2><pre id="payload">{_json(snap.payload)}</pre></section>

@@ -13,15 +13,20 @@
     live.title = state === "on" ? "live updates" : state === "done" ? "finished" : "reconnecting";
   }
 
-  // Render <time datetime="..."> in the browser's local time zone.
+  // Render <time datetime="..."> in the browser's local time zone: the time alone for
+  // today, the date too otherwise; the ISO value stays in the tooltip.
+  function pad(n) {
+    return String(n).padStart(2, "0");
+  }
+
   function localizeTimes(root) {
+    const today = new Date().toDateString();
     for (const el of root.querySelectorAll("time[datetime]")) {
       const d = new Date(el.getAttribute("datetime"));
       if (isNaN(d.getTime())) continue;
-      el.textContent = d.toLocaleString(undefined, {
-        year: "numeric", month: "2-digit", day: "2-digit",
-        hour: "2-digit", minute: "2-digit", second: "2-digit",
-      });
+      const time = `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+      const date = `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}`;
+      el.textContent = d.toDateString() === today ? time : `${date} ${time}`;
       el.title = el.getAttribute("datetime");
     }
   }
@@ -57,6 +62,7 @@
 
     function setProgress(status, progress, text) {
       const value = status === "completed" ? 100 : progress == null ? 0 : progress;
+      bar.className = `p-${status}`;
       bar.value = value;
       bar.setAttribute("value", String(value));
       barText.textContent = `${Math.round(value * 10) / 10}%`;
@@ -89,6 +95,8 @@
       const errSection = document.getElementById("error-section");
       errSection.hidden = !s.error;
       document.getElementById("error").textContent = pretty(s.error);
+      document.getElementById("error-code").textContent = s.error ? s.error.code : "";
+      document.getElementById("error-message").textContent = s.error ? s.error.message : "";
       document.getElementById("output").textContent = pretty(s.output);
       document.getElementById("metadata").textContent = pretty(s.metadata);
     }
