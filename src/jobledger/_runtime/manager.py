@@ -828,10 +828,10 @@ class JobManager:
 
     def unregister_job_schedule_by_id(self, schedule_id: str) -> bool:
         """Delete the schedule; its jobs stay, with `schedule_id` set to None."""
-        self._schedules.sched.unregister(f"schedule:{schedule_id}")
         deleted = self._store.write(
             lambda c: c.execute(q.DELETE_SCHEDULE, (schedule_id,)).rowcount, "delete_schedule"
         )
+        self._schedules.sync(schedule_id)  # no row: disarms (on the loop, from any thread)
         return bool(deleted)
 
     def get_job_schedule_by_id(self, schedule_id: str) -> ScheduleSnapshot | None:

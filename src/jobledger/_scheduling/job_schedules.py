@@ -134,6 +134,7 @@ class JobSchedules(ScheduleHooks):
         # one-shot or an exhausted cron, which arm to nothing): how `follow` tells which
         # rows another process changed.
         self.armed: dict[str, str] = {}
+        self._takeover: asyncio.Task[None] | None = None
 
     # -- validation -----------------------------------------------------------------
 
@@ -285,8 +286,11 @@ class JobSchedules(ScheduleHooks):
     def resolve_name(self, job_type: JobType[Any] | str, name: str | None) -> ScheduleRow | None:
         type_name = job_type.name if isinstance(job_type, JobType) else job_type
         if name is not None:
+            # Validated like a registration: "" would otherwise find the singleton, whose
+            # stored name is the internal "" sentinel.
+            stored = validate_name(name)
             found: ScheduleRow | None = self.m._store.read(
-                lambda c: c.execute(q.GET_SCHEDULE_BY_NAME, (type_name, name)).fetchone()
+                lambda c: c.execute(q.GET_SCHEDULE_BY_NAME, (type_name, stored)).fetchone()
             )
             return found
         rows = self.m._store.read(lambda c: c.execute(q.SCHEDULES_OF_TYPE, (type_name,)).fetchall())
@@ -320,7 +324,16 @@ class JobSchedules(ScheduleHooks):
         )
 
     def sync(self, sid: str) -> None:
-        """Arm or disarm one schedule from its row; never raises."""
+        """Arm or disarm one schedule from its row; never raises.
+
+        Timers live on the manager's loop: called from another thread (a web app beside
+        the worker), the work is handed to that loop and happens shortly after.
+        """
+        loop = self.m._loop
+        if loop is not None and not _on_loop(loop):
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(self.sync, sid)
+            return
         try:
             row = self.get_row(sid)
             if row is None or not row[6]:
@@ -487,23 +500,32 @@ class JobSchedules(ScheduleHooks):
             return False
         m._after_enqueue([job], [_fresh_row(job)])
         if consume:
-            self.sched.unregister(_timer_id(sid))
+            self.sync(sid)  # the one-shot is spent now: its timer goes
         return True
 
     # -- lifecycle hooks ------------------------------------------------------------
 
     async def catch_up_and_arm(self) -> None:
+        """Recovery step 3. Only the leader catches up and arms (DESIGN §3): a follower
+        would count a fire the live leader is about to make as missed. A follower does
+        both when it takes over (`on_leadership`)."""
+        if self.leader:
+            await self._catch_up_all()
+        self.armed_phase = True
+        if self.leader:
+            self.arm_all()
+
+    async def _catch_up_all(self) -> None:
         rows = [r for r in self.list_rows() if r[6] and r[1] in self.m._handlers]
         for row in rows:
-            if self.m._stopping:
+            # One schedule's catch-up (on_missed + make-up job) is atomic; stop and a
+            # lost leadership are honoured between schedules.
+            if self.m._stopping or not self.leader:
                 return
             try:
                 await self._catch_up(row)
             except Exception:
                 log.exception("catch-up of schedule %s failed", row[0])
-        self.armed_phase = True
-        if self.leader:
-            self.arm_all()
 
     async def _catch_up(self, row: ScheduleRow) -> None:
         snap = snapshot_of(row)
@@ -576,8 +598,9 @@ class JobSchedules(ScheduleHooks):
         if leader == self.leader:
             return
         self.leader = leader
-        if leader and self.may_arm():
-            self.arm_all()
+        loop = self.m._loop
+        if leader and self.may_arm() and loop is not None:
+            self._takeover = loop.create_task(self._take_over())
         elif not leader:
             for timer in self.sched.ids():
                 self.sched.unregister(timer)
@@ -652,12 +675,38 @@ class JobSchedules(ScheduleHooks):
             if row is not None and nxt_ms != row[7]:
                 self._set_next_run(sid, nxt_ms)
 
+    async def _take_over(self) -> None:
+        """Leadership moved here mid-session (the old leader died or stopped): catch up
+        on what fell due while nobody led, then arm, in the startup order and for the
+        same reason. Catch-up writes, so a paused manager only arms."""
+        try:
+            if not self.paused:
+                await self._catch_up_all()
+            if self.leader and self.may_arm():
+                self.arm_all()
+        except Exception:
+            log.exception("taking over the schedules failed; a restart re-arms them")
+
     async def on_stop(self) -> None:
+        takeover = self._takeover
+        if takeover is not None and not takeover.done():
+            takeover.cancel()
+            try:
+                await takeover
+            except (asyncio.CancelledError, Exception):
+                pass
         await self.sched.stop()
 
 
 def _timer_id(sid: str) -> str:
     return f"schedule:{sid}"
+
+
+def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
 
 
 def _fresh_row(job: Any) -> tuple[Any, ...]:
