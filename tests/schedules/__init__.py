@@ -27,6 +27,7 @@ __all__ = [
     "TICK",
     "Tick",
     "advance",
+    "catchup_key",
     "keys_of",
     "make_manager",
     "run",
@@ -114,6 +115,11 @@ async def until(check: Callable[[], bool], *, timeout: float = 5.0) -> None:
 def sid_key(sid: str, at: datetime) -> str:
     """The idempotency key of a natural fire of `sid` at `at` (DESIGN §7)."""
     return f"schedule:{sid}:{round(at.timestamp() * 1000)}"
+
+
+def catchup_key(sid: str, first_missed: datetime) -> str:
+    """The key of a catch-up make-up job (DESIGN §7)."""
+    return f"schedule:{sid}:catchup:{round(first_missed.timestamp() * 1000)}"
 
 
 def keys_of(jobs: jl.JobManager, sid: str) -> Counter[str | None]:

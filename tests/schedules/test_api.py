@@ -13,7 +13,18 @@ import pytest
 
 import jobledger as jl
 from jobledger.testing import FakeClock
-from tests.schedules import START, TICK, Tick, advance, keys_of, make_manager, run, sid_key
+from tests.schedules import (
+    START,
+    TICK,
+    Tick,
+    advance,
+    keys_of,
+    make_manager,
+    run,
+    settle,
+    sid_key,
+    until,
+)
 
 OTHER = jl.JobType("sched.other", Tick)
 
@@ -549,5 +560,73 @@ def test_sync_never_raises(tmp_path: Path) -> None:
         s.jobs.sync_job_schedule_timer_by_id("no such id")
         s.jobs._store.write(lambda c: c.execute("DELETE FROM job_schedules"), "test")
         s.jobs.sync_job_schedule_timer_by_id(s.sid)
+
+    started(tmp_path, body)
+
+
+def test_mutations_from_another_thread_arm_on_the_loop(tmp_path: Path) -> None:
+    """A web app thread beside the worker's loop: the timers follow on the loop."""
+
+    async def body(s: Started) -> None:
+        def register() -> str:
+            return s.jobs.register_job_schedule(
+                TICK, Tick(n=2), trigger=jl.Interval(seconds=30), name="threaded"
+            )
+
+        sid = await asyncio.to_thread(register)
+        await until(lambda: s.sched.has(f"schedule:{sid}"))
+        await settle()
+        snap = s.jobs.get_job_schedule_by_id(sid)
+        assert snap is not None
+        assert snap.next_run == START + timedelta(seconds=30)
+        await advance(s.clock, 30)
+        assert keys_of(s.jobs, sid) == {sid_key(sid, START + timedelta(seconds=30)): 1}
+        assert await asyncio.to_thread(s.jobs.pause_job_schedule_by_id, s.sid) is True
+        await until(lambda: not s.sched.has(s.timer))
+        assert await asyncio.to_thread(s.jobs.unregister_job_schedule_by_id, sid) is True
+        await until(lambda: not s.sched.has(f"schedule:{sid}"))
+        await advance(s.clock, 120)
+        assert s.jobs.count(type=TICK) == 1
+
+    started(tmp_path, body)
+
+
+def test_by_name_lookups_validate_the_name(jobs: jl.JobManager) -> None:
+    jobs.register_job_schedule(TICK, Tick(n=1), trigger=jl.Interval(seconds=60))
+    # "" must not reach the singleton through its internal sentinel.
+    for call in (
+        lambda: jobs.get_job_schedule(TICK, ""),
+        lambda: jobs.pause_job_schedule(TICK, ""),
+        lambda: jobs.unregister_job_schedule(TICK, " padded "),
+    ):
+        assert _code(call) == "JOB_SCHEDULE_NAME_INVALID"
+    [snap] = jobs.list_job_schedules()
+    assert snap.enabled
+
+
+def test_a_once_moved_onto_a_moment_a_manual_fire_covered_is_not_re_armed(
+    tmp_path: Path,
+) -> None:
+    async def body(s: Started) -> None:
+        sid = s.jobs.register_job_schedule(
+            TICK, Tick(n=1), trigger=jl.Once(at=START + timedelta(hours=1)), name="once"
+        )
+        timer = f"schedule:{sid}"
+        await advance(s.clock, 60)
+        assert await s.jobs.trigger_job_schedule_now_by_id(sid) is True  # last_run = +60 s
+        assert s.sched.has(timer)  # a manual pre-fire does not spend a future one-shot
+        snap = s.jobs.update_job_schedule(sid, trigger=jl.Once(at=START + timedelta(seconds=30)))
+        assert snap is not None
+        assert snap.next_run is None
+        assert not s.sched.has(timer)
+        # Moved past the manual fire, it is armed again.
+        snap = s.jobs.update_job_schedule(sid, trigger=jl.Once(at=START + timedelta(minutes=5)))
+        assert snap is not None
+        assert snap.next_run == START + timedelta(minutes=5)
+        await advance(s.clock, 300)
+        assert keys_of(s.jobs, sid) == {
+            None: 1,
+            sid_key(sid, START + timedelta(minutes=5)): 1,
+        }
 
     started(tmp_path, body)

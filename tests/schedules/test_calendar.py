@@ -16,7 +16,18 @@ import pytest
 
 import jobledger as jl
 from jobledger.testing import FakeClock
-from tests.schedules import START, TICK, Tick, advance, keys_of, make_manager, run, settle, sid_key
+from tests.schedules import (
+    START,
+    TICK,
+    Tick,
+    advance,
+    catchup_key,
+    keys_of,
+    make_manager,
+    run,
+    settle,
+    sid_key,
+)
 
 
 def _ms(at: datetime) -> int:
@@ -335,7 +346,7 @@ def test_catch_up_reports_the_real_missed_count(
             last_fire_at=START + timedelta(seconds=60),
         )
     ]
-    makeup_key = f"schedule:{sid}:catchup:{_ms(START + timedelta(seconds=120))}"
+    makeup_key = catchup_key(sid, START + timedelta(seconds=120))
     assert sorted(str(r.idempotency_key) for r in rows) == sorted(
         [sid_key(sid, START + timedelta(seconds=60))] + [makeup_key] * makeups
     )
@@ -367,9 +378,7 @@ def test_after_startup_minutes_delays_the_make_up_job(tmp_path: Path) -> None:
             rows = second.list(schedule_id=sid)
             assert [r.status for r in rows] == [jl.JobStatus.DELAYED]
             assert rows[0].scheduled_at == clock.now() + timedelta(minutes=5)
-            assert rows[0].idempotency_key == (
-                f"schedule:{sid}:catchup:{_ms(START + timedelta(hours=1))}"
-            )
+            assert rows[0].idempotency_key == catchup_key(sid, START + timedelta(hours=1))
             await advance(clock, 300)
             return second.list(schedule_id=sid)
 

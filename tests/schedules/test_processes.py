@@ -29,6 +29,7 @@ from tests.schedules import (
     TICK,
     Tick,
     advance,
+    catchup_key,
     keys_of,
     make_manager,
     run,
@@ -44,6 +45,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _timer(sid: str) -> str:
     return f"schedule:{sid}"
+
+
+def _leads(jobs: jl.JobManager) -> bool:
+    # A call, not a property read, so mypy does not narrow it across awaits.
+    return jobs.is_leader
 
 
 # --- in one process, on a fake clock -------------------------------------------------------
@@ -66,6 +72,8 @@ def test_two_managers_arming_the_same_schedule_never_fire_it_twice(tmp_path: Pat
             # Whoever leads, make both arm: the race a lease overlap could produce.
             for m in (a, b):
                 m._schedules.on_leadership(True)
+            await settle()
+            for m in (a, b):
                 assert m._schedules.sched.has(_timer(every))
             await advance(clock, 600)
             for m in (a, b):
@@ -138,6 +146,87 @@ def test_only_the_leader_arms_and_a_follower_takes_over(tmp_path: Path) -> None:
         assert keys == {sid_key(sid, START + timedelta(seconds=s)): 1 for s in (60, 120, 180, 240)}
 
     run(scenario())
+
+
+class MissedRecorder(jl.JobHandler[Tick, None]):
+    recovery = "retry"
+
+    def __init__(self) -> None:
+        self.missed: list[jl.MissedEvent] = []
+
+    def execute(self, ctx: jl.JobContext[Tick]) -> None:
+        return None
+
+    def on_missed(self, event: jl.MissedEvent) -> None:
+        self.missed.append(event)
+
+
+def test_a_new_leader_catches_up_what_fell_due_while_nobody_led(tmp_path: Path) -> None:
+    clock = FakeClock(START)
+    db = tmp_path / "db.sqlite"
+    recorder = MissedRecorder()
+
+    async def scenario() -> str:
+        a = make_manager(db, clock)
+        # Its lease check runs every 200 s: a gap long enough to miss a fire.
+        b = make_manager(db, clock, handler=recorder, poll_interval=10.0)
+        sid = a.register_job_schedule(
+            TICK, Tick(n=1), trigger=jl.Interval(seconds=60), catch_up=jl.AfterStartup(0)
+        )
+        await a.start()
+        await a.recovery_done
+        async with b:
+            await b.recovery_done
+            await advance(clock, 130)
+            await a.stop()
+            await advance(clock, 69)
+            assert not _leads(b)
+            await advance(clock, 1)
+            assert _leads(b)
+            await advance(clock, 50)
+            keys = keys_of(b, sid)
+        assert keys == {
+            sid_key(sid, START + timedelta(seconds=60)): 1,
+            sid_key(sid, START + timedelta(seconds=120)): 1,
+            catchup_key(sid, START + timedelta(seconds=180)): 1,
+            sid_key(sid, START + timedelta(seconds=240)): 1,
+        }
+        return sid
+
+    sid = run(scenario())
+    assert recorder.missed == [
+        jl.MissedEvent(sid, TICK.name, missed_count=1, last_fire_at=START + timedelta(seconds=120))
+    ]
+
+
+def test_a_follower_starting_beside_a_paused_leader_catches_up_nothing(tmp_path: Path) -> None:
+    clock = FakeClock(START)
+    db = tmp_path / "db.sqlite"
+    recorder = MissedRecorder()
+
+    async def scenario() -> str:
+        a = make_manager(db, clock)
+        sid = a.register_job_schedule(
+            TICK, Tick(n=1), trigger=jl.Interval(seconds=60), catch_up=jl.AfterStartup(0)
+        )
+        async with a:
+            await a.recovery_done
+            hold = a.pause("restore")
+            await advance(clock, 150)  # next_run (+60) is overdue while the leader is paused
+            b = make_manager(db, clock, handler=recorder)
+            async with b:
+                await b.recovery_done
+                await settle()
+                assert not b.is_leader
+                assert b.list(schedule_id=sid) == []
+                hold.dispose()
+                await advance(clock, 30)
+                keys = keys_of(a, sid)
+        assert keys == {sid_key(sid, START + timedelta(seconds=180)): 1}
+        return sid
+
+    run(scenario())
+    assert recorder.missed == []
 
 
 def test_the_leader_follows_schedule_changes_of_other_processes(tmp_path: Path) -> None:
@@ -225,6 +314,11 @@ def _wait(check: Callable[[], T | None], what: str) -> T:
         time.sleep(0.02)
 
 
+def _leading(worker: Worker) -> tuple[str, bool] | None:
+    status = worker.read()
+    return status if status is not None and status[1] else None
+
+
 def _fires(db: Path) -> list[tuple[str, str]]:
     conn = sqlite3.connect(db)
     try:
@@ -270,7 +364,7 @@ def test_two_worker_processes_fire_once_and_survive_the_leader_s_death(tmp_path:
         os.kill(first.proc.pid, signal.SIGKILL)
         first.proc.wait(WAIT)
         second = next(w for w in workers if w is not first)
-        second_id = _wait(lambda: (s := second.read()) and s[1] and s, "the follower to lead")
+        second_id = _wait(lambda: _leading(second), "the follower to lead")
         _wait(
             lambda: sum(1 for _, w in _fires(db) if w == second_id[0]) >= 8,
             "fires under the new leader",
