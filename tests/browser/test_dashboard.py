@@ -1,0 +1,157 @@
+"""The dashboard in a real browser: a live progress bar, and user data shown as text.
+
+A worker in this process (its own thread and loop) moves a job one step at a time, each
+step only after the page has shown the previous one, so what the test sees is the page
+following the database through the server-sent events, not a lucky timing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.sync_api import expect
+
+import jobledger as jl
+from jobledger._observe.http import create_app
+from jobledger.testing import FakeClock
+from tests.http.conftest import WORK, BackgroundWorker, Item, running_server
+
+pytestmark = pytest.mark.browser
+
+WAIT_MS = 15_000
+expect.set_options(timeout=WAIT_MS)
+XSS = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
+
+
+def _screenshot(page: Any, name: str) -> None:
+    """Kept for people: JOBLEDGER_SCREENSHOTS=dir saves what the browser showed."""
+    where = os.environ.get("JOBLEDGER_SCREENSHOTS")
+    if where:
+        page.screenshot(path=str(Path(where) / f"{name}.png"), full_page=True)
+
+
+def _stop(jobs: jl.JobManager) -> None:
+    """`await jobs.stop()` from a thread: Playwright's sync API owns this thread's loop."""
+    worker = threading.Thread(target=lambda: asyncio.run(jobs.stop()))
+    worker.start()
+    worker.join(30)
+
+
+def _status(page: Any) -> str:
+    return str(page.get_attribute("body", "data-status"))
+
+
+def _progress(page: Any) -> float:
+    return float(page.eval_on_selector("#progress", "el => el.value"))
+
+
+def test_job_page_progress_bar_follows_the_job_to_its_final_state(
+    page: Any, tmp_path: Path
+) -> None:
+    clock = FakeClock()
+    db = str(tmp_path / "jobs.db")
+    jobs = jl.JobManager(db, clock=clock, startup_delay=0)
+    gates = [asyncio.Event() for _ in range(5)]
+
+    @jobs.handler(WORK, recovery="retry")
+    async def stepper(ctx: jl.JobContext[Item]) -> dict[str, str]:
+        for i, value in enumerate((20, 40, 60, 80)):
+            await gates[i].wait()
+            clock.advance(1.0)  # past the progress throttle: every report reaches the row
+            await ctx.report_progress(value, f"chunk {i + 1} of 4")
+        await gates[4].wait()
+        return {"html": '<img src=x onerror="window.__pwned = 3">'}
+
+    worker = BackgroundWorker(jobs)
+    app = None
+    try:
+        job_id = worker.call(lambda: jobs.enqueue(WORK, Item(n=1, note=XSS)).id)
+        app = create_app(db, poll_interval=0.02)
+        with running_server(app) as url:
+            page.goto(f"{url}/jobs/{job_id}")
+            expect(page.locator("body")).to_have_attribute("data-status", "running")
+            seen = [(_status(page), _progress(page))]
+            for i, value in enumerate((20, 40, 60, 80)):
+                worker.call(gates[i].set)
+                expect(page.locator("#progress")).to_have_attribute("value", str(value))
+                seen.append((_status(page), _progress(page)))
+                assert page.text_content("#progress-detail") == f"chunk {i + 1} of 4"
+                assert page.text_content("#progress-text") == f"{value}%"
+            _screenshot(page, "job-running")
+            worker.call(gates[4].set)
+            expect(page.locator("body")).to_have_attribute("data-status", "completed")
+            seen.append((_status(page), _progress(page)))
+            _screenshot(page, "job-completed")
+
+            assert seen == [
+                ("running", 0.0),
+                ("running", 20.0),
+                ("running", 40.0),
+                ("running", 60.0),
+                ("running", 80.0),
+                ("completed", 100.0),
+            ]
+            assert page.text_content("#status") == "completed"
+            assert page.get_attribute("#live", "data-state") == "done"
+            # The output arrived through the event stream and is shown as text.
+            assert '<img src=x onerror=\\"window.__pwned = 3\\">' in str(
+                page.text_content("#output")
+            )
+            assert page.evaluate("window.__pwned") is None
+            assert page.locator("#output img").count() == 0
+            page.goto("about:blank")
+    finally:
+        for gate in gates:
+            worker.call(gate.set)
+        worker.close()
+        if app is not None:
+            app.state.read_model.close()
+
+
+def test_markup_in_payloads_is_shown_as_text(page: Any, tmp_path: Path) -> None:
+    db = str(tmp_path / "jobs.db")
+    jobs = jl.JobManager(db)
+    job_id = jobs.enqueue(WORK, Item(n=2, note=XSS), metadata={"label": "<b>bold?</b>"}).id
+    _stop(jobs)
+    app = create_app(db, poll_interval=0.02)
+    try:
+        with running_server(app) as url:
+            page.goto(f"{url}/jobs/{job_id}")
+            payload = str(page.text_content("#payload"))
+            assert "<script>window.__pwned = 1</script>" in payload
+            assert "<b>bold?</b>" in str(page.text_content("#metadata"))
+            assert page.locator("#payload script, #payload img, #metadata b").count() == 0
+            assert page.evaluate("document.scripts.length") == 1  # only /static/app.js
+            assert page.evaluate("window.__pwned") is None
+
+            page.goto(f"{url}/?type={WORK.name}")
+            assert page.locator(f'tr[data-job-id="{job_id}"]').count() == 1
+            _screenshot(page, "overview")
+            assert page.evaluate("window.__pwned") is None
+            page.goto("about:blank")
+    finally:
+        app.state.read_model.close()
+
+
+def test_overview_refreshes_itself(page: Any, tmp_path: Path) -> None:
+    db = str(tmp_path / "jobs.db")
+    jobs = jl.JobManager(db)
+    first = jobs.enqueue(WORK, Item(n=1)).id
+    app = create_app(db, poll_interval=0.02)
+    try:
+        with running_server(app) as url:
+            page.goto(url + "/")
+            assert page.locator(f'tr[data-job-id="{first}"]').count() == 1
+            second = jobs.enqueue(WORK, Item(n=2)).id
+            page.wait_for_selector(f'tr[data-job-id="{second}"]', timeout=WAIT_MS)
+            cell = page.locator('#queues-table tr[data-queue="http.work"] td.status-pending')
+            assert cell.text_content() == "2"
+            page.goto("about:blank")
+    finally:
+        _stop(jobs)
+        app.state.read_model.close()
