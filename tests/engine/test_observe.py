@@ -101,7 +101,9 @@ def test_finished_resolves_in_a_producer_only_manager(db_path: str) -> None:
 
     async def main() -> list[jl.JobSnapshot]:
         async with worker:
-            handles = [producer.enqueue(ITEM, Item(n=n)) for n in (1, -1, 3)]
+            # The producer has no handler, so its rows carry max_attempts from the call
+            # (default 3), not from the worker's retry policy.
+            handles = [producer.enqueue(ITEM, Item(n=n), max_attempts=1) for n in (1, -1, 3)]
             snaps = [await h.finished for h in handles]
             # Already terminal: resolves at once, also for a handle made from a read.
             snaps.append(await handles[0].finished)
