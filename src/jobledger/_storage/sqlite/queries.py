@@ -66,7 +66,7 @@ RETRY = (
     "started_at = NULL, worker_id = NULL, updated_at = ? "
     f"{_FENCE} RETURNING {JOB_COLUMNS}"
 )
-RELEASE_JOB_LOCKS = "DELETE FROM locks WHERE job_id = ?"
+RELEASE_JOB_LOCKS = "DELETE FROM locks WHERE job_id = ? AND worker_id = ?"
 SET_PROGRESS = f"UPDATE jobs SET progress = ?, progress_detail = ?, updated_at = ? {_FENCE}"
 GET_METADATA_FENCED = f"SELECT metadata FROM jobs {_FENCE}"
 SET_METADATA_FENCED = f"UPDATE jobs SET metadata = ?, updated_at = ? {_FENCE}"

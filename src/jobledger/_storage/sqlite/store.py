@@ -267,8 +267,10 @@ class SqliteStore:
                             o.attempt,
                         ),
                     ).fetchone()
-                if o.release_locks:
-                    conn.execute(q.RELEASE_JOB_LOCKS, (o.job_id,))
+                if o.release_locks and row is not None:
+                    # Only under a matched fence: a stale attempt must not free the
+                    # locks a re-claim of the same job holds now.
+                    conn.execute(q.RELEASE_JOB_LOCKS, (o.job_id, o.worker_id))
                 results.append(row)
             return results
 
@@ -370,7 +372,7 @@ class SqliteStore:
                 q.FORCE_CANCEL_RUNNING, (error, now_ms, now_ms, job_id, worker_id, attempt)
             ).fetchone()
             if row is not None:
-                conn.execute(q.RELEASE_JOB_LOCKS, (job_id,))
+                conn.execute(q.RELEASE_JOB_LOCKS, (job_id, worker_id))
             return row
 
         return self.write(work, "force_cancel")
