@@ -1,0 +1,1 @@
+"""Schedules without jobs: pure triggers (`triggers`) and in-memory timers (`scheduler`)."""
