@@ -91,6 +91,10 @@ class FakeClock:
         if seconds < 0:
             raise ValueError("FakeClock only moves forward")
         target = self._mono + seconds
+        # Let tasks that were just scheduled reach their first sleep, so a timer armed
+        # right before this call is not stepped over.
+        for _ in range(settle):
+            await asyncio.sleep(0)
         while True:
             with self._lock:
                 self._drop_done()
