@@ -56,7 +56,8 @@ def _leads(jobs: jl.JobManager) -> bool:
 
 
 def test_two_managers_arming_the_same_schedule_never_fire_it_twice(tmp_path: Path) -> None:
-    """The calendar compare-and-set alone: both arm (as in a leadership race)."""
+    """Both arm (as in a leadership race): the idempotency key and the calendar
+    compare-and-set together keep each fire to one row."""
     clock = FakeClock(START)
     db = tmp_path / "db.sqlite"
 
@@ -88,6 +89,34 @@ def test_two_managers_arming_the_same_schedule_never_fire_it_twice(tmp_path: Pat
             snap = a.get_job_schedule_by_id(cron)
             assert snap is not None
             assert snap.next_run is None
+
+    run(scenario())
+
+
+def test_a_stale_leader_firing_late_writes_nothing(tmp_path: Path) -> None:
+    """The compare-and-set, not the idempotency key, stops a late duplicate: once the
+    first job finished, its key is free again, yet a second fire of T must not land."""
+    clock = FakeClock(START)
+    db = tmp_path / "db.sqlite"
+
+    async def scenario() -> None:
+        a, b = make_manager(db, clock), make_manager(db, clock)
+        sid = a.register_job_schedule(TICK, Tick(n=1), trigger=jl.Cron("* * * * *"))
+        async with a, b:
+            await a.recovery_done
+            await b.recovery_done
+            await advance(clock, 60)
+            [job] = a.list(schedule_id=sid)
+            assert job.status == jl.JobStatus.COMPLETED
+            fired_at = START + timedelta(minutes=1)
+            assert job.idempotency_key == sid_key(sid, fired_at)
+            # b (say, a leader that stalled past its lease) now fires the same minute.
+            await b._schedules._fire(sid, fired_at)
+            await advance(clock, 1)
+            assert [j.id for j in b.list(schedule_id=sid)] == [job.id]
+            snap = b.get_job_schedule_by_id(sid)
+            assert snap is not None
+            assert snap.next_run == START + timedelta(minutes=2)
 
     run(scenario())
 
