@@ -84,8 +84,13 @@ class Runtime:
         for s in self.services:
             await s.on_ready()
 
+        async def ready(s: Service) -> None:
+            # The hook's coroutine is made only once its task runs: a stop() that cancels
+            # these tasks before their first step leaves no never-awaited coroutine behind.
+            await _guard(s.on_all_ready(), s.name)
+
         async def all_ready() -> None:
-            await asyncio.gather(*(_guard(s.on_all_ready(), s.name) for s in self.services))
+            await asyncio.gather(*(ready(s) for s in self.services))
 
         self._all_ready = asyncio.get_running_loop().create_task(all_ready())
 
