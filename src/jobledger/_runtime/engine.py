@@ -91,6 +91,10 @@ class Engine:
         self.global_blocked = False
         self.accepting = False  # claims allowed (started, recovery gate open, not stopping)
         self.paused = False
+        # Set once stop()'s drain is over: a stopped worker counts as dead, so an outcome
+        # that arrives later (a handler that ignored its cancel) is not written; the row
+        # stays `running` and recovery applies the type's strategy at the next start.
+        self.closed = False
         self.waiters: dict[str, list[asyncio.Future[JobSnapshot]]] = {}
         self._buffer: list[tuple[Outcome, Attempt]] = []
         self._flush_scheduled = False
@@ -372,6 +376,14 @@ class Engine:
         self._flush_scheduled = False
         batch, self._buffer = self._buffer, []
         if not batch:
+            return
+        if self.closed:
+            log.warning(
+                "%d job(s) finished after stop(); their rows are left for recovery", len(batch)
+            )
+            for _, attempt in batch:
+                self._release(attempt)
+                attempt.done.set()
             return
         now = self.now_ms()
         try:

@@ -350,6 +350,7 @@ class Lifecycle:
                 log.warning(
                     "%d job(s) still running after the %ss drain", len(pending), DRAIN_TIMEOUT
                 )
+        engine.closed = True
 
 
 def _handlers_of(worker: w.WorkerRow) -> dict[str, RecoveryStrategy]:
