@@ -113,6 +113,7 @@ class Lifecycle:
         self._recovery_done: asyncio.Future[None] | None = None
         self._runtime: Runtime | None = None
         self._stopping = False
+        self.started_at = 0.0  # clock.monotonic() at start(); the quiet window counts from it
 
     # -- recovery_done (exists from construction, bound to the loop lazily) ----------
 
@@ -137,6 +138,7 @@ class Lifecycle:
         m = self.m
         m._engine.accepting = True
         self.recovery_future()
+        self.started_at = m.clock.monotonic()
         self._runtime = Runtime([WorkerService(self), JobService(self)])
         await self._runtime.start()
         # Queues this manager wrote to before start() are its own work: run them now.
@@ -434,8 +436,11 @@ class JobService(Service):
         delay = self.lc.m.startup_delay
 
         async def window() -> None:
-            if delay > 0:
-                await self.clock.sleep(delay)
+            # Measured from start(), not from when this task first runs: time that passed
+            # in between (a FakeClock advanced right after start()) counts.
+            remaining = delay - (self.clock.monotonic() - self.lc.started_at)
+            if remaining > 0:
+                await self.clock.sleep(remaining)
             self.lc.quiet_window_elapsed()
 
         self.lc._quiet = asyncio.get_running_loop().create_task(window())
