@@ -32,6 +32,7 @@ import socket
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from jobledger._runtime.leader import LeaderLease
 from jobledger._runtime.services import Runtime, Service
 from jobledger._storage.rows import error_to_json
 from jobledger._storage.sqlite import queries as q
@@ -370,6 +371,7 @@ class WorkerService(Service):
     def __init__(self, lifecycle: Lifecycle) -> None:
         super().__init__(lifecycle.m.clock)
         self.lc = lifecycle
+        self.lease: LeaderLease | None = None
 
     async def on_init(self) -> None:
         m = self.lc.m
@@ -385,10 +387,47 @@ class WorkerService(Service):
 
     async def on_ready(self) -> None:
         m = self.lc.m
+        tick_every = max(m.poll_interval * 20, 1.0)
+        self.lease = LeaderLease(
+            m._store,
+            m.worker_id,
+            self.lc.hostname,
+            ttl=m.leader_ttl,
+            renew_every=min(m.heartbeat_interval or 5.0, tick_every),
+            now_ms=m._engine.now_ms,
+        )
+        # The first election is synchronous, so a lone manager leads from start() on.
+        try:
+            leader = self.lease.step()
+        except Exception:
+            log.warning("leader election failed; retrying at the next tick", exc_info=True)
+            leader = False
+        self._set_leader(leader, force=True)
         self.register_interval(self.beat, m.heartbeat_interval or 5.0)
-        self.register_interval(self.tick, max(m.poll_interval * 20, 1.0))
+        self.register_interval(self.lead, self.lease.cadence)
+        self.register_interval(self.tick, tick_every)
         if m.gc_interval > 0:
             self.register_interval(self.gc, m.gc_interval)
+
+    def lead(self) -> None:
+        """Renew or try to take the leader lease (also while paused: like the heartbeat,
+        it must not lapse during a long hold; only the leader's duties pause)."""
+        if self.lease is not None:
+            self._set_leader(self.lease.step())
+
+    def _set_leader(self, leader: bool, *, force: bool = False) -> None:
+        if leader == self.lc.is_leader and not force:
+            return
+        self.lc.is_leader = leader
+        try:
+            self.lc.schedules.on_leadership(leader)
+        except Exception:
+            log.exception("the on_leadership hook failed")
+        if leader:
+            try:
+                self.tick()  # a new leader rescues what its dead predecessor left, now
+            except Exception:
+                log.exception("rescue after taking leadership failed; the next tick retries")
 
     def beat(self) -> None:
         m = self.lc.m
@@ -400,13 +439,13 @@ class WorkerService(Service):
 
     def tick(self) -> None:
         """Mid-session rescue (the seed has none): dead workers' rows, by strategy."""
-        if self.lc.holds or not self.lc.dispatch_open:
+        if not self.lc.is_leader or self.lc.holds or not self.lc.dispatch_open:
             return
         self.lc.rescue()
 
     def gc(self) -> None:
         m = self.lc.m
-        if self.lc.holds:
+        if self.lc.holds or not self.lc.is_leader:
             return
         cutoff = m._engine.now_ms() - int(m.gc_retention * 1000)
         deleted = m._store.gc(cutoff)
@@ -415,6 +454,9 @@ class WorkerService(Service):
 
     async def on_stop(self) -> None:
         m = self.lc.m
+        if self.lease is not None:
+            self.lease.resign()
+            self._set_leader(False)
         now = m._engine.now_ms()
         try:
             m._store.write(

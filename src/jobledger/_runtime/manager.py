@@ -910,6 +910,11 @@ class JobManager:
     def paused(self) -> bool:
         return bool(self._lifecycle.holds)
 
+    @property
+    def is_leader(self) -> bool:
+        """True while this started manager holds the leader lease (rescue, GC, schedules)."""
+        return self._lifecycle.is_leader
+
     # -- lifecycle ------------------------------------------------------------------
 
     async def start(self) -> None:

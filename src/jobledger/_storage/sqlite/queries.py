@@ -180,3 +180,17 @@ MARK_FIRED = (
 )
 MARK_MANUAL = "UPDATE job_schedules SET last_run = ?, next_run = ?, updated_at = ? WHERE id = ?"
 CATCH_UP_CAS = "UPDATE job_schedules SET next_run = ?, updated_at = ? WHERE id = ? AND next_run = ?"
+
+# The leader lease (see `_runtime/leader.py`): one row, a term that grows on every change
+# of holder. A resigned or expired lease keeps its row, so the term never goes back.
+LEADER_WITH_HOLDER = (
+    "SELECT l.worker_id, l.term, l.expires_at, w.id IS NOT NULL, w.hostname, w.pid, "
+    "w.stopped_at FROM leader l LEFT JOIN workers w ON w.id = l.worker_id WHERE l.id = 1"
+)
+TAKE_LEADER = (
+    "INSERT INTO leader (id, worker_id, term, expires_at) VALUES (1, ?, ?, ?) "
+    "ON CONFLICT (id) DO UPDATE SET worker_id = excluded.worker_id, term = excluded.term, "
+    "expires_at = excluded.expires_at"
+)
+RENEW_LEADER = "UPDATE leader SET expires_at = ? WHERE id = 1 AND worker_id = ? AND term = ?"
+RESIGN_LEADER = "UPDATE leader SET expires_at = 0 WHERE id = 1 AND worker_id = ? AND term = ?"
