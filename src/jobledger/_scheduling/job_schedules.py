@@ -618,6 +618,8 @@ class JobSchedules(ScheduleHooks):
         """
         if self.paused or not self.may_arm():
             return
+        if self._takeover is not None and not self._takeover.done():
+            return  # arming now would move next_run past the points it is catching up
         try:
             rows = {r[0]: r for r in self.list_rows() if r[1] in self.m._handlers}
         except Exception:
