@@ -190,7 +190,10 @@ class MissedRecorder(jl.JobHandler[Tick, None]):
         self.missed.append(event)
 
 
-def test_a_new_leader_catches_up_what_fell_due_while_nobody_led(tmp_path: Path) -> None:
+@pytest.mark.parametrize("watcher_races", [False, True], ids=["quiet", "watcher-races"])
+def test_a_new_leader_catches_up_what_fell_due_while_nobody_led(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, watcher_races: bool
+) -> None:
     clock = FakeClock(START)
     db = tmp_path / "db.sqlite"
     recorder = MissedRecorder()
@@ -199,6 +202,17 @@ def test_a_new_leader_catches_up_what_fell_due_while_nobody_led(tmp_path: Path) 
         a = make_manager(db, clock)
         # Its lease check runs every 200 s: a gap long enough to miss a fire.
         b = make_manager(db, clock, handler=recorder, poll_interval=10.0)
+        if watcher_races:
+            # The watcher noticing another process's commit right after the takeover
+            # began must not arm ahead of the catch-up (which would skip it).
+            hooks = b._schedules
+            take = hooks.on_leadership
+
+            def then_follow(leader: bool) -> None:
+                take(leader)
+                hooks.follow()
+
+            monkeypatch.setattr(hooks, "on_leadership", then_follow)
         sid = a.register_job_schedule(
             TICK, Tick(n=1), trigger=jl.Interval(seconds=60), catch_up=jl.AfterStartup(0)
         )
