@@ -374,6 +374,9 @@ class WorkerService(Service):
         self.lease: LeaderLease | None = None
 
     async def on_init(self) -> None:
+        self.register()
+
+    def register(self) -> None:
         m = self.lc.m
         handlers = json.dumps(sorted(f"{n}={s.recovery}" for n, s in m._handlers.items()))
         now = m._engine.now_ms()
@@ -433,7 +436,16 @@ class WorkerService(Service):
         m = self.lc.m
         now = m._engine.now_ms()
         try:
-            m._store.write(lambda c: c.execute(q.HEARTBEAT, (now, m.worker_id)), "heartbeat")
+            beats = m._store.write(
+                lambda c: c.execute(q.HEARTBEAT, (now, m.worker_id)).rowcount, "heartbeat"
+            )
+            if beats == 0 and not self.lc._stopping:
+                # Another process judged us dead (a stall longer than worker_timeout) and
+                # recovered our rows, deleting our worker row. Register again: rows we claim
+                # from now on must belong to a registered worker, or nobody could ever
+                # recover them if we really die.
+                log.warning("worker %s was recovered as dead; registering again", m.worker_id)
+                self.register()
         except Exception:
             log.warning("heartbeat skipped", exc_info=True)
 
