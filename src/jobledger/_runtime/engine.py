@@ -37,7 +37,7 @@ from jobledger._runtime.attempt import Attempt
 from jobledger._runtime.context import JobContext
 from jobledger._runtime.events import EventBus, JobEvent
 from jobledger._runtime.timers import call_later
-from jobledger._storage.interface import ClaimedJob, JobRow, Outcome
+from jobledger._storage.interface import APPLIED, ClaimedJob, JobRow, Outcome
 from jobledger._storage.rows import error_to_json, snapshot_from_row
 from jobledger._storage.sqlite import queries as q
 from jobledger._storage.sqlite.store import SqliteStore
@@ -102,7 +102,7 @@ class Engine:
         self._pool: ThreadPoolExecutor | None = None
         self._settling: set[asyncio.Task[None]] = set()
         self.on_delayed: Callable[[int], None] = lambda at_ms: None
-        self.on_settled_row: Callable[[JobRow], None] = lambda row: None
+        self.on_settled_row: Callable[[JobRow], None] = _ignore_row
 
     # -- time -----------------------------------------------------------------------
 
@@ -386,6 +386,8 @@ class Engine:
                 attempt.done.set()
             return
         now = self.now_ms()
+        for outcome, attempt in batch:
+            outcome.want_row = self._wants_row(attempt)
         try:
             rows = self.store.finalize([o for o, _ in batch], now)
             write_failed = False
@@ -407,6 +409,8 @@ class Engine:
                 self.on_delayed(int(row[q.C_SCHEDULED_AT]))
                 self.publish_row(row)
                 attempt.done.set()
+            elif row is APPLIED:
+                self._settle_unread(attempt)
             else:
                 self.settle_row(row, attempt)
         if self.global_blocked:
@@ -415,6 +419,24 @@ class Engine:
         else:
             for name in kicks:
                 self.kick(name)
+
+    def _wants_row(self, attempt: Attempt) -> bool:
+        """Does anything here need the terminal row (a waiter, a listener, a hook)?"""
+        return (
+            attempt.job_id in self.waiters
+            or self.events.wants(attempt.job_id)
+            or attempt.spec.on_settled is not None
+            or self.on_settled_row is not _ignore_row
+        )
+
+    def _settle_unread(self, attempt: Attempt) -> None:
+        """Committed without reading the row back: nobody wanted it when it was written."""
+        if attempt.job_id in self.waiters:  # a waiter came from another thread meanwhile
+            row = self.store.get(attempt.job_id)
+            if row is not None:
+                self.settle_row(row, attempt)
+                return
+        attempt.done.set()
 
     def _release(self, attempt: Attempt) -> None:
         if self.inflight.get(attempt.job_id) is attempt:
@@ -517,6 +539,10 @@ class Engine:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
+
+
+def _ignore_row(row: JobRow) -> None:
+    return None
 
 
 def _set_if_pending(fut: asyncio.Future[JobSnapshot], snap: JobSnapshot) -> None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 __all__ = [
+    "APPLIED",
     "ClaimResult",
     "ClaimedJob",
     "JobFilter",
@@ -29,6 +30,8 @@ __all__ = [
 
 # A full `jobs` row in the column order of `queries.JOB_COLUMNS`.
 JobRow = tuple[Any, ...]
+# `finalize`'s answer for an outcome written with `want_row=False`: applied, row not read.
+APPLIED: JobRow = ()
 
 
 @dataclass(slots=True)
@@ -90,6 +93,9 @@ class Outcome:
     progress: float | None = None  # last reported progress, persisted with the outcome
     progress_detail: str | None = None
     release_locks: bool = False
+    # False: nobody needs the terminal row, so `finalize` answers APPLIED (or None when
+    # the fence did not match) instead of reading the row back.
+    want_row: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -56,11 +56,14 @@ def claim_sql(n_types: int) -> str:
 
 
 _FENCE = "WHERE id = ? AND status = 'running' AND worker_id = ? AND attempt = ?"
-FINISH = (
+# Reading the row back costs about as much as the write; FINISH_NO_ROW is for outcomes
+# nobody is waiting on (`Outcome.want_row`), and reports through rowcount.
+FINISH_NO_ROW = (
     "UPDATE jobs SET status = ?, output = ?, error = ?, finished_at = ?, updated_at = ?, "
     "progress = coalesce(?, progress), progress_detail = coalesce(?, progress_detail) "
-    f"{_FENCE} RETURNING {JOB_COLUMNS}"
+    f"{_FENCE}"
 )
+FINISH = f"{FINISH_NO_ROW} RETURNING {JOB_COLUMNS}"
 RETRY = (
     "UPDATE jobs SET status = 'delayed', attempt = attempt + 1, error = ?, scheduled_at = ?, "
     "started_at = NULL, worker_id = NULL, updated_at = ? "

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 from jobledger._storage import tx
 from jobledger._storage.interface import (
+    APPLIED,
     ClaimedJob,
     ClaimResult,
     JobFilter,
@@ -242,31 +243,37 @@ class SqliteStore:
     def finalize(
         self, outcomes: Sequence[Outcome], now_ms: int, *, label: str = "finalize"
     ) -> list[JobRow | None]:
-        """Write every outcome in one transaction; None where the fence did not match."""
+        """Write every outcome in one transaction; None where the fence did not match.
+
+        An outcome with `want_row=False` that applied answers `APPLIED` (its row unread).
+        """
 
         def work(conn: sqlite3.Connection) -> list[JobRow | None]:
             results: list[JobRow | None] = []
             for o in outcomes:
+                row: JobRow | None
                 if o.kind == "retry":
                     row = conn.execute(
                         q.RETRY, (o.error, o.retry_at, now_ms, o.job_id, o.worker_id, o.attempt)
                     ).fetchone()
                 else:
-                    row = conn.execute(
-                        q.FINISH,
-                        (
-                            o.kind,
-                            o.output,
-                            o.error,
-                            now_ms,
-                            now_ms,
-                            o.progress,
-                            o.progress_detail,
-                            o.job_id,
-                            o.worker_id,
-                            o.attempt,
-                        ),
-                    ).fetchone()
+                    params = (
+                        o.kind,
+                        o.output,
+                        o.error,
+                        now_ms,
+                        now_ms,
+                        o.progress,
+                        o.progress_detail,
+                        o.job_id,
+                        o.worker_id,
+                        o.attempt,
+                    )
+                    if o.want_row:
+                        row = conn.execute(q.FINISH, params).fetchone()
+                    else:
+                        applied = conn.execute(q.FINISH_NO_ROW, params).rowcount == 1
+                        row = APPLIED if applied else None
                 if o.release_locks and row is not None:
                     # Only under a matched fence: a stale attempt must not free the
                     # locks a re-claim of the same job holds now.
