@@ -174,7 +174,12 @@ class JobSchedules(ScheduleHooks):
             return "{}"
         if not isinstance(metadata, Mapping):
             raise JobValidationError("metadata must be a mapping", code="JOB_INVALID_OPTION")
-        return dumps(dict(metadata))
+        try:
+            return dumps(dict(metadata))
+        except (TypeError, ValueError) as exc:
+            raise JobValidationError(
+                f"metadata must be JSON: {exc}", code="JOB_INVALID_OPTION"
+            ) from None
 
     # -- register / update / delete -------------------------------------------------
 
@@ -191,6 +196,8 @@ class JobSchedules(ScheduleHooks):
         enabled: bool,
     ) -> str:
         spec = self._spec(job_type)
+        if not isinstance(enabled, bool):
+            raise JobValidationError("enabled must be a bool", code="JOB_INVALID_OPTION")
         stored_name = validate_name(name)
         trigger_json = self._trigger_json(trigger)
         catch_up_json = self._catch_up_json(catch_up)
