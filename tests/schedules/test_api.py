@@ -200,6 +200,28 @@ def test_invalid_payload_and_catch_up_write_nothing(jobs: jl.JobManager) -> None
     assert _rows(jobs) == before
 
 
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"metadata": {"x": object()}},
+        {"metadata": {"x": float("nan")}},
+        {"metadata": ["not", "a", "mapping"]},
+        {"enabled": "yes"},
+    ],
+    ids=["object", "nan", "list", "enabled"],
+)
+def test_invalid_options_are_job_errors(jobs: jl.JobManager, options: dict[str, Any]) -> None:
+    every = jl.Interval(seconds=60)
+    assert _code(lambda: jobs.register_job_schedule(TICK, Tick(n=1), trigger=every, **options)) == (
+        "JOB_INVALID_OPTION"
+    )
+    assert _rows(jobs) == []
+    sid = jobs.register_job_schedule(TICK, Tick(n=1), trigger=every)
+    before = _rows(jobs)
+    assert _code(lambda: jobs.update_job_schedule(sid, **options)) == "JOB_INVALID_OPTION"
+    assert _rows(jobs) == before
+
+
 def test_by_name_resolution(jobs: jl.JobManager) -> None:
     every = jl.Interval(seconds=60)
     # Nothing of the type: name-less lookups find nothing.
