@@ -155,3 +155,25 @@ def test_overview_refreshes_itself(page: Any, tmp_path: Path) -> None:
     finally:
         _stop(jobs)
         app.state.read_model.close()
+
+
+def test_cancel_button_with_actions_enabled(page: Any, tmp_path: Path) -> None:
+    db = str(tmp_path / "jobs.db")
+    jobs = jl.JobManager(db)
+    job_id = jobs.enqueue(WORK, Item(n=1)).id
+    _stop(jobs)
+    app = create_app(db, token="tok", allow_actions=True, poll_interval=0.02)
+    try:
+        with running_server(app) as url:
+            page.goto(f"{url}/jobs/{job_id}?token=tok")  # sets the cookie the POST uses
+            expect(page.locator("body")).to_have_attribute("data-status", "pending")
+            page.click("button[data-action-url]")
+            expect(page.locator("button[data-action-url]")).to_have_text("cancelled")
+            # The event stream (authorised by the same cookie) brings the new state.
+            expect(page.locator("body")).to_have_attribute("data-status", "cancelled")
+            assert page.text_content("#error-code") == "JOB_CANCELLED"
+            page.goto("about:blank")
+    finally:
+        for used in app.state.action_managers.values():
+            _stop(used)
+        app.state.read_model.close()

@@ -34,7 +34,7 @@ import hmac
 import json
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +59,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from jobledger._observe import dashboard, metrics
 from jobledger._observe.openapi import openapi_schema
 from jobledger._observe.read_model import JobQuery, ReadModel, iso, parse_statuses
+from jobledger._runtime.manager import JobManager
 from jobledger._types import JobSnapshot
 from jobledger.errors import JobError, StorageError
 
@@ -239,10 +240,13 @@ def create_app(
     poll_interval: float = 0.25,
     allowed_hosts: Sequence[str] | None = None,
     read_model: ReadModel | None = None,
+    action_manager: JobManager | None = None,
 ) -> Starlette:
     """The ASGI app over the database at `db_path` (opened read-only at once).
 
     `allow_actions` adds POST routes (cancel a job, run a schedule now) and needs `token`.
+    They use `action_manager` (never started; the caller closes it), else a bare
+    `JobManager(db_path)` made on first use and kept in `app.state.action_manager`.
     """
     if allow_actions and not token:
         raise ValueError("allow_actions needs a token")
@@ -385,8 +389,17 @@ def create_app(
         Route("/openapi.json", openapi_route),
         Mount("/static", app=StaticFiles(directory=_STATIC), name="static"),
     ]
+    holder: dict[str, JobManager] = {}
+    if action_manager is not None:
+        holder["m"] = action_manager
+
+    def manager() -> JobManager:
+        if "m" not in holder:
+            holder["m"] = JobManager(db_path)
+        return holder["m"]
+
     if allow_actions:
-        routes.extend(_action_routes(db_path, rm))
+        routes.extend(_action_routes(manager, rm))
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
@@ -419,24 +432,18 @@ def create_app(
     # "/api/jobs/" is not "/api/jobs": answer 404 instead of a redirect nobody documents.
     app.router.redirect_slashes = False
     app.state.read_model = rm
+    app.state.action_managers = holder
     return app
 
 
-def _action_routes(db_path: str, rm: ReadModel) -> list[Route]:
-    """POST routes, only with `allow_actions` (and so a token). They use a never-started
-    manager: it writes the request and returns; the worker that runs the job acts on it."""
-    from jobledger._runtime.manager import JobManager
-
-    holder: dict[str, JobManager] = {}
-
-    def manager() -> JobManager:
-        if "m" not in holder:
-            holder["m"] = JobManager(db_path)
-        return holder["m"]
+def _action_routes(manager: Callable[[], JobManager], rm: ReadModel) -> list[Route]:
+    """POST routes, only with `allow_actions` (and so a token). They go through a
+    never-started `JobManager`: it writes the request; the worker running a job acts on
+    it. Running a schedule needs the handler of its type registered in that manager."""
 
     async def cancel(request: Request) -> Response:
         job_id = request.path_params["job_id"]
-        if rm.get_job(job_id) is None:
+        if await run_in_threadpool(rm.get_job, job_id) is None:
             return _error(404, "JOB_NOT_FOUND", f"no job with id {job_id!r}")
         reason = request.query_params.get("reason") or "cancelled from the dashboard"
         outcome = await manager().cancel(job_id, reason=reason[:500])
@@ -444,15 +451,10 @@ def _action_routes(db_path: str, rm: ReadModel) -> list[Route]:
 
     async def run_schedule(request: Request) -> Response:
         schedule_id = request.path_params["schedule_id"]
-        m = manager()
-        trigger: Callable[[str], Awaitable[bool]] | None = getattr(
-            m, "trigger_job_schedule_now_by_id", None
-        )
-        if trigger is None:
-            return _error(501, "NOT_IMPLEMENTED", "schedules are not available in this build")
-        if rm.schedule(schedule_id) is None:
+        if await run_in_threadpool(rm.schedule, schedule_id) is None:
             return _error(404, "JOB_SCHEDULE_NOT_FOUND", f"no schedule with id {schedule_id!r}")
-        return JSONResponse({"id": schedule_id, "enqueued": bool(await trigger(schedule_id))})
+        written = await manager().trigger_job_schedule_now_by_id(schedule_id)
+        return JSONResponse({"id": schedule_id, "enqueued": bool(written)})
 
     return [
         Route("/api/jobs/{job_id:str}/cancel", cancel, methods=["POST"]),

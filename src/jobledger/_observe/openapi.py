@@ -311,8 +311,11 @@ def openapi_schema(*, actions: bool = False) -> dict[str, Any]:
                     "200": _json(
                         "Whether a job row was written.", _obj({"id": _STR, "enqueued": _BOOL})
                     ),
+                    "400": _error(
+                        "The schedule cannot run here (e.g. JOB_UNKNOWN_TYPE: serve without "
+                        "--app has no handler for its type)."
+                    ),
                     "404": _error("JOB_SCHEDULE_NOT_FOUND"),
-                    "501": _error("Schedules are not available."),
                 },
             }
         }

@@ -26,7 +26,7 @@ import click
 
 from jobledger._observe.read_model import ReadModel
 from jobledger._runtime.manager import JobManager
-from jobledger.cli._common import EXIT_BAD_INPUT, Settings, fail, reader
+from jobledger.cli._common import EXIT_BAD_INPUT, Settings, fail, load_manager, reader
 
 __all__ = ["bind", "demo", "is_loopback", "serve", "serve_app"]
 
@@ -145,6 +145,12 @@ async def serve_app(
     is_flag=True,
     help="Add POST routes to cancel jobs and run schedules (needs --token).",
 )
+@click.option(
+    "--app",
+    default=None,
+    metavar="MODULE:ATTR",
+    help="With --allow-actions: the JobManager whose handlers run schedules on demand.",
+)
 @click.option("--poll", type=click.FloatRange(min=0.01), default=0.25, show_default=True)
 @click.pass_obj
 def serve(
@@ -153,6 +159,7 @@ def serve(
     port: int,
     token: str | None,
     allow_actions: bool,
+    app: str | None,
     poll: float,
 ) -> None:
     """Serve the read-only HTTP API and the dashboard."""
@@ -160,15 +167,19 @@ def serve(
         fail(f"binding to {host} (beyond loopback) needs --token", EXIT_BAD_INPUT)
     if allow_actions and not token:
         fail("--allow-actions needs --token", EXIT_BAD_INPUT)
+    if app is not None and not allow_actions:
+        fail("--app is only used with --allow-actions", EXIT_BAD_INPUT)
     _, http = _web()
     rm = reader(settings)
-    app = http.create_app(
+    manager = load_manager(app, settings) if app is not None else None
+    asgi = http.create_app(
         settings.db,
         token=token,
         allow_actions=allow_actions,
         poll_interval=poll,
         allowed_hosts=None if token else list(http.LOOPBACK_HOSTS),
         read_model=rm,
+        action_manager=manager,
     )
     try:
         sock = bind(host, port)
@@ -180,8 +191,15 @@ def serve(
         click.echo(f"jobledger: serving {settings.db} at {url_of(sock)}")
         sys.stdout.flush()
 
+    async def main() -> None:
+        try:
+            await serve_app(asgi, sock, on_ready=ready)
+        finally:
+            for used in asgi.state.action_managers.values():
+                await used.stop()
+
     try:
-        asyncio.run(serve_app(app, sock, on_ready=ready))
+        asyncio.run(main())
     finally:
         rm.close()
 

@@ -12,7 +12,7 @@ import json
 import os
 from html import escape
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from jobledger._observe.read_model import STATUSES, JobQuery, ReadModel, iso
 from jobledger._types import JobSnapshot
@@ -107,7 +107,7 @@ def _queues_table(rm: ReadModel) -> str:
 def _job_row(s: JobSnapshot) -> str:
     return (
         f'<tr data-job-id="{_e(s.id)}">'
-        f'<td class="mono id"><a href="/jobs/{_e(s.id)}">{_e(s.id)}</a></td>'
+        f'<td class="mono id"><a href="/jobs/{_e(quote(s.id, safe=""))}">{_e(s.id)}</a></td>'
         f"<td>{_e(s.type)}</td><td>{_badge(str(s.status))}</td><td>{_e(s.queue)}</td>"
         f"<td class=num>{s.attempt + 1}/{s.max_attempts}</td>"
         f'<td class="nowrap">{_progress(s)}</td><td>{_time(s.created_at)}</td>'
@@ -160,20 +160,28 @@ def _jobs_section(rm: ReadModel, query: JobQuery, limit: int, offset: int) -> st
     return f"{_filters(query, limit)}{table}<p class=pager>{' '.join(pager)}</p>"
 
 
-def _schedules_table(rm: ReadModel) -> str:
+def _action(url: str, label: str) -> str:
+    """A button `app.js` turns into a POST (only rendered with `--allow-actions`)."""
+    return f'<button type="button" class="action" data-action-url="{_e(url)}">{_e(label)}</button>'
+
+
+def _schedules_table(rm: ReadModel, actions: bool) -> str:
     items = rm.schedules()
     if not items:
         return '<p class="empty">No schedules.</p>'
     rows = []
     for s in items:
         state = "enabled" if s["enabled"] else "paused"
+        run_url = f"/api/schedules/{quote(str(s['id']), safe='')}/run"
+        run_now = f"<td>{_action(run_url, 'Run now')}</td>" if actions else ""
         rows.append(
             f'<tr data-schedule-id="{_e(s["id"])}"><td>{_e(s["type"])}</td>'
             f"<td>{_e(s['name'] or '(singleton)')}</td><td class=mono>{_e(s['trigger_text'])}</td>"
             f'<td><span class="badge sched-{state}">{state}</span></td>'
             f"<td>{_time(s['next_run'])}</td><td>{_time(s['last_run'])}</td>"
             f"<td class=num>{_e(s['fire_count'])}</td>"
-            f'<td><a href="{_e(_link({"schedule_id": s["id"]}))}">jobs</a></td></tr>'
+            f'<td><a href="{_e(_link({"schedule_id": s["id"]}))}">jobs</a></td>'
+            f"{run_now}</tr>"
         )
     return (
         '<table class="grid" id="schedules-table"><thead><tr><th>Type</th><th>Name</th>'
@@ -226,7 +234,7 @@ def render_index(
 <h1>Queues <span class="muted small">{_e(os.path.basename(rm.path))}</span></h1>
 {_queues_table(rm)}</section>
 <section id="jobs"><h2>Jobs</h2>{_jobs_section(rm, query, limit, offset)}</section>
-<section id="schedules"><h2>Schedules</h2>{_schedules_table(rm)}</section>
+<section id="schedules"><h2>Schedules</h2>{_schedules_table(rm, actions)}</section>
 <section id="workers"><h2>Workers</h2>{_workers_section(rm)}</section>"""
     return _page("jobledger", body, page="index")
 
@@ -272,6 +280,9 @@ def render_job(snap: JobSnapshot, *, actions: bool = False) -> str:
     error = snap.error.to_json() if snap.error is not None else None
     hidden_error = "" if error else " hidden"
     code, message = (snap.error.code, snap.error.message) if snap.error else ("", "")
+    cancel = ""
+    if actions and not snap.is_terminal:
+        cancel = _action(f"/api/jobs/{quote(snap.id, safe='')}/cancel", "Cancel job")
     body = f"""<p><a href="/#jobs">← all jobs</a></p>
 <h1>Job <span class="mono">{_e(snap.id)}</span>
 <span id="status">{_badge(str(snap.status))}</span></h1>
@@ -280,6 +291,7 @@ def render_job(snap: JobSnapshot, *, actions: bool = False) -> str:
    aria-label="Progress"></progress>
   <span id="progress-text">{value:g}%</span>
   <span id="progress-detail" class="muted">{_e(snap.progress_detail or "")}</span>
+  {cancel}
 </div>
 {_dl(snap)}
 <section id="error-section"{hidden_error}><h2>Error</h2>

@@ -164,6 +164,27 @@
     window.setInterval(refresh, 2000);
   }
 
+  // ---- actions (only rendered with --allow-actions) --------------------------------
+
+  document.addEventListener("click", async (ev) => {
+    const button = ev.target.closest("button[data-action-url]");
+    if (!button) return;
+    button.disabled = true;
+    const label = button.textContent;
+    button.textContent = "…";
+    try {
+      const res = await fetch(button.dataset.actionUrl, { method: "POST" });
+      const body = await res.json();
+      if (!res.ok) throw new Error(body.error ? `${body.error.code}: ${body.error.message}` : res.status);
+      button.textContent = body.outcome || (body.enqueued ? "enqueued" : "done");
+    } catch (e) {
+      button.textContent = label;
+      button.disabled = false;
+      button.title = String(e.message || e);
+      button.classList.add("failed");
+    }
+  });
+
   localizeTimes(document);
   const page = document.body.dataset.page;
   if (page === "job") jobPage();
