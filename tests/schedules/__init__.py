@@ -21,6 +21,7 @@ import pydantic
 
 import jobledger as jl
 from jobledger.testing import FakeClock
+from tests.conftest import run as bounded_run
 
 __all__ = [
     "START",
@@ -50,8 +51,8 @@ TICK = jl.JobType("sched.tick", Tick)
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
-    """pytest-asyncio is off on purpose: each test owns one event loop."""
-    return asyncio.run(coro)
+    """One event loop per test (no pytest-asyncio), failing after 60 s instead of hanging."""
+    return bounded_run(coro, timeout=60.0)
 
 
 def make_manager(
