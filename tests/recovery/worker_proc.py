@@ -1,0 +1,163 @@
+"""A worker process for the recovery tests: `python -m tests.recovery.worker_proc DB MODE ...`.
+
+It builds a `JobManager` on DB with the handlers of MODE, starts it (`startup_delay=0`),
+and runs until SIGTERM, then stops cleanly and exits 0. It reports through files only, so
+the parent can watch it without sharing memory, and a `kill -9` loses nothing the parent
+needs:
+
+* `--markers FILE`: one line per handler execution, appended with O_APPEND
+  (`<type> <job id> <attempt> <extra>`), written *before* the handler blocks or returns.
+  This record lives outside the job table, so it can prove "ran exactly once" even if
+  the table lied.
+* `--status FILE`: rewritten atomically (write + rename) every ~20 ms with
+  `<worker id> <leader 0|1> <running count>`; it first appears once `start()` returned.
+
+Modes:
+    block   rec.abandon / rec.retry / rec.singleton (their strategies) and rec.locker
+            (abandon, takes the durable lock "shared-resource") — each blocks until its task
+            is cancelled, so the jobs stay `running` until the process dies or stops.
+    work    rec.bulk (concurrency from --concurrency) and rec.capped (concurrency 3): they
+            record their run and return; rec.capped first samples how many rec.capped
+            rows are `running` in the table (all processes) and records the count.
+    idle    no jobs; only a started manager (for the leadership tests).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sqlite3
+import sys
+from typing import Any
+
+import jobledger as jl
+from jobledger._types import RecoveryStrategy
+
+ABANDON = jl.JobType("rec.abandon", int)
+RETRY = jl.JobType("rec.retry", int)
+SINGLETON = jl.JobType("rec.singleton", int)
+LOCKER = jl.JobType("rec.locker", int)
+BULK = jl.JobType("rec.bulk", int)
+CAPPED = jl.JobType("rec.capped", int)
+
+CAPPED_CONCURRENCY = 3
+LOCK_NAME = "shared-resource"
+STATUS_EVERY = 0.02
+
+
+class Markers:
+    """Append-only execution log; one `os.write` per line, so lines never interleave."""
+
+    def __init__(self, path: str) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def mark(self, type_name: str, job_id: str, attempt: int, extra: object = "-") -> None:
+        os.write(self.fd, f"{type_name} {job_id} {attempt} {extra}\n".encode())
+
+
+def register_blocking(jobs: jl.JobManager, markers: Markers, concurrency: int) -> None:
+    forever = asyncio.Event()  # never set: these handlers leave only by cancellation
+
+    strategies: tuple[tuple[jl.JobType[int], RecoveryStrategy], ...] = (
+        (ABANDON, "abandon"),
+        (RETRY, "retry"),
+        (SINGLETON, "singleton"),
+    )
+    for job_type, strategy in strategies:
+
+        def make(name: str) -> Any:
+            async def block(ctx: jl.JobContext[int]) -> None:
+                markers.mark(name, ctx.job_id, ctx.attempt)
+                await forever.wait()
+
+            return block
+
+        jobs.handler(job_type, recovery=strategy, concurrency=concurrency)(make(job_type.name))
+
+    @jobs.handler(LOCKER, recovery="abandon", concurrency=concurrency)
+    async def locker(ctx: jl.JobContext[int]) -> None:
+        async with ctx.lock(LOCK_NAME):
+            markers.mark(LOCKER.name, ctx.job_id, ctx.attempt, "locked")
+            await forever.wait()
+
+
+def register_work(jobs: jl.JobManager, markers: Markers, concurrency: int, db: str) -> None:
+    sampler = sqlite3.connect(db, timeout=5.0, isolation_level=None)
+
+    @jobs.handler(BULK, recovery="retry", concurrency=concurrency)
+    async def bulk(ctx: jl.JobContext[int]) -> int:
+        markers.mark(BULK.name, ctx.job_id, ctx.attempt)
+        return ctx.payload
+
+    @jobs.handler(CAPPED, recovery="retry", concurrency=CAPPED_CONCURRENCY)
+    async def capped(ctx: jl.JobContext[int]) -> int:
+        running = sampler.execute(
+            "SELECT count(*) FROM jobs WHERE status = 'running' AND queue = ?", (CAPPED.name,)
+        ).fetchone()[0]
+        markers.mark(CAPPED.name, ctx.job_id, ctx.attempt, running)
+        # Hold the slot across a few loop turns so other processes' claims overlap it.
+        await asyncio.sleep(0.002)
+        return ctx.payload
+
+
+def write_status(path: str, jobs: jl.JobManager) -> None:
+    running = len(jobs._engine.inflight)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        f.write(f"{jobs.worker_id} {int(jobs.is_leader)} {running}\n")
+    os.replace(tmp, path)
+
+
+async def main(args: argparse.Namespace) -> int:
+    jobs = jl.JobManager(
+        args.db,
+        startup_delay=0,
+        global_max_concurrency=args.global_max,
+        worker_timeout=args.worker_timeout,
+        heartbeat_interval=args.heartbeat,
+        leader_ttl=args.leader_ttl,
+        poll_interval=0.02,
+        worker_id=args.worker_id,
+    )
+    markers = Markers(args.markers)
+    if args.mode == "block":
+        register_blocking(jobs, markers, args.concurrency)
+    elif args.mode == "work":
+        register_work(jobs, markers, args.concurrency, args.db)
+    elif args.mode != "idle":
+        raise SystemExit(f"unknown mode {args.mode!r}")
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    await jobs.start()
+    while not stop.is_set():
+        if args.status:
+            write_status(args.status, jobs)
+        try:
+            await asyncio.wait_for(stop.wait(), STATUS_EVERY)
+        except TimeoutError:
+            pass
+    await jobs.stop()
+    return 0
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="worker_proc")
+    p.add_argument("db")
+    p.add_argument("mode", choices=("block", "work", "idle"))
+    p.add_argument("--markers", required=True)
+    p.add_argument("--status", default=None)
+    p.add_argument("--worker-id", default=None)
+    p.add_argument("--concurrency", type=int, default=200)
+    p.add_argument("--global-max", type=int, default=1000)
+    p.add_argument("--worker-timeout", type=float, default=600.0)
+    p.add_argument("--heartbeat", type=float, default=5.0)
+    p.add_argument("--leader-ttl", type=float, default=15.0)
+    return p.parse_args(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main(parse(sys.argv[1:]))))
