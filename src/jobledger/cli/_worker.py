@@ -28,7 +28,7 @@ async def run_until_signal(manager: JobManager, *, banner: str | None = None) ->
         if banner:
             click.echo(banner, err=True)
         await stop.wait()
-        click.echo("jobledger: stopping (finishing running jobs, at most ~5 s)", err=True)
+        click.echo("jobledger: stopping (running jobs are cancelled; at most 4.5 s)", err=True)
     finally:
         for sig in signals:
             loop.remove_signal_handler(sig)
