@@ -50,7 +50,8 @@ class CancelToken:
     __slots__ = ("_event", "_lock", "_loop", "_waiters", "message", "reason")
 
     def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
-        self._event = threading.Event()
+        # Made by the first `wait_sync` only: one token per attempt, and most never block.
+        self._event: threading.Event | None = None
         self._lock = threading.Lock()
         self._loop = loop
         self._waiters: list[asyncio.Future[None]] = []
@@ -58,16 +59,17 @@ class CancelToken:
         self.message: str | None = None
 
     def is_set(self) -> bool:
-        return self._event.is_set()
+        return self.reason is not None
 
     def fire(self, reason: CancelReason, message: str | None = None) -> bool:
         """Set the token; False if it was already set (the first reason stays)."""
         with self._lock:
             if self.reason is not None:
                 return False
+            self.message = message  # before `reason`, which is what is_set() reads
             self.reason = reason
-            self.message = message
-            self._event.set()
+            if self._event is not None:
+                self._event.set()
             waiters, self._waiters = self._waiters, []
         for fut in waiters:
             loop = fut.get_loop()
@@ -87,7 +89,13 @@ class CancelToken:
 
     def wait_sync(self, timeout: float | None = None) -> bool:
         """For plain handlers: block this thread until fired or `timeout` passes."""
-        return self._event.wait(timeout)
+        with self._lock:
+            if self.reason is not None:
+                return True
+            if self._event is None:
+                self._event = threading.Event()
+            event = self._event
+        return event.wait(timeout)
 
     def __repr__(self) -> str:
         return f"CancelToken(reason={self.reason!r})"

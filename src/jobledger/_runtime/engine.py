@@ -23,6 +23,7 @@ done before it is durable.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 from collections.abc import Callable, Iterable
@@ -309,7 +310,7 @@ class Engine:
 
     def _completed(self, attempt: Attempt, job: ClaimedJob, result: Any) -> tuple[Outcome, Attempt]:
         try:
-            output = dumps(to_jsonable_python(result))
+            output = "null" if result is None else dumps(to_jsonable_python(result))
         except Exception as exc:
             return self._failed(
                 attempt,
@@ -558,8 +559,8 @@ def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
 
 
 def _loads_dict(text: str) -> dict[str, Any]:
-    import json
-
+    if text == "{}":  # the default metadata; most jobs carry nothing else
+        return {}
     value = json.loads(text)
     return value if isinstance(value, dict) else {}
 
