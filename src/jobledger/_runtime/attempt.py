@@ -2,14 +2,17 @@
 
 `Attempt` is the engine-side state behind a `JobContext`: the claim (worker id and
 attempt number, the fencing token of every write the handler causes), the cancel token,
-the last progress reported, the durable locks taken. Progress writes are throttled: at
-most one per `PROGRESS_INTERVAL` seconds reaches the row while the handler runs, and the
-last value is written with the outcome, so it is never lost.
+the last progress reported, the durable locks taken. Progress writes are throttled: a
+report reaches the row at once when the last such write is `PROGRESS_INTERVAL` seconds
+old; otherwise a trailing write lands it `PROGRESS_INTERVAL` after that write (so other
+processes never see a stale value for longer than the interval, even when the handler
+then works silently for minutes), and the outcome carries it in any case.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import threading
 import time
@@ -18,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from jobledger._core.registry import HandlerSpec, dumps
 from jobledger._runtime.context import CancelToken
+from jobledger._runtime.timers import call_later
 from jobledger.errors import JobError, JobValidationError
 
 if TYPE_CHECKING:
@@ -27,10 +31,13 @@ __all__ = ["PROGRESS_INTERVAL", "Attempt"]
 
 PROGRESS_INTERVAL = 0.25
 
+log = logging.getLogger("jobledger.engine")
+
 
 class Attempt:
     __slots__ = (
         "_engine",
+        "_flush_armed",
         "_last_progress_write",
         "attempt",
         "done",
@@ -79,6 +86,7 @@ class Attempt:
         self.progress_detail: str | None = None
         self.progress_dirty = False
         self._last_progress_write = -math.inf
+        self._flush_armed = False
         self.locks: set[str] = set()
 
     # -- progress and metadata ------------------------------------------------------
@@ -106,7 +114,48 @@ class Attempt:
             )
         else:
             self.progress_dirty = True
+            self._arm_flush(PROGRESS_INTERVAL - (now - self._last_progress_write))
         engine.publish_progress(self.job_id, value, detail)
+
+    def _arm_flush(self, delay: float) -> None:
+        """Schedule the trailing write (from any thread; at most one armed at a time)."""
+        loop = self._engine.loop
+        if self._flush_armed or loop is None or loop.is_closed():
+            return
+        self._flush_armed = True
+
+        def arm() -> None:
+            call_later(loop, self._engine.clock, delay, self._flush_progress)
+
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            arm()
+        else:
+            loop.call_soon_threadsafe(arm)
+
+    def _flush_progress(self) -> None:
+        # It leaves `_last_progress_write` alone: the throttle window stays anchored on the
+        # leading writes, so a report after a quiet spell is still written at once.
+        self._flush_armed = False
+        if not self.progress_dirty or self.submitted or self.progress is None:
+            return
+        self.progress_dirty = False
+        engine = self._engine
+        try:
+            engine.store.set_progress(
+                self.job_id,
+                engine.worker_id,
+                self.attempt,
+                self.progress,
+                self.progress_detail,
+                engine.now_ms(),
+            )
+        except Exception:
+            self.progress_dirty = True  # the outcome write still carries it
+            log.debug("trailing progress write of %s failed", self.job_id, exc_info=True)
 
     def patch_metadata(self, patch: Mapping[str, Any]) -> dict[str, Any]:
         if not isinstance(patch, Mapping):
