@@ -187,7 +187,7 @@ class _Guard:
                         "this page with <code>?token=...</code>.</p>",
                         status_code=401,
                     )
-                await self._send_with_headers(response, scope, receive, send, False)
+                await self._send_with_headers(response, scope, receive, send)
                 return
             set_cookie = from_query
 
@@ -213,7 +213,7 @@ class _Guard:
 
     @staticmethod
     async def _send_with_headers(
-        response: Response, scope: Scope, receive: Receive, send: Send, _: bool
+        response: Response, scope: Scope, receive: Receive, send: Send
     ) -> None:
         for name, value in _security_headers(scope.get("path", "")):
             response.headers.setdefault(name, value)
