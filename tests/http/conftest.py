@@ -165,12 +165,12 @@ def populate(path: str) -> Populated:
     return asyncio.run(main())
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def populated(tmp_path_factory: pytest.TempPathFactory) -> Populated:
     return populate(str(tmp_path_factory.mktemp("http") / "jobs.db"))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def base_url(populated: Populated) -> Iterator[str]:
     app = create_app(populated.path, poll_interval=0.02)
     with running_server(app) as url:

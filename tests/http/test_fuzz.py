@@ -46,7 +46,7 @@ schema = schemathesis.openapi.from_dict(
 
 @schema.parametrize()
 @settings(
-    max_examples=40,
+    max_examples=30,
     deadline=None,
     derandomize=True,
     database=None,
