@@ -30,6 +30,7 @@ from jobledger._runtime.manager import JobManager
 from jobledger._storage.rows import snapshot_from_row
 from jobledger._storage.sqlite import queries as q
 from jobledger._types import JobSnapshot
+from jobledger.errors import JobError
 
 __all__ = ["FakeClock", "assert_enqueued", "drain"]
 
@@ -89,8 +90,11 @@ async def drain(jobs: JobManager, *, timeout: float = 30.0) -> list[JobSnapshot]
     `async with jobs`). "Involved" means every job that was waiting or running when
     `drain` began, plus every job created while it ran (children, schedule fires), oldest
     first. A job no handler of this manager runs stays as it is (usually `pending`).
-    Raises `TimeoutError` when work is still going on after `timeout` real seconds.
+    Raises `TimeoutError` when work is still going on after `timeout` real seconds, and
+    `JobError` (`JOB_MANAGER_STOPPED`) for a stopped manager.
     """
+    if jobs._stopped or jobs._stopping:
+        raise JobError("drain() needs a manager that is not stopped", code="JOB_MANAGER_STOPPED")
     if not jobs._started:
         await jobs.start()
     clock = jobs.clock

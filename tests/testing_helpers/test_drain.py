@@ -110,3 +110,16 @@ def test_drain_raises_timeout_when_a_handler_never_ends(tmp_path: Path) -> None:
                 release.set()
 
     asyncio.run(main())
+
+
+def test_drain_refuses_a_stopped_manager(tmp_path: Path) -> None:
+    jobs = jl.JobManager(tmp_path / "j.db", clock=FakeClock(), startup_delay=0)
+
+    async def main() -> None:
+        async with jobs:
+            pass
+        with pytest.raises(jl.JobError) as info:
+            await drain(jobs)
+        assert info.value.code == "JOB_MANAGER_STOPPED"
+
+    asyncio.run(main())
