@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sqlite3
 import time
 from typing import Any
@@ -190,12 +191,20 @@ def test_doctor_reports_a_healthy_database_then_a_dead_worker(cli: Cli) -> None:
     assert healthy.exit_code == 0, healthy.stdout
     assert "integrity_check: ok" in healthy.stdout
     assert "healthy" in healthy.stdout
-    report = json.loads(cli("doctor", "--json", "--checkpoint").stdout)
+    # A producer keeps its connection open, so its writes stay in the WAL until a checkpoint.
+    producer = jl.JobManager(cli.db)
+    try:
+        producer.enqueue(jl.JobType("math.other", dict), {})
+        assert os.stat(cli.db + "-wal").st_size > 0
+        report = json.loads(cli("doctor", "--json", "--checkpoint").stdout)
+    finally:
+        asyncio.run(producer.stop())
     assert report["ok"] is True
     assert report["schema_version"] == report["library_schema_version"]
     assert report["journal_mode"] == "wal"
+    assert report["wal_bytes"] > 0
     assert report["checkpoint"]["busy"] == 0
-    assert report["wal_bytes"] == 0  # the TRUNCATE checkpoint emptied the WAL
+    assert report["checkpoint"]["wal_bytes_after"] == 0  # TRUNCATE emptied the WAL
 
     # A worker that died without stopping (a stale heartbeat) and left a running row.
     job_id = cli("jobs", "enqueue", "math.add", "--payload", '{"a":1,"b":1}').stdout.strip()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import click
@@ -46,6 +47,14 @@ def queues(settings: Settings, as_json: bool) -> None:
         ]
         table.add_row(qs.name, qs.type or "-", *cells, iso(qs.oldest_pending_at) or "-")
     console.print(table)
+
+
+def _wal_bytes(db: str) -> int:
+    # os.stat never opens the file (see the POSIX-lock hazard in _storage/lease.py).
+    try:
+        return os.stat(db + "-wal").st_size
+    except OSError:
+        return 0
 
 
 def _mib(n: int) -> str:
@@ -117,16 +126,20 @@ def doctor(settings: Settings, checkpoint: bool, as_json: bool) -> None:
     if as_json:
         data = diagnosis.to_json()
         if checkpointed is not None:
-            data["checkpoint"] = dict(
-                zip(("busy", "log", "checkpointed"), checkpointed, strict=True)
-            )
+            data["checkpoint"] = {
+                **dict(zip(("busy", "log", "checkpointed"), checkpointed, strict=True)),
+                "wal_bytes_after": _wal_bytes(settings.db),
+            }
         click.echo(json.dumps(data, indent=2))
     else:
         _print_diagnosis(diagnosis)
         if checkpointed is not None:
             busy, log, done = checkpointed
             state = "blocked by a reader or writer" if busy else "done"
-            out().print(f"checkpoint (TRUNCATE): {state}; {done}/{log} WAL frames copied")
+            out().print(
+                f"checkpoint (TRUNCATE): {state}; {done}/{log} WAL frames copied; "
+                f"WAL now {_mib(_wal_bytes(settings.db))}"
+            )
     if diagnosis.problems:
         raise SystemExit(EXIT_FAILED)
 

@@ -1,0 +1,399 @@
+"""Every SQL statement the PostgreSQL backend runs, in one place.
+
+Statements are templates over the schema name (`{s}`, replaced once per store by the
+quoted identifier), so every object lives in the store's schema and a user's own tables
+are never shadowed: nothing relies on `search_path`. Placeholders are psycopg's `%s`.
+
+`Queries(schema)` carries, under the same attribute names, the statements the SQLite
+backend keeps in `sqlite/queries.py` and that runtime code issues through `store.write` /
+`store.read` today (workers, schedules, leader): row tuples are column-for-column the
+same (integers for flags and epoch-ms times, JSON as text), so code that reads
+`row[C_STATUS]` works on either backend.
+
+As in SQLite, statuses are spelled as literals on hot paths so the planner can match the
+partial indexes.
+"""
+
+from __future__ import annotations
+
+import re
+
+from jobledger._storage.sqlite.queries import (
+    C_ATTEMPT,
+    C_CANCEL,
+    C_CREATED_AT,
+    C_ENQUEUED_BY,
+    C_ERROR,
+    C_FINISHED_AT,
+    C_ID,
+    C_KEY,
+    C_MAX_ATTEMPTS,
+    C_METADATA,
+    C_OUTPUT,
+    C_PARENT,
+    C_PAYLOAD,
+    C_PRIORITY,
+    C_PROGRESS,
+    C_PROGRESS_DETAIL,
+    C_QUEUE,
+    C_SCHEDULE,
+    C_SCHEDULED_AT,
+    C_STARTED_AT,
+    C_STATUS,
+    C_TIMEOUT,
+    C_TYPE,
+    C_UPDATED_AT,
+    C_WORKER,
+    JOB_COLUMNS,
+    SCHEDULE_COLUMNS,
+)
+
+__all__ = [
+    "C_ATTEMPT",
+    "C_CANCEL",
+    "C_CREATED_AT",
+    "C_ENQUEUED_BY",
+    "C_ERROR",
+    "C_FINISHED_AT",
+    "C_ID",
+    "C_KEY",
+    "C_MAX_ATTEMPTS",
+    "C_METADATA",
+    "C_OUTPUT",
+    "C_PARENT",
+    "C_PAYLOAD",
+    "C_PRIORITY",
+    "C_PROGRESS",
+    "C_PROGRESS_DETAIL",
+    "C_QUEUE",
+    "C_SCHEDULE",
+    "C_SCHEDULED_AT",
+    "C_STARTED_AT",
+    "C_STATUS",
+    "C_TIMEOUT",
+    "C_TYPE",
+    "C_UPDATED_AT",
+    "C_WORKER",
+    "JOB_COLUMNS",
+    "SCHEDULE_COLUMNS",
+    "Queries",
+    "check_schema_name",
+    "quote_ident",
+]
+
+_SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,49}$")
+_LIVE = "('pending', 'delayed', 'running')"
+_TERMINAL = "('completed', 'failed', 'cancelled')"
+_J_COLUMNS = ", ".join(f"j.{c.strip()}" for c in JOB_COLUMNS.split(","))
+_CLAIMED = (
+    "j.id, j.type, j.queue, j.priority, j.payload, j.attempt, j.max_attempts, j.timeout_ms, "
+    "j.metadata, j.parent_id, j.schedule_id, j.scheduled_at, j.started_at"
+)
+_FENCE = "WHERE id = %s AND status = 'running' AND worker_id = %s AND attempt = %s"
+
+
+def check_schema_name(schema: str) -> str:
+    """Lower-case letters, digits and `_`, at most 50 characters (the NOTIFY channel is
+    `jobledger_<schema>` and must fit PostgreSQL's 63-byte identifiers)."""
+    if not isinstance(schema, str) or not _SCHEMA_RE.match(schema):
+        raise ValueError(
+            f"schema must match {_SCHEMA_RE.pattern} (lower case, at most 50 chars): {schema!r}"
+        )
+    return schema
+
+
+def quote_ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+class Queries:
+    """The statements of one schema. Class attributes are the templates."""
+
+    # -- jobs: enqueue ---------------------------------------------------------------
+    # One statement per entry: insert unless the key is live or the parent is missing;
+    # on an idempotency conflict return the live row. The existing row is read from the
+    # statement's snapshot, so a conflict with a row committed *during* the statement
+    # returns nothing; the store then re-reads with a fresh snapshot.
+    ENQUEUE_ONE = (
+        "WITH ins AS ("
+        "INSERT INTO {s}.jobs (id, type, status, queue, priority, payload, max_attempts, "
+        "timeout_ms, idempotency_key, parent_id, schedule_id, metadata, enqueued_by, "
+        "scheduled_at, created_at, updated_at) "
+        "SELECT %(id)s, %(type)s, %(status)s, %(queue)s, %(priority)s, %(payload)s, "
+        "%(max_attempts)s, %(timeout_ms)s, %(key)s, %(parent)s, %(schedule)s, %(metadata)s, "
+        "%(enqueued_by)s, %(scheduled_at)s, %(created_at)s, %(created_at)s "
+        "WHERE %(parent)s::text IS NULL "
+        "OR EXISTS (SELECT 1 FROM {s}.jobs p WHERE p.id = %(parent)s::text) "
+        "ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL "
+        f"AND status IN {_LIVE} DO NOTHING RETURNING {JOB_COLUMNS}) "
+        f"SELECT true, {JOB_COLUMNS} FROM ins "
+        f"UNION ALL SELECT false, {_J_COLUMNS} FROM {{s}}.jobs j "
+        "WHERE %(key)s::text IS NOT NULL AND j.idempotency_key = %(key)s::text "
+        f"AND j.status IN {_LIVE} AND NOT EXISTS (SELECT 1 FROM ins)"
+    )
+    FIND_LIVE_BY_KEY = (
+        f"SELECT {JOB_COLUMNS} FROM {{s}}.jobs WHERE idempotency_key = %s AND status IN {_LIVE}"
+    )
+    PARENT_EXISTS = "SELECT 1 FROM {s}.jobs WHERE id = %s"
+    # Queue rows are numbered in commit order: the store takes `queues_lock_key` (held to
+    # COMMIT) first, so a reader that saw seq N never sees a row below N appear later
+    # (`queues_since` relies on it).
+    REGISTER_QUEUE = (
+        "INSERT INTO {s}.queues (name, type, created_at) VALUES (%s, %s, %s) "
+        "ON CONFLICT (name) DO NOTHING"
+    )
+    QUEUES_SINCE = "SELECT seq, name, type FROM {s}.queues WHERE seq > %s ORDER BY seq"
+
+    # -- jobs: dispatch --------------------------------------------------------------
+    ADVISORY_XACT_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
+    COUNT_RUNNING_IN_QUEUE = "SELECT count(*) FROM {s}.jobs WHERE status = 'running' AND queue = %s"
+    COUNT_RUNNING = "SELECT count(*) FROM {s}.jobs WHERE status = 'running'"
+    # Runs after the queue and global advisory locks were taken by earlier statements, so
+    # its snapshot (taken at statement start) sees every committed claim: both counts are
+    # exact. Always returns one row (the counts) even when nothing was claimed.
+    CLAIM = (
+        "WITH counts AS (SELECT "
+        "(SELECT count(*) FROM {s}.jobs WHERE status = 'running' AND queue = %(queue)s) AS in_q, "
+        "(SELECT count(*) FROM {s}.jobs WHERE status = 'running') AS total), "
+        "picked AS (SELECT id FROM {s}.jobs WHERE status = 'pending' AND cancel_requested = 0 "
+        "AND queue = %(queue)s AND scheduled_at <= %(now)s AND type = ANY(%(types)s) "
+        "ORDER BY priority, scheduled_at, id "
+        "LIMIT (SELECT greatest(0, least(%(qcap)s - in_q, %(gcap)s - total, %(limit)s)) "
+        "FROM counts) FOR UPDATE SKIP LOCKED), "
+        "claimed AS (UPDATE {s}.jobs j SET status = 'running', worker_id = %(worker)s, "
+        "started_at = %(now)s, updated_at = %(now)s FROM picked "
+        f"WHERE j.id = picked.id AND j.status = 'pending' RETURNING {_CLAIMED}) "
+        "SELECT counts.in_q, counts.total, claimed.* FROM counts LEFT JOIN claimed ON true"
+    )
+
+    # -- jobs: finalize (fenced on the claim) ---------------------------------------
+    # The locks are released only when the fence matched: a stale attempt's finalize must
+    # not free locks that a re-claim of the same job holds now.
+    FINISH = (
+        "WITH f AS (UPDATE {s}.jobs SET status = %s, output = %s, error = %s, "
+        "finished_at = %s, updated_at = %s, progress = coalesce(%s, progress), "
+        f"progress_detail = coalesce(%s, progress_detail) {_FENCE} RETURNING {JOB_COLUMNS}), "
+        "d AS (DELETE FROM {s}.locks WHERE %s AND job_id = %s AND worker_id = %s "
+        "AND EXISTS (SELECT 1 FROM f)) SELECT * FROM f"
+    )
+    # For outcomes nobody waits on (`Outcome.want_row=False`): reports only that it applied.
+    FINISH_NO_ROW = (
+        "WITH f AS (UPDATE {s}.jobs SET status = %s, output = %s, error = %s, "
+        "finished_at = %s, updated_at = %s, progress = coalesce(%s, progress), "
+        f"progress_detail = coalesce(%s, progress_detail) {_FENCE} RETURNING 1), "
+        "d AS (DELETE FROM {s}.locks WHERE %s AND job_id = %s AND worker_id = %s "
+        "AND EXISTS (SELECT 1 FROM f)) SELECT 1 FROM f"
+    )
+    RETRY = (
+        "WITH f AS (UPDATE {s}.jobs SET status = 'delayed', attempt = attempt + 1, error = %s, "
+        "scheduled_at = %s, started_at = NULL, worker_id = NULL, updated_at = %s "
+        f"{_FENCE} AND cancel_requested = 0 RETURNING {JOB_COLUMNS}), "
+        "d AS (DELETE FROM {s}.locks WHERE %s AND job_id = %s AND worker_id = %s "
+        "AND EXISTS (SELECT 1 FROM f)) SELECT * FROM f"
+    )
+    # A retryable failure of a row whose cancel was requested (by another process, before
+    # this worker fired the token) is a cancel: never retried. Exclusive with RETRY on
+    # `cancel_requested`, so the store sends both and at most one applies.
+    CANCEL_INSTEAD_OF_RETRY = (
+        "WITH f AS (UPDATE {s}.jobs SET status = 'cancelled', error = json_build_object("
+        "'code', 'JOB_CANCELLED', 'message', coalesce(cancel_reason, 'Cancelled by user'), "
+        "'retryable', false, 'params', json_build_object('reason', 'cancel'))::text, "
+        "finished_at = %s, updated_at = %s, progress = coalesce(%s, progress), "
+        "progress_detail = coalesce(%s, progress_detail) "
+        f"{_FENCE} AND cancel_requested = 1 RETURNING {JOB_COLUMNS}), "
+        "d AS (DELETE FROM {s}.locks WHERE %s AND job_id = %s AND worker_id = %s "
+        "AND EXISTS (SELECT 1 FROM f)) SELECT * FROM f"
+    )
+    RELEASE_JOB_LOCKS = "DELETE FROM {s}.locks WHERE job_id = %s AND worker_id = %s"
+    SET_PROGRESS = (
+        f"UPDATE {{s}}.jobs SET progress = %s, progress_detail = %s, updated_at = %s {_FENCE}"
+    )
+    GET_METADATA_FENCED = f"SELECT metadata FROM {{s}}.jobs {_FENCE} FOR UPDATE"
+    SET_METADATA_FENCED = f"UPDATE {{s}}.jobs SET metadata = %s, updated_at = %s {_FENCE}"
+
+    # Rows are locked in id order, so two promoters never deadlock; a row promoted by the
+    # other one meanwhile fails the re-check and is skipped.
+    PROMOTE_DUE = (
+        "UPDATE {s}.jobs SET status = 'pending', updated_at = %s WHERE id IN ("
+        "SELECT id FROM {s}.jobs WHERE status = 'delayed' AND scheduled_at <= %s "
+        "ORDER BY id FOR UPDATE) AND status = 'delayed' RETURNING queue"
+    )
+    NEXT_DELAYED_AT = "SELECT min(scheduled_at) FROM {s}.jobs WHERE status = 'delayed'"
+
+    # -- cancellation ----------------------------------------------------------------
+    REQUEST_CANCEL = (
+        "UPDATE {s}.jobs SET cancel_requested = 1, cancel_reason = coalesce(cancel_reason, %s), "
+        f"updated_at = %s WHERE id = %s AND status IN {_LIVE} RETURNING status, worker_id"
+    )
+    CANCEL_WAITING = (
+        "UPDATE {s}.jobs SET status = 'cancelled', error = %s, finished_at = %s, updated_at = %s "
+        f"WHERE id = %s AND status IN ('pending', 'delayed') RETURNING {JOB_COLUMNS}"
+    )
+    FORCE_CANCEL_RUNNING = (
+        "WITH f AS (UPDATE {s}.jobs SET status = 'cancelled', error = %s, finished_at = %s, "
+        f"updated_at = %s, output = NULL {_FENCE} RETURNING {JOB_COLUMNS}), "
+        "d AS (DELETE FROM {s}.locks WHERE job_id = %s AND worker_id = %s "
+        "AND EXISTS (SELECT 1 FROM f)) SELECT * FROM f"
+    )
+    # `{where}` is filled by the store from fixed column names only.
+    CANCEL_MANY_REQUEST = (
+        "UPDATE {s}.jobs SET cancel_requested = 1, cancel_reason = coalesce(cancel_reason, %s), "
+        "updated_at = %s WHERE id IN (SELECT id FROM {s}.jobs WHERE status = 'running' "
+        "AND {where} ORDER BY id FOR UPDATE) AND status = 'running' RETURNING id, worker_id"
+    )
+    CANCEL_MANY_WAITING = (
+        "UPDATE {s}.jobs j SET status = 'cancelled', cancel_requested = 1, error = %s, "
+        "finished_at = %s, updated_at = %s WHERE j.id IN (SELECT id FROM {s}.jobs "
+        "WHERE status IN ('pending', 'delayed') AND {where} ORDER BY id FOR UPDATE) "
+        f"AND j.status IN ('pending', 'delayed') RETURNING {_J_COLUMNS}"
+    )
+    CANCEL_REQUESTED_AMONG = (
+        "SELECT id, cancel_reason FROM {s}.jobs WHERE cancel_requested = 1 AND id = ANY(%s)"
+    )
+
+    # -- reads -----------------------------------------------------------------------
+    GET_JOB = f"SELECT {JOB_COLUMNS} FROM {{s}}.jobs WHERE id = %s"
+    TERMINAL_AMONG = (
+        f"SELECT {JOB_COLUMNS} FROM {{s}}.jobs WHERE id = ANY(%s) AND status IN {_TERMINAL}"
+    )
+    LIST_JOBS = (
+        f"SELECT {JOB_COLUMNS} FROM {{s}}.jobs{{where}} "
+        "ORDER BY created_at DESC, id DESC LIMIT %s OFFSET %s"
+    )
+    COUNT_JOBS = "SELECT count(*) FROM {s}.jobs{where}"
+    GC_TERMINAL = (
+        "DELETE FROM {s}.jobs WHERE id IN (SELECT id FROM {s}.jobs WHERE finished_at IS NOT NULL "
+        f"AND finished_at < %s AND status IN {_TERMINAL} LIMIT %s FOR UPDATE SKIP LOCKED)"
+    )
+
+    # -- durable named locks (layer 3) ------------------------------------------------
+    # A lock is free when no row exists, or when its holder job no longer runs under the
+    # claim that took it. Taking a held lock is three statements on purpose: the holder is
+    # checked *after* its row is locked, with a fresh snapshot (READ COMMITTED), so a
+    # holder whose claim committed while we waited is seen as running.
+    LOCK_INSERT = (
+        "INSERT INTO {s}.locks (name, job_id, worker_id, acquired_at) VALUES (%s, %s, %s, %s) "
+        "ON CONFLICT (name) DO NOTHING RETURNING 1"
+    )
+    LOCK_HOLDER = "SELECT job_id, worker_id FROM {s}.locks WHERE name = %s FOR UPDATE"
+    LOCK_HOLDER_RUNNING = (
+        "SELECT 1 FROM {s}.jobs WHERE id = %s AND status = 'running' AND worker_id = %s"
+    )
+    LOCK_TAKE_OVER = (
+        "UPDATE {s}.locks SET job_id = %s, worker_id = %s, acquired_at = %s WHERE name = %s"
+    )
+    RELEASE_LOCK = "DELETE FROM {s}.locks WHERE name = %s AND job_id = %s"
+
+    # -- change notification ---------------------------------------------------------
+    NOTE_CHANGE = "SELECT {s}.note_change()"
+    CHANGE_VERSION = "SELECT {s}.change_version()"
+
+    # -- workers and recovery (same names as sqlite/queries.py) ----------------------
+    REGISTER_WORKER = (
+        "INSERT INTO {s}.workers (id, hostname, pid, handlers, started_at, heartbeat_at, "
+        "stopped_at) VALUES (%s, %s, %s, %s, %s, %s, NULL) ON CONFLICT (id) DO UPDATE SET "
+        "hostname = excluded.hostname, pid = excluded.pid, handlers = excluded.handlers, "
+        "started_at = excluded.started_at, heartbeat_at = excluded.heartbeat_at, "
+        "stopped_at = NULL"
+    )
+    HEARTBEAT = "UPDATE {s}.workers SET heartbeat_at = %s WHERE id = %s AND stopped_at IS NULL"
+    STOP_WORKER = "UPDATE {s}.workers SET stopped_at = %s, heartbeat_at = %s WHERE id = %s"
+    LIST_WORKERS = (
+        "SELECT id, hostname, pid, handlers, started_at, heartbeat_at, stopped_at FROM {s}.workers"
+    )
+    DELETE_WORKER = "DELETE FROM {s}.workers WHERE id = %s"
+    WORKER_EXISTS = "SELECT 1 FROM {s}.workers WHERE id = %s"
+    # Locked, so no other process claims or cancels these rows while recovery decides.
+    LIVE_ROWS_OF_WORKER = (
+        f"SELECT {JOB_COLUMNS} FROM {{s}}.jobs WHERE "
+        "(status = 'running' AND worker_id = %s) "
+        "OR (status IN ('pending', 'delayed') AND enqueued_by = %s) ORDER BY id FOR UPDATE"
+    )
+    RELEASE_WORKER_LOCKS = "DELETE FROM {s}.locks WHERE worker_id = %s"
+    RESET_RUNNING = (
+        "UPDATE {s}.jobs SET status = 'pending', worker_id = NULL, started_at = NULL, "
+        "updated_at = %s, enqueued_by = NULL WHERE id = %s AND status = 'running' "
+        "AND worker_id = %s"
+    )
+    DISOWN = (
+        "UPDATE {s}.jobs SET enqueued_by = NULL WHERE id = %s AND status IN ('pending', 'delayed')"
+    )
+    CANCEL_RECOVERED = (
+        "UPDATE {s}.jobs SET status = 'cancelled', error = %s, finished_at = %s, updated_at = %s, "
+        f"output = NULL WHERE id = %s AND status IN {_LIVE} RETURNING {JOB_COLUMNS}"
+    )
+
+    # -- persistent schedules (same names and parameters as sqlite/queries.py) --------
+    INSERT_SCHEDULE = (
+        f"INSERT INTO {{s}}.job_schedules ({SCHEDULE_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, "
+        "%s, NULL, NULL, 0, %s, %s, %s)"
+    )
+    GET_SCHEDULE = f"SELECT {SCHEDULE_COLUMNS} FROM {{s}}.job_schedules WHERE id = %s"
+    GET_SCHEDULE_BY_NAME = (
+        f"SELECT {SCHEDULE_COLUMNS} FROM {{s}}.job_schedules WHERE type = %s AND name = %s"
+    )
+    SCHEDULES_OF_TYPE = (
+        f"SELECT {SCHEDULE_COLUMNS} FROM {{s}}.job_schedules WHERE type = %s "
+        "ORDER BY created_at, id"
+    )
+    LIST_SCHEDULES = f"SELECT {SCHEDULE_COLUMNS} FROM {{s}}.job_schedules ORDER BY created_at, id"
+    DELETE_SCHEDULE = "DELETE FROM {s}.job_schedules WHERE id = %s"
+    SET_NEXT_RUN = "UPDATE {s}.job_schedules SET next_run = %s, updated_at = %s WHERE id = %s"
+    MARK_FIRED = (
+        "UPDATE {s}.job_schedules SET last_run = %s, next_run = %s, "
+        "fire_count = fire_count + 1, updated_at = %s WHERE id = %s AND enabled = 1 "
+        "AND next_run = %s"
+    )
+    MARK_MANUAL = (
+        "UPDATE {s}.job_schedules SET last_run = %s, next_run = %s, updated_at = %s WHERE id = %s"
+    )
+    # A NULL expected `next_run` never matches, exactly as in SQLite.
+    CATCH_UP_CAS = (
+        "UPDATE {s}.job_schedules SET next_run = %s, updated_at = %s WHERE id = %s "
+        "AND next_run = %s"
+    )
+
+    # -- the leader lease (same names as sqlite/queries.py) ---------------------------
+    LEADER_WITH_HOLDER = (
+        "SELECT l.worker_id, l.term, l.expires_at, w.id IS NOT NULL, w.hostname, w.pid, "
+        "w.stopped_at FROM {s}.leader l LEFT JOIN {s}.workers w ON w.id = l.worker_id "
+        "WHERE l.id = 1"
+    )
+    TAKE_LEADER = (
+        "INSERT INTO {s}.leader (id, worker_id, term, expires_at) VALUES (1, %s, %s, %s) "
+        "ON CONFLICT (id) DO UPDATE SET worker_id = excluded.worker_id, term = excluded.term, "
+        "expires_at = excluded.expires_at"
+    )
+    RENEW_LEADER = (
+        "UPDATE {s}.leader SET expires_at = %s WHERE id = 1 AND worker_id = %s AND term = %s"
+    )
+    RESIGN_LEADER = (
+        "UPDATE {s}.leader SET expires_at = 0 WHERE id = 1 AND worker_id = %s AND term = %s"
+    )
+
+    def __init__(self, schema: str) -> None:
+        self.schema = check_schema_name(schema)
+        s = quote_ident(self.schema)
+        for name, value in vars(Queries).items():
+            if name.isupper() and isinstance(value, str):
+                setattr(self, name, value.replace("{s}", s))
+        # Advisory-lock keys and the NOTIFY channel, all scoped to the schema.
+        self.channel = f"jobledger_{self.schema}"
+        self.queues_lock_key = f"jobledger:{self.schema}:queues"
+        self.global_claim_key = f"jobledger:{self.schema}:claim"
+        self.leader_lock_key = f"jobledger:{self.schema}:leader"
+
+    def queue_claim_key(self, queue: str) -> str:
+        return f"jobledger:{self.schema}:queue:{queue}"
+
+    def recover_key(self, worker_id: str) -> str:
+        return f"jobledger:{self.schema}:recover:{worker_id}"
+
+    def update_schedule_sql(self, columns: list[str] | tuple[str, ...]) -> str:
+        """`UPDATE job_schedules SET c1 = %s, ... WHERE id = %s` for known column names."""
+        allowed = {c.strip() for c in SCHEDULE_COLUMNS.split(",")}
+        bad = [c for c in columns if c not in allowed]
+        if bad or not columns:
+            raise ValueError(f"not schedule columns: {bad or columns}")
+        sets = ", ".join(f"{c} = %s" for c in columns)
+        return f"UPDATE {quote_ident(self.schema)}.job_schedules SET {sets} WHERE id = %s"

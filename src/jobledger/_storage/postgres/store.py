@@ -1,0 +1,826 @@
+"""The PostgreSQL backend: the `Store` operations of `SqliteStore`, on a server.
+
+Same public methods, signatures and semantics as `sqlite.store.SqliteStore` (the
+conformance suite in `tests/conformance/` runs both), so the engine can use either. Row
+tuples are column-for-column those of SQLite (`queries.JOB_COLUMNS`).
+
+Connections (psycopg 3, all in autocommit mode; transactions are explicit):
+
+| role     | what                                       | used for                          |
+|----------|--------------------------------------------|-----------------------------------|
+| writer   | one connection, serialised by `self.lock`  | every write, `user_transaction`   |
+| readers  | `psycopg_pool.ConnectionPool`, lazy        | get/list/count and other reads    |
+| listener | one connection, lazy, `LISTEN`             | `data_version()`                  |
+
+The writer waits at most `busy_timeout` for any lock (`lock_timeout`), past it the caller
+gets `DatabaseBusy`, as with SQLite's busy timeout.
+
+Concurrency, where SQLite relied on its single writer:
+
+* Claim: one transaction takes `pg_advisory_xact_lock` on the queue's key, then on the
+  schema's global claim key, and only then (a new statement, so a new READ COMMITTED
+  snapshot that sees every committed claim) counts `running` rows and claims with
+  `FOR UPDATE SKIP LOCKED`. Both caps are therefore exact across hosts. The global lock
+  serialises claims of one schema cluster-wide (a claim is one short pipelined
+  transaction); with `exact_global_cap=False` it is skipped, the queue cap stays exact
+  and the global cap becomes best-effort, for deployments that value claim throughput
+  over an exact global ceiling.
+* Enqueue: `INSERT ... ON CONFLICT (idempotency_key) WHERE <live> DO NOTHING` on the
+  partial unique index, so two hosts enqueueing one key concurrently get one row (the
+  loser waits for the winner's COMMIT, then returns its row).
+* Multi-row updates (promote, cancel_many, recovery) lock their rows in id order, so they
+  never deadlock each other. Durable locks re-check their holder after locking its row.
+* A whole transaction is retried (3 attempts within 1 s) only for serialization failures
+  and deadlocks, after PostgreSQL rolled it back; all operations here are idempotent as
+  whole transactions. Other errors map onto the `StorageError` tree.
+
+Cross-process wake-ups: every write other processes care about (enqueue, finalize,
+cancel, promote, recovery) calls `<schema>.note_change()` inside its transaction: a
+`NOTIFY jobledger_<schema>` delivered at COMMIT, and a bump of a sequence for pollers.
+`data_version()` counts notifications from other connections, drained without blocking
+from the listener; when LISTEN is unavailable (`listen=False`, or it failed) it polls
+`change_version()`, which reports a change until no write is left in flight (see the
+migration for why that is exact).
+
+Hot operations are pipelined (psycopg pipeline mode): BEGIN, the statements and COMMIT
+travel together, so a claim or a finalize costs one network round trip.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg.pq import TransactionStatus
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from jobledger._storage.interface import (
+    APPLIED,
+    ClaimedJob,
+    ClaimResult,
+    JobFilter,
+    JobRow,
+    NewJob,
+    Outcome,
+)
+from jobledger._storage.postgres.migrate import migrate
+from jobledger._storage.postgres.queries import Queries, check_schema_name
+from jobledger.errors import (
+    DatabaseBusy,
+    DatabaseFull,
+    JobNotFound,
+    StorageError,
+    WriteTransactionFailed,
+)
+
+__all__ = ["Conn", "PostgresStore"]
+
+T = TypeVar("T")
+Conn = psycopg.Connection[Any]
+
+# SQLSTATEs: whole-transaction retry, then DB_BUSY.
+_RETRY_STATES = frozenset({"40001", "40P01"})  # serialization_failure, deadlock_detected
+# lock_not_available (lock_timeout), query_canceled (statement_timeout),
+# too_many_connections, cannot_connect_now.
+_BUSY_STATES = frozenset({"55P03", "57014", "53300", "57P03"}) | _RETRY_STATES
+_FULL_STATES = frozenset({"53100"})  # disk_full
+_RETRY_ATTEMPTS = 3
+_RETRY_BUDGET = 1.0
+_TERMINAL_CHUNK = 1000
+
+
+class PostgresStore:
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        schema: str = "jobledger",
+        busy_timeout: float = 1.0,
+        pool_size: int = 4,
+        listen: bool = True,
+        exact_global_cap: bool = True,
+        connect_timeout: float = 10.0,
+    ) -> None:
+        self.dsn = dsn
+        self.schema = check_schema_name(schema)
+        self.q = Queries(self.schema)
+        self.memory = False  # the runtime's ":memory:" special cases never apply
+        self.exact_global_cap = exact_global_cap
+        self._busy_timeout = busy_timeout
+        self._connect_timeout = connect_timeout
+        self._pool_size = max(1, pool_size)
+        self._listen_wanted = listen
+        self.lock = threading.RLock()
+        self._closed = False
+        self._known_queues: set[str] = set()
+        self._pool: ConnectionPool[Conn] | None = None
+        self._pool_lock = threading.Lock()
+        self._listener: Conn | None = None
+        self._listen_failed = False
+        self._listen_lock = threading.Lock()
+        self._version = 0
+        self._poll_seen: int | None = None
+        self._own_pids: set[int] = set()
+        conn = self._connect("migrate")
+        try:
+            migrate(conn, self.schema)
+        except psycopg.Error as exc:
+            conn.close()
+            raise _storage_error(exc, "migrate", None) from exc
+        except BaseException:
+            conn.close()
+            raise
+        self.conn = conn
+        self._configure_writer(conn)
+
+    # -- connections ----------------------------------------------------------------
+
+    def _connect(self, label: str) -> Conn:
+        try:
+            return psycopg.connect(
+                self.dsn,
+                autocommit=True,
+                connect_timeout=max(1, int(self._connect_timeout)),
+                application_name="jobledger",
+            )
+        except psycopg.Error as exc:
+            raise _storage_error(exc, label, None) from exc
+
+    def _configure_writer(self, conn: Conn) -> None:
+        ms = max(1, int(self._busy_timeout * 1000))
+        conn.execute("SELECT set_config('lock_timeout', %s, false)", (f"{ms}ms",))
+        self._own_pids.add(conn.info.backend_pid)
+
+    def _writer(self) -> Conn:
+        """The writer connection, reopened after close() or a lost connection.
+
+        Call with `self.lock` held. A stopped manager stays a producer and an observer
+        (DESIGN §4: enqueue after stop() writes the row), as with SqliteStore.
+        """
+        conn = self.conn
+        if self._closed or conn.closed or conn.broken:
+            if not conn.closed:
+                conn.close()
+            conn = self._connect("reconnect")
+            self._configure_writer(conn)
+            self.conn = conn
+            self._closed = False
+        return conn
+
+    def _readers(self) -> ConnectionPool[Conn]:
+        pool = self._pool
+        if pool is not None:
+            return pool
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ConnectionPool(
+                    self.dsn,
+                    min_size=1,
+                    max_size=self._pool_size,
+                    kwargs={"autocommit": True, "application_name": "jobledger-reader"},
+                    name=f"jobledger-{self.schema}",
+                    timeout=max(5.0, self._busy_timeout),
+                    open=True,
+                )
+            return self._pool
+
+    # -- plumbing -------------------------------------------------------------------
+
+    def write(self, work: Callable[[Conn], T], label: str) -> T:
+        """Run `work(conn)` in one write transaction (retried whole on deadlocks)."""
+        return self._tx(work, label)
+
+    def _tx(self, work: Callable[[Conn], T], label: str, *, piped: bool = False) -> T:
+        """One transaction on the writer. `piped`: in pipeline mode, so statements are
+        sent without waiting; a fetch inside `work` syncs, COMMIT goes at the end."""
+
+        def once(conn: Conn) -> T:
+            if piped:
+                with conn.pipeline(), conn.transaction():
+                    return work(conn)
+            with conn.transaction():
+                return work(conn)
+
+        return self._with_retry(once, label)
+
+    def _tx_then(self, send: Callable[[Conn], Callable[[], T]], label: str) -> T:
+        """One pipelined transaction whose results are read after COMMIT.
+
+        `send` only queues statements and returns how to read their results; BEGIN, the
+        statements and COMMIT travel in one round trip.
+        """
+
+        def once(conn: Conn) -> T:
+            with conn.pipeline(), conn.transaction():
+                fetch = send(conn)
+            return fetch()
+
+        return self._with_retry(once, label)
+
+    def _stmt(self, work: Callable[[Conn], T], label: str) -> T:
+        """One autocommit statement (atomic on its own): no BEGIN/COMMIT round trips."""
+        return self._with_retry(work, label)
+
+    def _with_retry(self, once: Callable[[Conn], T], label: str) -> T:
+        with self.lock:
+            started = time.monotonic()
+            attempt = 0
+            while True:
+                attempt += 1
+                conn = self._writer()
+                try:
+                    return once(conn)
+                except psycopg.Error as exc:
+                    status = _tx_status(conn)
+                    retryable = (
+                        exc.sqlstate in _RETRY_STATES
+                        and status == TransactionStatus.IDLE
+                        and attempt < _RETRY_ATTEMPTS
+                        and time.monotonic() - started < _RETRY_BUDGET
+                    )
+                    if retryable:
+                        time.sleep(0.005 * attempt)
+                        continue
+                    raise _storage_error(exc, label, conn, attempts=attempt) from exc
+
+    @contextmanager
+    def user_transaction(self) -> Iterator[Conn]:
+        """A caller-driven write transaction (`jobs.write_tx()`); no automatic retry.
+
+        The caller's SQL uses psycopg placeholders (`%s`); jobledger's tables live in
+        `self.schema`.
+        """
+        with self.lock:
+            conn = self._writer()
+            try:
+                with conn.transaction():
+                    yield conn
+            except psycopg.Error as exc:
+                raise _storage_error(exc, "write_tx", conn) from exc
+
+    def read(self, work: Callable[[Conn], T]) -> T:
+        try:
+            with self._readers().connection() as conn:
+                return work(conn)
+        except PoolTimeout as exc:
+            raise DatabaseBusy(
+                f"read: no reader connection within the pool timeout ({exc})",
+                params={"label": "read", "pg_error": str(exc)},
+            ) from exc
+        except psycopg.Error as exc:
+            raise _storage_error(exc, "read", None) from exc
+
+    def close(self) -> None:
+        # No early return on `_closed`: a use after close() reopens what it needs (the
+        # reader pool, the listener), and a later close() must close that too.
+        self._closed = True
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+        with self._listen_lock:
+            listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.close()
+        with self.lock:
+            self.conn.close()
+
+    def data_version(self) -> int:
+        """Changes whenever *another* connection commits a change; cheap enough to poll."""
+        with self._listen_lock:
+            if self._listen_wanted and not self._listen_failed:
+                version = self._drain_notifications()
+                if version is not None:
+                    return version
+            try:
+                seen = self.read(lambda c: _scalar(c.execute(self.q.CHANGE_VERSION).fetchone()))
+            except StorageError:
+                seen = None
+            # None: a write may still be committing; count it as a change every time
+            # until it is settled, so the caller's next look finds the committed rows.
+            if seen is None or seen != self._poll_seen:
+                self._version += 1
+            self._poll_seen = None if seen is None else int(seen)
+            return self._version
+
+    def _drain_notifications(self) -> int | None:
+        """The LISTEN path; None when LISTEN is unavailable (use the poll fallback)."""
+        listener = self._listener
+        if listener is None or listener.closed or listener.broken:
+            if listener is not None and not listener.closed:
+                listener.close()
+            self._listener = None
+            try:
+                listener = psycopg.connect(
+                    self.dsn,
+                    autocommit=True,
+                    connect_timeout=max(1, int(self._connect_timeout)),
+                    application_name="jobledger-listener",
+                )
+            except psycopg.Error:
+                return None  # poll this time; try to listen again at the next call
+            try:
+                listener.execute(f"LISTEN {self.q.channel}")
+            except psycopg.Error:
+                listener.close()
+                self._listen_failed = True  # e.g. a pooler that cannot LISTEN: poll for good
+                return None
+            self._listener = listener
+            self._version += 1  # whatever happened while nobody listened
+            return self._version
+        try:
+            for note in listener.notifies(timeout=0):
+                if note.pid not in self._own_pids:
+                    self._version += 1
+        except psycopg.Error:
+            listener.close()
+            self._listener = None
+            self._version += 1  # notifications may have been lost with the connection
+        return self._version
+
+    # -- enqueue --------------------------------------------------------------------
+
+    def enqueue(self, jobs: Sequence[NewJob], conn: Conn | None = None) -> list[JobRow]:
+        """Insert `jobs`; an entry whose key is live returns the existing row instead.
+
+        Returns, per entry, the row as stored (the existing one on an idempotency hit).
+        With `conn` (from `user_transaction`), runs inside the caller's open transaction.
+        """
+        if conn is not None:
+            return self._enqueue_in(conn, jobs)
+        return self._tx(lambda c: self._enqueue_in(c, jobs), "enqueue", piped=True)
+
+    def _enqueue_in(self, conn: Conn, jobs: Sequence[NewJob]) -> list[JobRow]:
+        q = self.q
+        first_of_key: dict[str, int] = {}
+        duplicate_of: dict[int, int] = {}
+        sent: list[tuple[int, psycopg.Cursor[Any]]] = []
+        with conn.pipeline():
+            for i, job in enumerate(jobs):
+                key = job.idempotency_key
+                if key is not None:
+                    if key in first_of_key:
+                        duplicate_of[i] = first_of_key[key]
+                        continue
+                    first_of_key[key] = i
+                sent.append((i, conn.execute(q.ENQUEUE_ONE, _enqueue_params(job))))
+            if sent:
+                conn.execute(q.NOTE_CHANGE)
+        out: list[JobRow | None] = [None] * len(jobs)
+        inserted: list[NewJob] = []
+        for i, cur in sent:
+            row = cur.fetchone()
+            if row is None:
+                row = self._enqueue_slow(conn, jobs[i])
+            out[i] = tuple(row[1:])
+            if row[0]:
+                inserted.append(jobs[i])
+        for i, first in duplicate_of.items():
+            out[i] = out[first]
+        self._register_queues(conn, inserted)
+        return [row for row in out if row is not None]
+
+    def _enqueue_slow(self, conn: Conn, job: NewJob) -> tuple[Any, ...]:
+        """The entry inserted nothing and saw no live row: a missing parent, or a live row
+        that committed (or ended) while the statement ran. Decide with fresh snapshots."""
+        q = self.q
+        for _ in range(5):
+            key = job.idempotency_key
+            if key is not None:
+                hit = conn.execute(q.FIND_LIVE_BY_KEY, (key,)).fetchone()
+                if hit is not None:
+                    return (False, *hit)
+            if (
+                job.parent_id is not None
+                and conn.execute(q.PARENT_EXISTS, (job.parent_id,)).fetchone() is None
+            ):
+                raise JobNotFound(
+                    f"parent job {job.parent_id!r} does not exist",
+                    params={"parent_id": job.parent_id},
+                )
+            row = conn.execute(q.ENQUEUE_ONE, _enqueue_params(job)).fetchone()
+            if row is not None:
+                return tuple(row)
+        raise WriteTransactionFailed(
+            f"enqueue: idempotency key {job.idempotency_key!r} kept changing owner",
+            params={"label": "enqueue", "idempotency_key": job.idempotency_key},
+        )
+
+    def _register_queues(self, conn: Conn, inserted: Sequence[NewJob]) -> None:
+        new: dict[str, NewJob] = {}
+        for job in inserted:
+            if job.queue not in self._known_queues and job.queue not in new:
+                new[job.queue] = job
+        if not new:
+            return
+        with conn.pipeline():
+            conn.execute(self.q.ADVISORY_XACT_LOCK, (self.q.queues_lock_key,))
+            for name, job in new.items():
+                conn.execute(self.q.REGISTER_QUEUE, (name, job.type, job.created_at))
+
+    def remember_queues(self, names: Iterator[str] | Sequence[str]) -> None:
+        """Called after COMMIT: these queues are registered and need no further INSERT."""
+        self._known_queues.update(names)
+
+    def queues_since(self, seq: int) -> list[tuple[int, str, str]]:
+        rows = self.read(lambda c: c.execute(self.q.QUEUES_SINCE, (seq,)).fetchall())
+        return [(int(r[0]), str(r[1]), str(r[2])) for r in rows]
+
+    # -- dispatch -------------------------------------------------------------------
+
+    def claim(
+        self,
+        queue: str,
+        *,
+        queue_cap: int,
+        global_cap: int,
+        limit: int,
+        now_ms: int,
+        worker_id: str,
+        types: tuple[str, ...],
+    ) -> ClaimResult:
+        q = self.q
+
+        def send(conn: Conn) -> Callable[[], list[Any]]:
+            conn.execute(q.ADVISORY_XACT_LOCK, (q.queue_claim_key(queue),))
+            if self.exact_global_cap:
+                conn.execute(q.ADVISORY_XACT_LOCK, (q.global_claim_key,))
+            cur = conn.execute(
+                q.CLAIM,
+                {
+                    "queue": queue,
+                    "now": now_ms,
+                    "types": list(types),
+                    "qcap": queue_cap,
+                    "gcap": global_cap,
+                    "limit": limit,
+                    "worker": worker_id,
+                },
+            )
+            return cur.fetchall
+
+        rows = self._tx_then(send, "claim")
+        in_queue, running = int(rows[0][0]), int(rows[0][1])
+        free = queue_cap - in_queue
+        if free <= 0:
+            return ClaimResult([], False)
+        global_free = global_cap - running
+        if global_free <= 0:
+            return ClaimResult([], True)
+        n = min(free, global_free, limit)
+        jobs = [ClaimedJob(*r[2:]) for r in rows if r[2] is not None]
+        # RETURNING order is unspecified; run them in claim order.
+        jobs.sort(key=lambda j: (j.priority, j.scheduled_at, j.id))
+        limited_by_global = global_free < min(free, limit)
+        return ClaimResult(jobs, limited_by_global and len(jobs) == n)
+
+    def finalize(
+        self, outcomes: Sequence[Outcome], now_ms: int, *, label: str = "finalize"
+    ) -> list[JobRow | None]:
+        """Write every outcome in one transaction; None where the fence did not match.
+
+        An outcome with `want_row=False` that applied answers `APPLIED` (its row unread).
+        """
+        q = self.q
+
+        def send(conn: Conn) -> Callable[[], list[JobRow | None]]:
+            fetches: list[Callable[[], JobRow | None]] = []
+            for o in outcomes:
+                locks = (o.release_locks, o.job_id, o.worker_id)
+                fence = (o.job_id, o.worker_id, o.attempt)
+                if o.kind == "retry":
+                    retried = conn.execute(q.RETRY, (o.error, o.retry_at, now_ms, *fence, *locks))
+                    cancelled = conn.execute(
+                        q.CANCEL_INSTEAD_OF_RETRY,
+                        (now_ms, now_ms, o.progress, o.progress_detail, *fence, *locks),
+                    )
+                    fetches.append(functools.partial(_first_row, retried, cancelled))
+                    continue
+                params = (
+                    o.kind,
+                    o.output,
+                    o.error,
+                    now_ms,
+                    now_ms,
+                    o.progress,
+                    o.progress_detail,
+                    *fence,
+                    *locks,
+                )
+                if o.want_row:
+                    cur = conn.execute(q.FINISH, params)
+                    fetches.append(functools.partial(_first_row, cur))
+                else:
+                    cur = conn.execute(q.FINISH_NO_ROW, params)
+                    fetches.append(functools.partial(_applied, cur))
+            if fetches:
+                conn.execute(q.NOTE_CHANGE)
+            return lambda: [fetch() for fetch in fetches]
+
+        return self._tx_then(send, label)
+
+    def promote_due(self, now_ms: int) -> list[str]:
+        q = self.q
+
+        def send(conn: Conn) -> Callable[[], list[Any]]:
+            cur = conn.execute(q.PROMOTE_DUE, (now_ms, now_ms))
+            conn.execute(q.NOTE_CHANGE)
+            return cur.fetchall
+
+        rows = self._tx_then(send, "promote")
+        return sorted({str(r[0]) for r in rows})
+
+    def next_delayed_at(self) -> int | None:
+        row = self.read(lambda c: c.execute(self.q.NEXT_DELAYED_AT).fetchone())
+        return None if row is None or row[0] is None else int(row[0])
+
+    # -- progress and metadata (fenced) ---------------------------------------------
+
+    def set_progress(
+        self,
+        job_id: str,
+        worker_id: str,
+        attempt: int,
+        progress: float,
+        detail: str | None,
+        now_ms: int,
+    ) -> bool:
+        params = (progress, detail, now_ms, job_id, worker_id, attempt)
+        return self._stmt(
+            lambda c: c.execute(self.q.SET_PROGRESS, params).rowcount == 1, "progress"
+        )
+
+    def patch_metadata(
+        self, job_id: str, worker_id: str, attempt: int, patch: dict[str, Any], now_ms: int
+    ) -> dict[str, Any] | None:
+        """Shallow-merge `patch` into the stored metadata; None if the claim was lost."""
+        q = self.q
+
+        def work(conn: Conn) -> dict[str, Any] | None:
+            row = conn.execute(q.GET_METADATA_FENCED, (job_id, worker_id, attempt)).fetchone()
+            if row is None:
+                return None
+            merged: dict[str, Any] = {**json.loads(row[0]), **patch}
+            conn.execute(
+                q.SET_METADATA_FENCED,
+                (
+                    json.dumps(merged, separators=(",", ":"), allow_nan=False),
+                    now_ms,
+                    job_id,
+                    worker_id,
+                    attempt,
+                ),
+            )
+            return merged
+
+        return self._tx(work, "patch_metadata", piped=True)
+
+    # -- durable locks (layer 3) ----------------------------------------------------
+
+    def try_lock(self, name: str, job_id: str, worker_id: str, now_ms: int) -> bool:
+        q = self.q
+        # Fast path: a free lock is one autocommit INSERT.
+        if self._stmt(
+            lambda c: c.execute(q.LOCK_INSERT, (name, job_id, worker_id, now_ms)).fetchone(),
+            "lock",
+        ):
+            return True
+
+        def work(conn: Conn) -> bool:
+            for _ in range(5):
+                holder = conn.execute(q.LOCK_HOLDER, (name,)).fetchone()
+                if holder is None:  # released since; take it like a free lock
+                    if conn.execute(q.LOCK_INSERT, (name, job_id, worker_id, now_ms)).fetchone():
+                        return True
+                    continue
+                if (holder[0], holder[1]) != (job_id, worker_id) and conn.execute(
+                    q.LOCK_HOLDER_RUNNING, (holder[0], holder[1])
+                ).fetchone():
+                    return False
+                conn.execute(q.LOCK_TAKE_OVER, (job_id, worker_id, now_ms, name))
+                return True
+            return False
+
+        return self._tx(work, "lock", piped=True)
+
+    def release_lock(self, name: str, job_id: str) -> None:
+        self._stmt(lambda c: c.execute(self.q.RELEASE_LOCK, (name, job_id)), "unlock")
+
+    # -- cancellation ---------------------------------------------------------------
+
+    def request_cancel(
+        self, job_id: str, reason: str | None, error: str, now_ms: int
+    ) -> tuple[str | None, str | None, JobRow | None]:
+        """Flag the row; cancel it at once if it is waiting.
+
+        Returns (status before, worker id, terminal row if it was cancelled here).
+        """
+        q = self.q
+
+        def send(conn: Conn) -> Callable[[], tuple[str | None, str | None, JobRow | None]]:
+            flagged = conn.execute(q.REQUEST_CANCEL, (reason, now_ms, job_id))
+            # A compare-and-set on a row this transaction has just locked: it matches
+            # exactly when the row was waiting.
+            waiting = conn.execute(q.CANCEL_WAITING, (error, now_ms, now_ms, job_id))
+            conn.execute(q.NOTE_CHANGE)
+
+            def fetch() -> tuple[str | None, str | None, JobRow | None]:
+                row = flagged.fetchone()
+                if row is None:
+                    return None, None, None
+                return row[0], row[1], _row_or_none(waiting.fetchone())
+
+            return fetch
+
+        return self._tx_then(send, "cancel")
+
+    def force_cancel(
+        self, job_id: str, worker_id: str, attempt: int, error: str, now_ms: int
+    ) -> JobRow | None:
+        q = self.q
+
+        def send(conn: Conn) -> Callable[[], JobRow | None]:
+            cur = conn.execute(
+                q.FORCE_CANCEL_RUNNING,
+                (error, now_ms, now_ms, job_id, worker_id, attempt, job_id, worker_id),
+            )
+            conn.execute(q.NOTE_CHANGE)
+            return lambda: _row_or_none(cur.fetchone())
+
+        return self._tx_then(send, "force_cancel")
+
+    def cancel_many(
+        self, queue: str | None, type_name: str | None, reason: str | None, error: str, now_ms: int
+    ) -> tuple[list[tuple[str, str | None]], list[JobRow]]:
+        where, params = _where_queue_type(queue, type_name)
+        q = self.q
+
+        def send(conn: Conn) -> Callable[[], tuple[list[tuple[str, str | None]], list[JobRow]]]:
+            running = conn.execute(
+                q.CANCEL_MANY_REQUEST.replace("{where}", where), (reason, now_ms, *params)
+            )
+            waiting = conn.execute(
+                q.CANCEL_MANY_WAITING.replace("{where}", where), (error, now_ms, now_ms, *params)
+            )
+            conn.execute(q.NOTE_CHANGE)
+            return lambda: (
+                [(r[0], r[1]) for r in running.fetchall()],
+                [tuple(r) for r in waiting.fetchall()],
+            )
+
+        return self._tx_then(send, "cancel_many")
+
+    def cancel_requested_among(self, ids: Sequence[str]) -> list[tuple[str, str | None]]:
+        if not ids:
+            return []
+        rows = self.read(
+            lambda c: c.execute(self.q.CANCEL_REQUESTED_AMONG, (list(ids),)).fetchall()
+        )
+        return [(r[0], r[1]) for r in rows]
+
+    # -- reads ----------------------------------------------------------------------
+
+    def get(self, job_id: str) -> JobRow | None:
+        return _row_or_none(self.read(lambda c: c.execute(self.q.GET_JOB, (job_id,)).fetchone()))
+
+    def terminal_among(self, ids: Sequence[str]) -> list[JobRow]:
+        if not ids:
+            return []
+        out: list[JobRow] = []
+        for start in range(0, len(ids), _TERMINAL_CHUNK):
+            out.extend(
+                self._rows(self.q.TERMINAL_AMONG, (list(ids[start : start + _TERMINAL_CHUNK]),))
+            )
+        return out
+
+    def _rows(self, sql: str, params: tuple[Any, ...]) -> list[JobRow]:
+        return [tuple(r) for r in self.read(lambda c: c.execute(sql, params).fetchall())]
+
+    def list(self, flt: JobFilter, *, limit: int, offset: int) -> list[JobRow]:
+        where, params = _where(flt)
+        return self._rows(self.q.LIST_JOBS.replace("{where}", where), (*params, limit, offset))
+
+    def count(self, flt: JobFilter) -> int:
+        where, params = _where(flt)
+        sql = self.q.COUNT_JOBS.replace("{where}", where)
+        return int(self.read(lambda c: _scalar(c.execute(sql, params).fetchone())) or 0)
+
+    def gc(self, before_ms: int, *, batch: int = 1000) -> int:
+        total = 0
+        while True:
+            n = self._stmt(
+                lambda c: c.execute(self.q.GC_TERMINAL, (before_ms, batch)).rowcount, "gc"
+            )
+            total += n
+            if n < batch:
+                return total
+
+
+def _enqueue_params(job: NewJob) -> dict[str, Any]:
+    return {
+        "id": job.id,
+        "type": job.type,
+        "status": job.status,
+        "queue": job.queue,
+        "priority": job.priority,
+        "payload": job.payload,
+        "max_attempts": job.max_attempts,
+        "timeout_ms": job.timeout_ms,
+        "key": job.idempotency_key,
+        "parent": job.parent_id,
+        "schedule": job.schedule_id,
+        "metadata": job.metadata,
+        "enqueued_by": job.enqueued_by,
+        "scheduled_at": job.scheduled_at,
+        "created_at": job.created_at,
+    }
+
+
+def _first_row(*cursors: psycopg.Cursor[Any]) -> JobRow | None:
+    """The row of the first statement that returned one (they are mutually exclusive)."""
+    for cur in cursors:
+        row = cur.fetchone()
+        if row is not None:
+            return tuple(row)
+    return None
+
+
+def _applied(cur: psycopg.Cursor[Any]) -> JobRow | None:
+    return None if cur.fetchone() is None else APPLIED
+
+
+def _row_or_none(row: Any) -> JobRow | None:
+    return None if row is None else tuple(row)
+
+
+def _scalar(row: Any) -> Any:
+    return None if row is None else row[0]
+
+
+def _tx_status(conn: Conn) -> TransactionStatus | None:
+    try:
+        return conn.info.transaction_status
+    except Exception:
+        return None
+
+
+def _storage_error(
+    exc: psycopg.Error, label: str, conn: Conn | None, *, attempts: int = 1
+) -> StorageError:
+    """Map a psycopg error onto the public `StorageError` tree (DB_BUSY, DB_FULL, ...)."""
+    state = exc.sqlstate
+    status = None if conn is None else _tx_status(conn)
+    params: dict[str, object] = {
+        "label": label,
+        "sqlstate": state,
+        "pg_error": str(exc),
+        "attempts": attempts,
+        "transaction_status": None if status is None else status.name,
+    }
+    if conn is not None and status not in (TransactionStatus.IDLE, None):
+        return WriteTransactionFailed(
+            f"{label}: the transaction could not be closed cleanly ({exc})", params=params
+        )
+    if state in _BUSY_STATES:
+        return DatabaseBusy(f"{label}: the database is busy; try again later", params=params)
+    if state in _FULL_STATES:
+        return DatabaseFull(f"{label}: the database disk is full", params=params)
+    if isinstance(exc, psycopg.OperationalError) and state is None:
+        return DatabaseBusy(f"{label}: the database is unreachable ({exc})", params=params)
+    return WriteTransactionFailed(f"{label}: {exc}", params=params)
+
+
+def _where_queue_type(queue: str | None, type_name: str | None) -> tuple[str, tuple[str, ...]]:
+    parts: list[str] = []
+    params: list[str] = []
+    if queue is not None:
+        parts.append("queue = %s")
+        params.append(queue)
+    if type_name is not None:
+        parts.append("type = %s")
+        params.append(type_name)
+    return " AND ".join(parts), tuple(params)
+
+
+def _where(flt: JobFilter) -> tuple[str, tuple[Any, ...]]:
+    parts: list[str] = []
+    params: list[Any] = []
+    if flt.status:
+        parts.append("status = ANY(%s)")
+        params.append(list(flt.status))
+    for column, value in (
+        ("queue", flt.queue),
+        ("type", flt.type),
+        ("schedule_id", flt.schedule_id),
+        ("parent_id", flt.parent_id),
+    ):
+        if value is not None:
+            parts.append(f"{column} = %s")
+            params.append(value)
+    return (" WHERE " + " AND ".join(parts) if parts else ""), tuple(params)

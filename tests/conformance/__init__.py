@@ -1,0 +1,219 @@
+"""One conformance suite for every storage backend (STYLE practice 1; DESIGN §3).
+
+Each test takes the `backend` (or `store`) fixture, parametrized over ["sqlite",
+"postgres"], and states a contract of one named storage operation in terms of what a
+caller observes: returned rows, and rows read back through the store. The same test body
+runs unchanged on both backends; anything backend-specific lives in the fixture.
+
+Shared here: the `ConformantStore` protocol (what the suite calls), `Backend` (the store
+plus its `queries`, `workers` and `leader` companions, and a way to open a second store
+instance on the same database), and factories for jobs and outcomes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, TypeVar
+
+from jobledger._storage.interface import ClaimResult, JobFilter, JobRow, NewJob, Outcome
+from jobledger._storage.sqlite import queries as q
+
+__all__ = [
+    "Backend",
+    "ConformantStore",
+    "claim",
+    "col",
+    "new_job",
+    "outcome",
+    "q",
+]
+
+T = TypeVar("T")
+
+
+class ConformantStore(Protocol):
+    """The named operations both backends implement, as the engine calls them."""
+
+    def write(self, work: Callable[[Any], T], label: str) -> T: ...
+    def read(self, work: Callable[[Any], T]) -> T: ...
+    def user_transaction(self) -> AbstractContextManager[Any]: ...
+    def close(self) -> None: ...
+    def data_version(self) -> int: ...
+    def enqueue(self, jobs: Sequence[NewJob], conn: Any = None) -> list[JobRow]: ...
+    def remember_queues(self, names: Iterator[str] | Sequence[str]) -> None: ...
+    def queues_since(self, seq: int) -> list[tuple[int, str, str]]: ...
+    def claim(
+        self,
+        queue: str,
+        *,
+        queue_cap: int,
+        global_cap: int,
+        limit: int,
+        now_ms: int,
+        worker_id: str,
+        types: tuple[str, ...],
+    ) -> ClaimResult: ...
+    def finalize(
+        self, outcomes: Sequence[Outcome], now_ms: int, *, label: str = "finalize"
+    ) -> list[JobRow | None]: ...
+    def promote_due(self, now_ms: int) -> list[str]: ...
+    def next_delayed_at(self) -> int | None: ...
+    def set_progress(
+        self,
+        job_id: str,
+        worker_id: str,
+        attempt: int,
+        progress: float,
+        detail: str | None,
+        now_ms: int,
+    ) -> bool: ...
+    def patch_metadata(
+        self, job_id: str, worker_id: str, attempt: int, patch: dict[str, Any], now_ms: int
+    ) -> dict[str, Any] | None: ...
+    def try_lock(self, name: str, job_id: str, worker_id: str, now_ms: int) -> bool: ...
+    def release_lock(self, name: str, job_id: str) -> None: ...
+    def request_cancel(
+        self, job_id: str, reason: str | None, error: str, now_ms: int
+    ) -> tuple[str | None, str | None, JobRow | None]: ...
+    def force_cancel(
+        self, job_id: str, worker_id: str, attempt: int, error: str, now_ms: int
+    ) -> JobRow | None: ...
+    def cancel_many(
+        self, queue: str | None, type_name: str | None, reason: str | None, error: str, now_ms: int
+    ) -> tuple[list[tuple[str, str | None]], list[JobRow]]: ...
+    def cancel_requested_among(self, ids: Sequence[str]) -> list[tuple[str, str | None]]: ...
+    def get(self, job_id: str) -> JobRow | None: ...
+    def terminal_among(self, ids: Sequence[str]) -> list[JobRow]: ...
+    def list(self, flt: JobFilter, *, limit: int, offset: int) -> list[JobRow]: ...
+    def count(self, flt: JobFilter) -> int: ...
+    def gc(self, before_ms: int, *, batch: int = 1000) -> int: ...
+
+
+@dataclass
+class Backend:
+    """A store under test and what belongs with it on the same backend."""
+
+    name: Literal["sqlite", "postgres"]
+    store: ConformantStore
+    # The statements runtime code issues through `store.write` today (workers,
+    # schedules, leader), under the same names on both backends.
+    queries: Any
+    workers: Any  # module: sqlite.workers or postgres.workers
+    leader: Any  # module: sqlite.leader or postgres.leader
+    opener: Callable[..., ConformantStore]
+    placeholder: str
+    opened: list[ConformantStore] = field(default_factory=list)
+
+    def open_other(self, **options: Any) -> ConformantStore:
+        """A second, independent store instance on the same database (closed at teardown)."""
+        other = self.opener(**options)
+        self.opened.append(other)
+        return other
+
+    def sql(self, text: str) -> str:
+        """Test-only SQL written with `?` placeholders, in this backend's parameter style."""
+        return text.replace("?", self.placeholder)
+
+    def run(self, work: Callable[[Any], T]) -> T:
+        """Run test-only SQL against the store's tables (unqualified names) and commit."""
+        if self.name == "sqlite":
+            return self.store.write(work, "test")
+        schema = getattr(self.store, "schema", "jobledger")
+
+        def scoped(conn: Any) -> T:
+            conn.execute(f'SET LOCAL search_path TO "{schema}"')
+            return work(conn)
+
+        return self.store.write(scoped, "test")
+
+    def rows(self, text: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        sql = self.sql(text)
+        return [tuple(r) for r in self.run(lambda c: c.execute(sql, tuple(params)).fetchall())]
+
+    def execute(self, text: str, params: Sequence[Any] = ()) -> int:
+        sql = self.sql(text)
+        return int(self.run(lambda c: c.execute(sql, tuple(params)).rowcount))
+
+
+_ids = itertools.count(1)
+
+
+def new_job(
+    *,
+    id: str | None = None,
+    type: str = "t.a",
+    status: Literal["pending", "delayed"] = "pending",
+    queue: str = "q",
+    priority: int = 0,
+    key: str | None = None,
+    parent: str | None = None,
+    schedule: str | None = None,
+    scheduled_at: int = 1_000,
+    created_at: int | None = None,
+    enqueued_by: str = "producer",
+    payload: Any = None,
+    metadata: dict[str, Any] | None = None,
+    max_attempts: int = 3,
+    timeout_ms: int | None = None,
+) -> NewJob:
+    """A job row to enqueue; ids sort in creation order (as the library's ids do)."""
+    n = next(_ids)
+    return NewJob(
+        id=id or f"job-{n:08d}",
+        type=type,
+        status=status,
+        queue=queue,
+        priority=priority,
+        payload=json.dumps({"n": n} if payload is None else payload),
+        max_attempts=max_attempts,
+        timeout_ms=timeout_ms,
+        idempotency_key=key,
+        parent_id=parent,
+        schedule_id=schedule,
+        metadata=json.dumps(metadata or {}, separators=(",", ":")),
+        enqueued_by=enqueued_by,
+        scheduled_at=scheduled_at,
+        created_at=1_000 + n if created_at is None else created_at,
+    )
+
+
+def claim(
+    store: ConformantStore,
+    queue: str = "q",
+    *,
+    worker: str = "w1",
+    now: int = 10_000,
+    queue_cap: int = 100,
+    global_cap: int = 1_000,
+    limit: int = 100,
+    types: tuple[str, ...] = ("t.a",),
+) -> ClaimResult:
+    return store.claim(
+        queue,
+        queue_cap=queue_cap,
+        global_cap=global_cap,
+        limit=limit,
+        now_ms=now,
+        worker_id=worker,
+        types=types,
+    )
+
+
+def outcome(
+    job_id: str,
+    kind: Literal["completed", "failed", "cancelled", "retry"] = "completed",
+    *,
+    worker: str = "w1",
+    attempt: int = 0,
+    **fields: Any,
+) -> Outcome:
+    return Outcome(job_id=job_id, worker_id=worker, attempt=attempt, kind=kind, **fields)
+
+
+def col(row: JobRow | None, index: int) -> Any:
+    assert row is not None, "expected a row"
+    return row[index]

@@ -1,0 +1,159 @@
+"""enqueue: rows as stored, idempotency, parents, batches, user transactions, queues."""
+
+from __future__ import annotations
+
+import pytest
+
+from jobledger._storage.interface import JobFilter
+from jobledger.errors import JobNotFound
+from tests.conformance import Backend, ConformantStore, claim, col, new_job, outcome, q
+
+
+def test_rows_come_back_in_input_order_as_stored(store: ConformantStore) -> None:
+    jobs = [new_job(queue="a"), new_job(queue="b", status="delayed", scheduled_at=5_000)]
+    rows = store.enqueue(jobs)
+    assert [r[q.C_ID] for r in rows] == [j.id for j in jobs]
+    for job, row in zip(jobs, rows, strict=True):
+        assert store.get(job.id) == row
+        assert row[q.C_STATUS] == job.status
+        assert row[q.C_ATTEMPT] == 0
+        assert row[q.C_CANCEL] == 0
+        assert row[q.C_WORKER] is None
+        assert row[q.C_SCHEDULED_AT] == job.scheduled_at
+        assert row[q.C_CREATED_AT] == row[q.C_UPDATED_AT] == job.created_at
+        assert row[q.C_ENQUEUED_BY] == "producer"
+        assert row[q.C_PAYLOAD] == job.payload
+
+
+def test_a_live_key_returns_the_existing_row(store: ConformantStore) -> None:
+    first = store.enqueue([new_job(key="k1")])[0]
+    again = store.enqueue([new_job(key="k1", type="t.other", queue="elsewhere")])[0]
+    assert again == store.get(first[q.C_ID])
+    assert store.count(JobFilter()) == 1
+    # Still a hit while the row runs (any non-terminal status).
+    claim(store)
+    hit = store.enqueue([new_job(key="k1")])[0]
+    assert hit[q.C_ID] == first[q.C_ID]
+    assert hit[q.C_STATUS] == "running"
+
+
+def test_a_terminal_key_is_free_again(store: ConformantStore) -> None:
+    first = store.enqueue([new_job(key="k")])[0]
+    claim(store)
+    store.finalize([outcome(first[q.C_ID])], 11_000)
+    second = store.enqueue([new_job(key="k")])[0]
+    assert second[q.C_ID] != first[q.C_ID]
+    assert second[q.C_STATUS] == "pending"
+    # And the new row is now the live one.
+    assert store.enqueue([new_job(key="k")])[0][q.C_ID] == second[q.C_ID]
+    assert store.count(JobFilter()) == 2
+
+
+def test_duplicate_keys_inside_one_batch_share_one_row(store: ConformantStore) -> None:
+    a, b, c = new_job(key="dup"), new_job(), new_job(key="dup")
+    rows = store.enqueue([a, b, c])
+    assert rows[0][q.C_ID] == rows[2][q.C_ID] == a.id
+    assert rows[1][q.C_ID] == b.id
+    assert store.get(c.id) is None
+    assert store.count(JobFilter()) == 2
+
+
+def test_an_unknown_parent_is_job_not_found_and_writes_nothing(store: ConformantStore) -> None:
+    with pytest.raises(JobNotFound) as info:
+        store.enqueue([new_job(), new_job(parent="no-such-job")])
+    assert info.value.params == {"parent_id": "no-such-job"}
+    assert store.count(JobFilter()) == 0
+    assert store.queues_since(0) == []
+
+
+def test_a_parent_is_an_existing_row(store: ConformantStore) -> None:
+    # (Through the public API a parent is always a row written earlier: entries of one
+    # batch share their options, so a batch never names its own sibling as parent.)
+    parent = store.enqueue([new_job()])[0]
+    rows = store.enqueue([new_job(parent=parent[q.C_ID]), new_job(parent=parent[q.C_ID])])
+    for row in rows:
+        assert row[q.C_PARENT] == parent[q.C_ID]
+        assert col(store.get(row[q.C_ID]), q.C_PARENT) == parent[q.C_ID]
+
+
+def test_a_key_hit_wins_over_a_missing_parent(store: ConformantStore) -> None:
+    live = store.enqueue([new_job(key="k")])[0]
+    assert store.enqueue([new_job(key="k", parent="gone")])[0][q.C_ID] == live[q.C_ID]
+
+
+def test_keys_are_global_across_types_and_queues(store: ConformantStore) -> None:
+    a = store.enqueue([new_job(key="shared", type="t.a", queue="x")])[0]
+    b = store.enqueue([new_job(key="shared", type="t.b", queue="y")])[0]
+    assert a[q.C_ID] == b[q.C_ID]
+
+
+def test_enqueue_inside_a_user_transaction_commits_with_it(store: ConformantStore) -> None:
+    job = new_job()
+    with store.user_transaction() as conn:
+        row = store.enqueue([job], conn=conn)[0]
+        assert row[q.C_ID] == job.id
+    assert store.get(job.id) is not None
+
+
+def test_enqueue_inside_a_user_transaction_rolls_back_with_it(store: ConformantStore) -> None:
+    job = new_job(queue="fresh")
+
+    class Boom(Exception):
+        pass
+
+    def failing_unit_of_work() -> None:
+        with store.user_transaction() as conn:
+            store.enqueue([job], conn=conn)
+            raise Boom
+
+    with pytest.raises(Boom):
+        failing_unit_of_work()
+    assert store.get(job.id) is None
+    assert store.queues_since(0) == []
+    # The store is usable afterwards.
+    assert store.enqueue([new_job()])[0] is not None
+
+
+def test_user_sql_and_jobs_share_one_commit(backend: Backend) -> None:
+    store = backend.store
+    job = new_job()
+    sql = backend.sql("UPDATE workers SET hostname = ? WHERE id = ?")
+    # A statement on the store's own tables stands in for the user's write.
+    with store.user_transaction() as conn:
+        if backend.name == "postgres":
+            conn.execute(f'SET LOCAL search_path TO "{getattr(store, "schema", "")}"')
+        conn.execute(sql, ("h", "nobody"))
+        store.enqueue([job], conn=conn)
+    assert store.get(job.id) is not None
+
+
+def test_queues_are_registered_once_in_commit_order(backend: Backend) -> None:
+    store = backend.store
+    store.enqueue([new_job(queue="q1", type="t.one"), new_job(queue="q2", type="t.two")])
+    store.enqueue([new_job(queue="q1", type="t.one")])
+    seen = store.queues_since(0)
+    assert [(name, t) for _, name, t in seen] == [("q1", "t.one"), ("q2", "t.two")]
+    assert seen[0][0] < seen[1][0]
+    last = seen[-1][0]
+    assert store.queues_since(last) == []
+    # Another store instance (another process) registers only what is new.
+    other = backend.open_other()
+    other.enqueue([new_job(queue="q1", type="t.one"), new_job(queue="q3", type="t.three")])
+    later = store.queues_since(last)
+    assert [(name, t) for _, name, t in later] == [("q3", "t.three")]
+    assert later[0][0] > last
+
+
+def test_an_idempotency_hit_registers_no_queue(store: ConformantStore) -> None:
+    store.enqueue([new_job(key="k", queue="home")])
+    store.enqueue([new_job(key="k", queue="never-used")])
+    assert [name for _, name, _ in store.queues_since(0)] == ["home"]
+
+
+def test_remembered_queues_still_get_their_jobs(store: ConformantStore) -> None:
+    store.enqueue([new_job(queue="q")])
+    store.remember_queues(["q"])
+    job = new_job(queue="q")
+    store.enqueue([job])
+    assert col(store.get(job.id), q.C_QUEUE) == "q"
+    assert [name for _, name, _ in store.queues_since(0)] == ["q"]

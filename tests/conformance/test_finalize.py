@@ -1,0 +1,183 @@
+"""finalize (fenced on the claim), retry, promote_due/next_delayed_at, progress, metadata."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from jobledger._storage.interface import APPLIED, JobRow, NewJob, OutcomeKind
+from tests.conformance import ConformantStore, claim, col, new_job, outcome, q
+
+
+def _running(store: ConformantStore, job: NewJob | None = None, worker: str = "w1") -> NewJob:
+    job = job or new_job()
+    store.enqueue([job])
+    assert [c.id for c in claim(store, worker=worker).jobs] == [job.id]
+    return job
+
+
+@pytest.mark.parametrize("kind", ["completed", "failed", "cancelled"])
+def test_a_terminal_outcome_is_written_under_the_claim(
+    store: ConformantStore, kind: OutcomeKind
+) -> None:
+    job = _running(store)
+    [row] = store.finalize(
+        [
+            outcome(
+                job.id,
+                kind,
+                output='{"ok":1}',
+                error='{"code":"X"}',
+                progress=75.0,
+                progress_detail="three quarters",
+            )
+        ],
+        20_000,
+    )
+    assert row == store.get(job.id)
+    assert col(row, q.C_STATUS) == kind
+    assert col(row, q.C_OUTPUT) == '{"ok":1}'
+    assert col(row, q.C_ERROR) == '{"code":"X"}'
+    assert col(row, q.C_FINISHED_AT) == col(row, q.C_UPDATED_AT) == 20_000
+    assert (col(row, q.C_PROGRESS), col(row, q.C_PROGRESS_DETAIL)) == (75.0, "three quarters")
+    assert col(row, q.C_ATTEMPT) == 0
+    assert col(row, q.C_WORKER) == "w1"  # the row records who ran it last
+
+
+def test_an_outcome_without_progress_keeps_the_stored_progress(store: ConformantStore) -> None:
+    job = _running(store)
+    assert store.set_progress(job.id, "w1", 0, 40.0, "half-ish", 15_000)
+    [row] = store.finalize([outcome(job.id)], 20_000)
+    assert (col(row, q.C_PROGRESS), col(row, q.C_PROGRESS_DETAIL)) == (40.0, "half-ish")
+
+
+@pytest.mark.parametrize(("worker", "attempt"), [("intruder", 0), ("w1", 1), ("w1", -1)])
+def test_a_wrong_fence_writes_nothing(store: ConformantStore, worker: str, attempt: int) -> None:
+    job = _running(store)
+    before = store.get(job.id)
+    assert store.finalize([outcome(job.id, worker=worker, attempt=attempt)], 20_000) == [None]
+    assert store.finalize(
+        [outcome(job.id, "retry", worker=worker, attempt=attempt, retry_at=30_000)], 20_000
+    ) == [None]
+    assert store.get(job.id) == before
+
+
+def test_a_waiting_or_unknown_row_cannot_be_finalized(store: ConformantStore) -> None:
+    job = new_job()
+    store.enqueue([job])
+    assert store.finalize([outcome(job.id), outcome("no-such-id")], 20_000) == [None, None]
+    assert col(store.get(job.id), q.C_STATUS) == "pending"
+
+
+def test_retry_moves_to_delayed_with_the_next_attempt(store: ConformantStore) -> None:
+    job = _running(store)
+    [row] = store.finalize(
+        [outcome(job.id, "retry", error='{"code":"E"}', retry_at=31_000)], 20_000
+    )
+    assert row == store.get(job.id)
+    assert col(row, q.C_STATUS) == "delayed"
+    assert col(row, q.C_ATTEMPT) == 1
+    assert col(row, q.C_SCHEDULED_AT) == 31_000
+    assert col(row, q.C_ERROR) == '{"code":"E"}'
+    assert col(row, q.C_WORKER) is None
+    assert col(row, q.C_STARTED_AT) is None
+    assert col(row, q.C_FINISHED_AT) is None
+    assert col(row, q.C_UPDATED_AT) == 20_000
+    # The next attempt is fenced on attempt 1; the old claim is stale.
+    assert store.promote_due(31_000) == ["q"]
+    [c] = claim(store, worker="w2", now=31_000).jobs
+    assert c.attempt == 1
+    assert store.finalize([outcome(job.id, worker="w1", attempt=0)], 32_000) == [None]
+    assert store.finalize([outcome(job.id, worker="w2", attempt=1)], 32_000)[0] is not None
+
+
+def test_a_terminal_row_is_never_reopened(store: ConformantStore) -> None:
+    job = _running(store)
+    first = store.finalize([outcome(job.id, "failed")], 20_000)[0]
+    for kind in ("completed", "cancelled", "failed", "retry"):
+        again = outcome(job.id, kind, retry_at=1)
+        assert store.finalize([again], 21_000) == [None]
+    assert store.get(job.id) == first
+    assert store.request_cancel(job.id, None, "{}", 22_000) == (None, None, None)
+    assert store.force_cancel(job.id, "w1", 0, "{}", 22_000) is None
+    assert store.promote_due(10**12) == []
+    assert store.get(job.id) == first
+
+
+def test_the_first_terminal_write_in_a_batch_wins(store: ConformantStore) -> None:
+    a, b = _running(store), _running(store)
+    rows = store.finalize(
+        [
+            outcome(a.id, "completed", output="1"),
+            outcome(b.id, "retry", retry_at=50_000),
+            outcome(a.id, "failed", output="2"),
+        ],
+        20_000,
+    )
+    assert col(rows[0], q.C_STATUS) == "completed"
+    assert col(rows[1], q.C_STATUS) == "delayed"
+    assert rows[2] is None
+    assert col(store.get(a.id), q.C_OUTPUT) == "1"
+
+
+def test_promote_due_moves_due_delayed_rows_and_names_their_queues(
+    store: ConformantStore,
+) -> None:
+    jobs = [
+        new_job(status="delayed", scheduled_at=5_000, queue="b"),
+        new_job(status="delayed", scheduled_at=6_000, queue="a"),
+        new_job(status="delayed", scheduled_at=6_000, queue="b"),
+        new_job(status="delayed", scheduled_at=6_001, queue="c"),
+        new_job(status="pending", scheduled_at=1, queue="d"),
+    ]
+    store.enqueue(jobs)
+    assert store.next_delayed_at() == 5_000
+    assert store.promote_due(4_999) == []
+    assert store.promote_due(6_000) == ["a", "b"]
+    for job in jobs[:3]:
+        row = store.get(job.id)
+        assert col(row, q.C_STATUS) == "pending"
+        assert col(row, q.C_UPDATED_AT) == 6_000
+        assert col(row, q.C_SCHEDULED_AT) == job.scheduled_at
+    assert col(store.get(jobs[3].id), q.C_STATUS) == "delayed"
+    assert store.next_delayed_at() == 6_001
+    assert store.promote_due(7_000) == ["c"]
+    assert store.next_delayed_at() is None
+
+
+def test_progress_is_fenced_on_the_claim(store: ConformantStore) -> None:
+    job = _running(store)
+    assert store.set_progress(job.id, "w1", 0, 12.5, "a bit", 15_000) is True
+    row = store.get(job.id)
+    assert (col(row, q.C_PROGRESS), col(row, q.C_PROGRESS_DETAIL)) == (12.5, "a bit")
+    assert col(row, q.C_UPDATED_AT) == 15_000
+    assert store.set_progress(job.id, "w2", 0, 99.0, None, 16_000) is False
+    assert store.set_progress(job.id, "w1", 1, 99.0, None, 16_000) is False
+    assert store.set_progress("no-such-id", "w1", 0, 99.0, None, 16_000) is False
+    assert col(store.get(job.id), q.C_PROGRESS) == 12.5
+    store.finalize([outcome(job.id)], 20_000)
+    assert store.set_progress(job.id, "w1", 0, 99.0, None, 21_000) is False
+
+
+def test_metadata_patches_merge_shallowly_under_the_claim(store: ConformantStore) -> None:
+    job = _running(store, new_job(metadata={"a": 1, "nested": {"x": 1}}))
+    merged = store.patch_metadata(job.id, "w1", 0, {"b": 2, "nested": {"y": 2}}, 15_000)
+    assert merged == {"a": 1, "nested": {"y": 2}, "b": 2}
+    row: JobRow | None = store.get(job.id)
+    assert json.loads(col(row, q.C_METADATA)) == merged
+    assert col(row, q.C_UPDATED_AT) == 15_000
+    assert store.patch_metadata(job.id, "w2", 0, {"c": 3}, 16_000) is None
+    assert store.patch_metadata(job.id, "w1", 1, {"c": 3}, 16_000) is None
+    assert json.loads(col(store.get(job.id), q.C_METADATA)) == merged
+
+
+def test_an_outcome_nobody_waits_on_reports_only_that_it_applied(store: ConformantStore) -> None:
+    job = _running(store)
+    stale = outcome(job.id, worker="w2", want_row=False)
+    assert store.finalize([stale], 20_000) == [None]
+    [answer] = store.finalize([outcome(job.id, output="7", want_row=False)], 20_000)
+    assert answer is APPLIED
+    row = store.get(job.id)
+    assert (col(row, q.C_STATUS), col(row, q.C_OUTPUT)) == ("completed", "7")
+

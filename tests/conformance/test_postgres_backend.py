@@ -1,0 +1,270 @@
+"""What only the PostgreSQL backend has: schemas and migrations, advisory locks under
+contention, the LISTEN and poll paths of data_version, error mapping."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from jobledger._storage.interface import JobFilter
+from jobledger.errors import DatabaseBusy, JobNotFound, SchemaError, StorageError
+from tests.conformance import claim, new_job, q
+from tests.conformance.conftest import PG_DSN, new_schema_name, require_postgres, schema_factory
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+def schema() -> Iterator[str]:
+    """A fresh, not yet migrated schema name (these tests watch the migration run)."""
+    require_postgres()
+    name = new_schema_name()
+    try:
+        yield name
+    finally:
+        schema_factory().give_back(name)
+
+
+@pytest.fixture
+def stores(schema: str) -> Iterator[list[Any]]:
+    """Open stores here; all are closed at teardown."""
+    opened: list[Any] = []
+    yield opened
+    for s in opened:
+        s.close()
+
+
+def _open(stores: list[Any], schema: str, **options: Any) -> Any:
+    from jobledger._storage.postgres.store import PostgresStore
+
+    store = PostgresStore(PG_DSN, schema=schema, **options)
+    stores.append(store)
+    return store
+
+
+def _admin() -> Any:
+    import psycopg
+
+    return psycopg.connect(PG_DSN, autocommit=True)
+
+
+def test_migrations_are_recorded_and_idempotent(schema: str, stores: list[Any]) -> None:
+    from jobledger._storage.postgres.migrate import SCHEMA_VERSION, migrate
+
+    _open(stores, schema)
+    with _admin() as conn:
+        rows = conn.execute(f'SELECT version, name FROM "{schema}".schema_migrations').fetchall()
+        assert rows == [(1, "initial")]
+        assert migrate(conn, schema) == SCHEMA_VERSION
+        tables = {
+            r[0]
+            for r in conn.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
+                (schema,),
+            )
+        }
+    assert {"jobs", "job_schedules", "queues", "workers", "locks", "leader"} <= tables
+
+
+def test_concurrent_first_opens_migrate_once(schema: str, stores: list[Any]) -> None:
+    from jobledger._storage.postgres.store import PostgresStore
+
+    start = threading.Barrier(3)
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def open_one() -> None:
+        try:
+            start.wait(timeout=10)
+            s = PostgresStore(PG_DSN, schema=schema)
+            with lock:
+                stores.append(s)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_one) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors, errors
+    with _admin() as conn:
+        assert conn.execute(f'SELECT count(*) FROM "{schema}".schema_migrations').fetchone() == (1,)
+
+
+def test_a_schema_from_a_newer_library_is_refused(schema: str, stores: list[Any]) -> None:
+    _open(stores, schema)
+    with _admin() as conn:
+        conn.execute(
+            f"INSERT INTO \"{schema}\".schema_migrations (version, name) VALUES (999, 'future')"
+        )
+    with pytest.raises(SchemaError) as info:
+        _open(stores, schema)
+    assert info.value.params["version"] == 999
+
+
+def test_bad_schema_names_are_refused() -> None:
+    from jobledger._storage.postgres.store import PostgresStore
+
+    for bad in ("Upper", "has-dash", "x" * 51, "", '"; DROP'):
+        with pytest.raises(ValueError, match="schema"):
+            PostgresStore(PG_DSN, schema=bad)
+
+
+def test_an_unreachable_server_is_a_storage_error() -> None:
+    from jobledger._storage.postgres.store import PostgresStore
+
+    with pytest.raises(StorageError):
+        PostgresStore("postgresql://postgres@127.0.0.1:1/test", connect_timeout=1)
+
+
+def test_schemas_are_isolated_from_each_other(schema: str, stores: list[Any]) -> None:
+    other_schema = f"{schema}_b"
+    try:
+        a = _open(stores, schema)
+        b = _open(stores, other_schema)
+        b_version = b.data_version()
+        a.enqueue([new_job(key="same"), new_job(queue="only-a")])
+        assert b.enqueue([new_job(key="same")])[0][q.C_ID] not in {
+            r[q.C_ID] for r in a.list(JobFilter(), limit=10, offset=0)
+        }
+        assert b.count(JobFilter()) == 1
+        assert [n for _, n, _ in b.queues_since(0)] == ["q"]
+        time.sleep(0.05)
+        assert b.data_version() == b_version  # a's NOTIFY went to a's channel only
+    finally:
+        for s in stores:
+            s.close()
+        stores.clear()
+        schema_factory().give_back(other_schema)
+
+
+def _enqueue_together(writers: list[Any], key: str) -> list[str]:
+    start = threading.Barrier(len(writers))
+    ids: list[str] = []
+    errors: list[BaseException] = []
+
+    def go(s: Any) -> None:
+        try:
+            start.wait(timeout=10)
+            ids.append(s.enqueue([new_job(key=key)])[0][q.C_ID])
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=go, args=(s,)) for s in writers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert not errors, errors
+    return ids
+
+
+def test_concurrent_enqueues_of_one_key_make_one_row(schema: str, stores: list[Any]) -> None:
+    writers = [_open(stores, schema) for _ in range(4)]
+    for round_ in range(3):
+        ids = _enqueue_together(writers, f"k{round_}")
+        assert len(ids) == len(writers)
+        assert len(set(ids)) == 1
+    assert writers[0].count(JobFilter()) == 3
+
+
+def test_a_held_queue_lock_makes_claim_busy_within_busy_timeout(
+    schema: str, stores: list[Any]
+) -> None:
+    store = _open(stores, schema, busy_timeout=0.2)
+    store.enqueue([new_job()])
+    with _admin() as conn:
+        conn.execute(
+            "SELECT pg_advisory_lock(hashtextextended(%s, 0))", (store.q.queue_claim_key("q"),)
+        )
+        started = time.monotonic()
+        with pytest.raises(DatabaseBusy) as info:
+            claim(store)
+        assert time.monotonic() - started < 5
+        assert info.value.params["sqlstate"] == "55P03"
+    # Released with the session: the claim goes through, nothing was left half-done.
+    assert len(claim(store).jobs) == 1
+
+
+def test_errors_in_a_user_transaction_roll_it_back(schema: str, stores: list[Any]) -> None:
+    store = _open(stores, schema)
+    job = new_job()
+
+    def failing_unit_of_work() -> None:
+        with store.user_transaction() as conn:
+            store.enqueue([job], conn=conn)
+            conn.execute("SELECT 1/0")
+
+    with pytest.raises(StorageError):
+        failing_unit_of_work()
+    assert store.get(job.id) is None
+    # JobNotFound leaves the caller's transaction usable, as on SQLite.
+    kept = new_job()
+    with store.user_transaction() as conn:
+        with pytest.raises(JobNotFound):
+            store.enqueue([new_job(parent="missing")], conn=conn)
+        store.enqueue([kept], conn=conn)
+    assert store.get(kept.id) is not None
+
+
+def test_the_poll_fallback_sees_a_write_only_once_it_committed(
+    schema: str, stores: list[Any]
+) -> None:
+    poller = _open(stores, schema, listen=False)
+    writer = _open(stores, schema)
+    v0 = poller.data_version()
+    assert poller.data_version() == v0
+    job = new_job()
+    with writer.user_transaction() as conn:
+        writer.enqueue([job], conn=conn)
+        # In flight: reported as a change on every look, so the committed rows are
+        # never missed by a look that came too early.
+        v1 = poller.data_version()
+        v2 = poller.data_version()
+        assert v0 != v1 != v2
+        assert poller.get(job.id) is None
+    v3 = poller.data_version()
+    assert v3 != v2
+    assert poller.get(job.id) is not None
+    assert poller.data_version() == v3
+
+
+def test_own_commits_do_not_count_as_changes_when_listening(schema: str, stores: list[Any]) -> None:
+    store = _open(stores, schema)
+    other = _open(stores, schema)
+    version = store.data_version()
+    store.enqueue([new_job()])
+    time.sleep(0.05)
+    assert store.data_version() == version
+    other.enqueue([new_job()])
+    deadline = time.monotonic() + 10
+    while store.data_version() == version:
+        assert time.monotonic() < deadline, "no notification from the other store"
+        time.sleep(0.01)
+
+
+def test_a_lost_listener_counts_as_a_change_and_reconnects(schema: str, stores: list[Any]) -> None:
+    store = _open(stores, schema)
+    version = store.data_version()
+    with _admin() as conn:
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE application_name = 'jobledger-listener' AND pid <> pg_backend_pid() "
+            "AND query LIKE %s",
+            (f"%{store.q.channel}%",),
+        )
+    deadline = time.monotonic() + 10
+    while store.data_version() == version:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    other = _open(stores, schema)
+    version = store.data_version()
+    other.enqueue([new_job()])
+    while store.data_version() == version:
+        assert time.monotonic() < deadline, "the listener did not come back"
+        time.sleep(0.01)
