@@ -496,3 +496,48 @@ def test_plain_def_handler_timeout_is_seen_through_the_token(db_path: str) -> No
     assert snap.status == "failed"
     assert snap.error is not None
     assert (snap.error.code, snap.error.retryable) == ("JOB_HANDLER_TIMEOUT", True)
+
+
+def test_cancel_requested_while_the_attempt_fails_retryably_is_not_retried(db_path: str) -> None:
+    """Another process asks for a cancel just as the handler fails retryably (before this
+    worker's watcher fired the token): the job must end cancelled, not wait forever as a
+    cancel-requested retry row that no claim will ever take."""
+    # A slow watcher, so the handler fails before the worker notices the request.
+    jobs = make_manager(db_path, poll_interval=5.0)
+    other = jl.JobManager(db_path, startup_delay=0, poll_interval=0.01)  # never started
+    entered = asyncio.Event()
+    release = asyncio.Event()
+    attempts: list[int] = []
+
+    @jobs.handler(ITEM, recovery="retry", retry=fast_retry(3))
+    async def fails(ctx: jl.JobContext[Item]) -> None:
+        attempts.append(ctx.attempt)
+        entered.set()
+        await release.wait()
+        raise RuntimeError("transient")
+
+    async def main() -> tuple[str, jl.JobSnapshot]:
+        async with jobs:
+            h = jobs.enqueue(ITEM, Item())
+            await entered.wait()
+            cancel = asyncio.ensure_future(other.cancel(h.id, reason="elsewhere"))
+            await wait_until(
+                lambda: sql_one(db_path, "SELECT cancel_requested FROM jobs") == 1,
+                what="the cancel request to be written",
+            )
+            release.set()
+            snap = await asyncio.wait_for(h.finished, 5)
+            outcome = await asyncio.wait_for(cancel, 5)
+        await other.stop()
+        return outcome, snap
+
+    outcome, snap = run(main())
+    assert attempts == [0]
+    assert outcome == "cancelled"
+    assert (snap.status, snap.attempt) == ("cancelled", 0)
+    assert snap.error is not None
+    assert (snap.error.code, snap.error.message, snap.error.retryable) == (
+        "JOB_CANCELLED",
+        "elsewhere",
+        False,
+    )

@@ -406,7 +406,7 @@ class Engine:
                 if write_failed:
                     self._resolve(attempt.job_id, _finalize_failed(attempt, now))
                 attempt.done.set()
-            elif outcome.kind == "retry":
+            elif outcome.kind == "retry" and row[q.C_STATUS] == "delayed":
                 self.on_delayed(int(row[q.C_SCHEDULED_AT]))
                 self.publish_row(row)
                 attempt.done.set()

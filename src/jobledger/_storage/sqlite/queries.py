@@ -67,7 +67,16 @@ FINISH = f"{FINISH_NO_ROW} RETURNING {JOB_COLUMNS}"
 RETRY = (
     "UPDATE jobs SET status = 'delayed', attempt = attempt + 1, error = ?, scheduled_at = ?, "
     "started_at = NULL, worker_id = NULL, updated_at = ? "
-    f"{_FENCE} RETURNING {JOB_COLUMNS}"
+    f"{_FENCE} AND cancel_requested = 0 RETURNING {JOB_COLUMNS}"
+)
+# A retryable failure of a row whose cancel was requested (by another process, before
+# this worker fired the token) is a cancel: never retried, and no claim would take it.
+CANCEL_INSTEAD_OF_RETRY = (
+    "UPDATE jobs SET status = 'cancelled', error = json_object('code', 'JOB_CANCELLED', "
+    "'message', coalesce(cancel_reason, 'Cancelled by user'), 'retryable', json('false'), "
+    "'params', json_object('reason', 'cancel')), finished_at = ?, updated_at = ?, "
+    "progress = coalesce(?, progress), progress_detail = coalesce(?, progress_detail) "
+    f"{_FENCE} AND cancel_requested = 1 RETURNING {JOB_COLUMNS}"
 )
 RELEASE_JOB_LOCKS = "DELETE FROM locks WHERE job_id = ? AND worker_id = ?"
 SET_PROGRESS = f"UPDATE jobs SET progress = ?, progress_detail = ?, updated_at = ? {_FENCE}"

@@ -256,6 +256,19 @@ class SqliteStore:
                     row = conn.execute(
                         q.RETRY, (o.error, o.retry_at, now_ms, o.job_id, o.worker_id, o.attempt)
                     ).fetchone()
+                    if row is None:
+                        row = conn.execute(
+                            q.CANCEL_INSTEAD_OF_RETRY,
+                            (
+                                now_ms,
+                                now_ms,
+                                o.progress,
+                                o.progress_detail,
+                                o.job_id,
+                                o.worker_id,
+                                o.attempt,
+                            ),
+                        ).fetchone()
                 else:
                     params = (
                         o.kind,
