@@ -24,12 +24,12 @@ def test_delay_and_run_at_land_delayed_and_run_on_time(db_path: str) -> None:
 
     async def main() -> list[jl.JobSnapshot]:
         async with jobs:
-            now = jobs.clock.now()
+            # Margins of 50 ms or more, so a loaded machine cannot reorder them.
             handles = [
-                jobs.enqueue(ITEM, Item(n=1), delay=0.05),
-                jobs.enqueue(ITEM, Item(n=2), delay=timedelta(milliseconds=30)),
-                jobs.enqueue(ITEM, Item(n=3), run_at=now + timedelta(milliseconds=10)),
-                jobs.enqueue(ITEM, Item(n=4), run_at=now - timedelta(hours=1)),  # past: due
+                jobs.enqueue(ITEM, Item(n=1), delay=0.3),
+                jobs.enqueue(ITEM, Item(n=2), delay=timedelta(milliseconds=250)),
+                jobs.enqueue(ITEM, Item(n=3), run_at=jobs.clock.now() + timedelta(seconds=0.2)),
+                jobs.enqueue(ITEM, Item(n=4), run_at=jobs.clock.now() - timedelta(hours=1)),
             ]
             assert [h.snapshot.status for h in handles] == [
                 "delayed",

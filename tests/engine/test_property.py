@@ -232,9 +232,16 @@ class EngineMachine(RuleBasedStateMachine):
             self.tmp.cleanup()
 
     async def _finish(self) -> None:
-        snaps = await asyncio.wait_for(
-            asyncio.gather(*(self._finished(h) for h in self.handles)), 20
-        )
+        waiters = asyncio.gather(*(self._finished(h) for h in self.handles))
+        try:
+            snaps = await asyncio.wait_for(waiters, 20)
+        except TimeoutError:
+            with closing(sqlite3.connect(self.db)) as conn:
+                stuck = conn.execute(
+                    "SELECT id, status, queue, attempt, scheduled_at, cancel_requested "
+                    "FROM jobs WHERE status NOT IN ('completed', 'failed', 'cancelled')"
+                ).fetchall()
+            raise AssertionError(f"jobs never finished: {stuck}; active={self.active}") from None
         self._observe()
         assert self.violations == []
         with closing(sqlite3.connect(self.db)) as conn:
