@@ -75,20 +75,14 @@ def _web() -> tuple[Any, Any]:
     return uvicorn, http
 
 
-async def serve_app(
-    app: Any,
-    sock: socket.socket,
-    *,
-    manager: JobManager | None = None,
-    on_ready: Any = None,
-) -> None:
-    """Serve `app` on `sock` (and run `manager`, if given) until SIGINT/SIGTERM."""
+async def serve_app(app: Any, sock: socket.socket, *, on_ready: Any = None) -> None:
+    """Serve `app` on `sock` until SIGINT/SIGTERM; `on_ready()` once it accepts."""
     uvicorn, _ = _web()
 
     class Server(uvicorn.Server):  # type: ignore[misc, name-defined]
         @contextlib.contextmanager
         def capture_signals(self) -> Iterator[None]:
-            yield  # signals are ours: see run loop below
+            yield  # SIGINT/SIGTERM are handled by serve_app itself
 
     config = uvicorn.Config(
         app,
@@ -105,8 +99,6 @@ async def serve_app(
         loop.add_signal_handler(sig, stop.set)
     task: asyncio.Task[None] | None = None
     try:
-        if manager is not None:
-            await manager.start()
         task = loop.create_task(server.serve(sockets=[sock]))
         while not server.started and not task.done():
             await asyncio.sleep(0.01)
@@ -126,8 +118,6 @@ async def serve_app(
                 await task
         for sig in signals:
             loop.remove_signal_handler(sig)
-        if manager is not None:
-            await manager.stop()
 
 
 @click.command()
