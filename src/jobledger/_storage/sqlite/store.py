@@ -149,7 +149,12 @@ class SqliteStore:
         return self.write(lambda c: self._enqueue_in(c, jobs), "enqueue")
 
     def _enqueue_in(self, conn: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[JobRow]:
+        # The lookups (live keys, parents) only ever concern rows written before this
+        # batch (a sibling's key is answered from `batch_keys`; a parent cannot be a
+        # sibling), so the inserts can all go at the end, in one executemany.
         out: list[JobRow] = []
+        inserts: list[tuple[Any, ...]] = []
+        new_queues: dict[str, tuple[str, str, int]] = {}
         batch_keys: dict[str, JobRow] = {}
         parents_seen: set[str] = set()
         for job in jobs:
@@ -168,10 +173,9 @@ class SqliteStore:
                         params={"parent_id": job.parent_id},
                     )
                 parents_seen.add(job.parent_id)
-            if job.queue not in self._known_queues:
-                conn.execute(q.REGISTER_QUEUE, (job.queue, job.type, job.created_at))
-            conn.execute(
-                q.INSERT_JOB,
+            if job.queue not in self._known_queues and job.queue not in new_queues:
+                new_queues[job.queue] = (job.queue, job.type, job.created_at)
+            inserts.append(
                 (
                     job.id,
                     job.type,
@@ -189,12 +193,18 @@ class SqliteStore:
                     job.scheduled_at,
                     job.created_at,
                     job.created_at,
-                ),
+                )
             )
             row = _row_of(job)
             if key is not None:
                 batch_keys[key] = row
             out.append(row)
+        if new_queues:
+            conn.executemany(q.REGISTER_QUEUE, new_queues.values())
+        if len(inserts) == 1:
+            conn.execute(q.INSERT_JOB, inserts[0])
+        elif inserts:
+            conn.executemany(q.INSERT_JOB, inserts)
         return out
 
     def remember_queues(self, names: Iterator[str] | Sequence[str]) -> None:
