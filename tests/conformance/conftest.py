@@ -76,15 +76,19 @@ def _drop_schema(schema: str, conn: Any = None) -> None:
 class SchemaFactory:
     """Fresh migrated schemas made ahead of need; used ones dropped in the background."""
 
-    def __init__(self, ahead: int = 2) -> None:
+    def __init__(self, ahead: int = 4, makers: int = 2) -> None:
         self._ready: queue.Queue[str | BaseException] = queue.Queue(maxsize=ahead)
         self._used: queue.Queue[str | None] = queue.Queue()
         self._stop = threading.Event()
         self._errors: list[BaseException] = []
         self._drop_stale()
-        self._maker = threading.Thread(target=self._make, name="schema-maker", daemon=True)
+        self._makers = [
+            threading.Thread(target=self._make, name=f"schema-maker-{i}", daemon=True)
+            for i in range(makers)
+        ]
         self._dropper = threading.Thread(target=self._drop, name="schema-dropper", daemon=True)
-        self._maker.start()
+        for maker in self._makers:
+            maker.start()
         self._dropper.start()
 
     @staticmethod
@@ -147,7 +151,8 @@ class SchemaFactory:
 
     def close(self) -> None:
         self._stop.set()
-        self._maker.join(timeout=60)
+        for maker in self._makers:
+            maker.join(timeout=60)
         while True:
             try:
                 item = self._ready.get_nowait()
