@@ -7,7 +7,9 @@ facts through the table (status, progress columns); the HTTP API turns them into
 server-sent events.
 
 Events:
-    JobEvent(kind="snapshot")  a job was enqueued, claimed, retried or settled
+    JobEvent(kind="snapshot")  a job was enqueued, scheduled for a retry, or settled
+                               (claims publish nothing: the hot path stays free of it;
+                               `jobs.get` shows `running`)
     JobEvent(kind="progress")  a running job reported progress
 """
 
