@@ -11,7 +11,13 @@ from typing import Any
 import pytest
 
 from jobledger._storage.interface import JobFilter
-from jobledger.errors import DatabaseBusy, JobNotFound, SchemaError, StorageError
+from jobledger.errors import (
+    DatabaseBusy,
+    JobNotFound,
+    SchemaError,
+    StorageError,
+    WriteTransactionFailed,
+)
 from tests.conformance import claim, new_job, q
 from tests.conformance.conftest import PG_DSN, new_schema_name, require_postgres, schema_factory
 
@@ -268,3 +274,73 @@ def test_a_lost_listener_counts_as_a_change_and_reconnects(schema: str, stores: 
     while store.data_version() == version:
         assert time.monotonic() < deadline, "the listener did not come back"
         time.sleep(0.01)
+
+
+def _raise(conn: Any, sqlstate: str) -> None:
+    conn.execute(f"DO $$ BEGIN RAISE EXCEPTION 'injected' USING ERRCODE = '{sqlstate}'; END $$")
+
+
+def test_deadlocks_and_serialization_failures_are_retried_whole(
+    schema: str, stores: list[Any]
+) -> None:
+    store = _open(stores, schema)
+    calls: list[int] = []
+
+    def flaky(conn: Any) -> str:
+        calls.append(1)
+        store.enqueue([new_job(key="once")], conn=conn)
+        if len(calls) == 1:
+            _raise(conn, "40P01")
+        return "done"
+
+    assert store.write(flaky, "flaky") == "done"
+    assert len(calls) == 2
+    assert store.count(JobFilter()) == 1  # the first attempt was rolled back
+
+    def always(conn: Any) -> None:
+        _raise(conn, "40001")
+
+    with pytest.raises(DatabaseBusy) as info:
+        store.write(always, "always")
+    assert info.value.params["attempts"] == 3
+
+
+@pytest.mark.parametrize(
+    ("sqlstate", "error", "code"),
+    [
+        ("53100", "DatabaseFull", "DB_FULL"),
+        ("55P03", "DatabaseBusy", "DB_BUSY"),
+        ("23505", "WriteTransactionFailed", "DB_WRITE_TX_FAILED"),
+    ],
+)
+def test_server_errors_map_onto_the_storage_error_tree(
+    schema: str, stores: list[Any], sqlstate: str, error: str, code: str
+) -> None:
+    store = _open(stores, schema)
+    with pytest.raises(StorageError) as info:
+        store.write(lambda c: _raise(c, sqlstate), "injected")
+    assert type(info.value).__name__ == error
+    assert info.value.code == code
+    assert info.value.params["sqlstate"] == sqlstate
+    assert info.value.params["label"] == "injected"
+    store.enqueue([new_job()])  # the writer is usable afterwards
+
+
+def test_a_connection_lost_mid_transaction_fails_and_the_next_call_reconnects(
+    schema: str, stores: list[Any]
+) -> None:
+    store = _open(stores, schema)
+    job = new_job()
+
+    def killed(conn: Any) -> None:
+        store.enqueue([job], conn=conn)
+        conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+
+    # The outcome of a commit on a lost connection is unknown: never retried, never busy.
+    with pytest.raises(WriteTransactionFailed) as info:
+        store.write(killed, "killed")
+    assert info.value.params["transaction_status"] == "UNKNOWN"
+    assert store.get(job.id) is None
+    again = new_job()
+    store.enqueue([again])
+    assert store.get(again.id) is not None
