@@ -344,3 +344,34 @@ def test_a_connection_lost_mid_transaction_fails_and_the_next_call_reconnects(
     again = new_job()
     store.enqueue([again])
     assert store.get(again.id) is not None
+
+
+def test_without_the_global_lock_the_queue_cap_stays_exact(schema: str, stores: list[Any]) -> None:
+    first = _open(stores, schema, exact_global_cap=False)
+    first.enqueue([new_job() for _ in range(10)])
+    claimers = [first, *(_open(stores, schema, exact_global_cap=False) for _ in range(3))]
+    start = threading.Barrier(len(claimers))
+    got: list[int] = []
+
+    def go(s: Any) -> None:
+        start.wait(timeout=10)
+        got.append(len(claim(s, queue_cap=2, global_cap=100).jobs))
+
+    threads = [threading.Thread(target=go, args=(s,)) for s in claimers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert sorted(got) == [0, 0, 0, 2]
+
+
+def test_update_schedule_sql_takes_only_schedule_columns(schema: str, stores: list[Any]) -> None:
+    store = _open(stores, schema)
+    sql = store.q.update_schedule_sql(["name", "enabled", "updated_at"])
+    assert sql == (
+        f'UPDATE "{schema}".job_schedules SET name = %s, enabled = %s, updated_at = %s '
+        "WHERE id = %s"
+    )
+    for bad in (["name; DROP TABLE x"], []):
+        with pytest.raises(ValueError, match="schedule columns"):
+            store.q.update_schedule_sql(bad)

@@ -107,7 +107,22 @@ def quote_ident(name: str) -> str:
 
 
 class Queries:
-    """The statements of one schema. Class attributes are the templates."""
+    """The statements of one schema. Class attributes are the templates.
+
+    Also carries the row layout (`JOB_COLUMNS`, `C_*`), so an instance can stand in for
+    the `sqlite.queries` module wherever runtime code reads `q.<NAME>`.
+    """
+
+    JOB_COLUMNS = JOB_COLUMNS
+    SCHEDULE_COLUMNS = SCHEDULE_COLUMNS
+    C_ID, C_TYPE, C_STATUS, C_QUEUE = C_ID, C_TYPE, C_STATUS, C_QUEUE
+    C_PRIORITY, C_PAYLOAD, C_OUTPUT, C_ERROR = C_PRIORITY, C_PAYLOAD, C_OUTPUT, C_ERROR
+    C_ATTEMPT, C_MAX_ATTEMPTS, C_TIMEOUT, C_KEY = C_ATTEMPT, C_MAX_ATTEMPTS, C_TIMEOUT, C_KEY
+    C_PARENT, C_SCHEDULE, C_METADATA = C_PARENT, C_SCHEDULE, C_METADATA
+    C_PROGRESS, C_PROGRESS_DETAIL, C_CANCEL = C_PROGRESS, C_PROGRESS_DETAIL, C_CANCEL
+    C_WORKER, C_SCHEDULED_AT, C_STARTED_AT = C_WORKER, C_SCHEDULED_AT, C_STARTED_AT
+    C_FINISHED_AT, C_CREATED_AT = C_FINISHED_AT, C_CREATED_AT
+    C_UPDATED_AT, C_ENQUEUED_BY = C_UPDATED_AT, C_ENQUEUED_BY
 
     # -- jobs: enqueue ---------------------------------------------------------------
     # One statement per entry: insert unless the key is live or the parent is missing;
