@@ -181,3 +181,21 @@ def test_an_outcome_nobody_waits_on_reports_only_that_it_applied(store: Conforma
     row = store.get(job.id)
     assert (col(row, q.C_STATUS), col(row, q.C_OUTPUT)) == ("completed", "7")
 
+
+def test_a_retry_of_a_cancel_requested_row_is_a_cancel(store: ConformantStore) -> None:
+    job = _running(store)
+    store.request_cancel(job.id, "user asked", "{}", 15_000)
+    [row] = store.finalize(
+        [outcome(job.id, "retry", error='{"code":"E"}', retry_at=30_000, progress=5.0)], 20_000
+    )
+    assert row == store.get(job.id)
+    assert col(row, q.C_STATUS) == "cancelled"
+    assert col(row, q.C_ATTEMPT) == 0
+    assert col(row, q.C_FINISHED_AT) == 20_000
+    assert col(row, q.C_PROGRESS) == 5.0
+    assert json.loads(col(row, q.C_ERROR)) == {
+        "code": "JOB_CANCELLED",
+        "message": "user asked",
+        "retryable": False,
+        "params": {"reason": "cancel"},
+    }
