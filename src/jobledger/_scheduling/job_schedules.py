@@ -253,7 +253,6 @@ class JobSchedules(ScheduleHooks):
         row = conn.execute(q.GET_SCHEDULE, (sid,)).fetchone()
         if row is None:
             return None
-        spec = self._spec(row[1])
         sets: dict[str, Any] = {}
         if "name" in patch:
             sets["name"] = validate_name(patch["name"])
@@ -261,7 +260,9 @@ class JobSchedules(ScheduleHooks):
         if "trigger" in patch:
             sets["trigger"] = self._trigger_json(patch["trigger"])
         if "payload" in patch:
-            sets["payload"] = self._payload_json(spec, patch["payload"])
+            # Only a new payload needs the handler (to validate it against the type):
+            # pausing, renaming or re-timing works from any process.
+            sets["payload"] = self._payload_json(self._spec(row[1]), patch["payload"])
         if "catch_up" in patch:
             sets["catch_up"] = self._catch_up_json(patch["catch_up"])
         if "metadata" in patch:
