@@ -375,3 +375,18 @@ def test_update_schedule_sql_takes_only_schedule_columns(schema: str, stores: li
     for bad in (["name; DROP TABLE x"], []):
         with pytest.raises(ValueError, match="schedule columns"):
             store.q.update_schedule_sql(bad)
+
+
+def test_synchronous_commit_is_set_on_the_writer(schema: str, stores: list[Any]) -> None:
+    relaxed = _open(stores, schema, synchronous_commit="off")
+    default = _open(stores, schema)
+
+    def show(conn: Any) -> str:
+        return str(conn.execute("SHOW synchronous_commit").fetchone()[0])
+
+    assert relaxed.write(show, "show") == "off"
+    with _admin() as conn:
+        server = str(conn.execute("SHOW synchronous_commit").fetchone()[0])
+    assert default.write(show, "show") == server
+    with pytest.raises(ValueError, match="synchronous_commit"):
+        _open(stores, schema, synchronous_commit="sometimes")

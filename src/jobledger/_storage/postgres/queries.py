@@ -146,6 +146,15 @@ class Queries:
         "WHERE %(key)s::text IS NOT NULL AND j.idempotency_key = %(key)s::text "
         f"AND j.status IN {_LIVE} AND NOT EXISTS (SELECT 1 FROM ins)"
     )
+    # ENQUEUE_ONE for the one-round-trip path: an entry that neither inserted nor found a
+    # live row raises SQLSTATE JLMIS (`enqueue_missed()`), which aborts the transaction;
+    # the store then redoes the batch with ENQUEUE_ONE and fresh snapshots.
+    ENQUEUE_STRICT = (
+        ENQUEUE_ONE + f" UNION ALL SELECT {{s}}.enqueue_missed(), {', '.join(['NULL'] * 25)} "
+        "WHERE NOT EXISTS (SELECT 1 FROM ins) AND NOT EXISTS (SELECT 1 FROM {s}.jobs m "
+        "WHERE %(key)s::text IS NOT NULL AND m.idempotency_key = %(key)s::text "
+        f"AND m.status IN {_LIVE})"
+    )
     FIND_LIVE_BY_KEY = (
         f"SELECT {JOB_COLUMNS} FROM {{s}}.jobs WHERE idempotency_key = %s AND status IN {_LIVE}"
     )
@@ -156,6 +165,12 @@ class Queries:
     REGISTER_QUEUE = (
         "INSERT INTO {s}.queues (name, type, created_at) VALUES (%s, %s, %s) "
         "ON CONFLICT (name) DO NOTHING"
+    )
+    # Registers the queue only if one of `ids` (the batch's entries for it) was inserted:
+    # an idempotency hit registers nothing, as on SQLite.
+    REGISTER_QUEUE_IF_INSERTED = (
+        "INSERT INTO {s}.queues (name, type, created_at) SELECT %s, %s, %s "
+        "WHERE EXISTS (SELECT 1 FROM {s}.jobs WHERE id = ANY(%s)) ON CONFLICT (name) DO NOTHING"
     )
     QUEUES_SINCE = "SELECT seq, name, type FROM {s}.queues WHERE seq > %s ORDER BY seq"
 
@@ -176,8 +191,9 @@ class Queries:
         "LIMIT (SELECT greatest(0, least(%(qcap)s - in_q, %(gcap)s - total, %(limit)s)) "
         "FROM counts) FOR UPDATE SKIP LOCKED), "
         "claimed AS (UPDATE {s}.jobs j SET status = 'running', worker_id = %(worker)s, "
-        "started_at = %(now)s, updated_at = %(now)s FROM picked "
-        f"WHERE j.id = picked.id AND j.status = 'pending' RETURNING {_CLAIMED}) "
+        "started_at = %(now)s, updated_at = %(now)s "
+        "WHERE j.id = ANY(ARRAY(SELECT id FROM picked)) AND j.status = 'pending' "
+        f"RETURNING {_CLAIMED}) "
         "SELECT counts.in_q, counts.total, claimed.* FROM counts LEFT JOIN claimed ON true"
     )
 
@@ -227,11 +243,13 @@ class Queries:
     SET_METADATA_FENCED = f"UPDATE {{s}}.jobs SET metadata = %s, updated_at = %s {_FENCE}"
 
     # Rows are locked in id order, so two promoters never deadlock; a row promoted by the
-    # other one meanwhile fails the re-check and is skipped.
+    # other one meanwhile fails the re-check and is skipped. Multi-row writes name their
+    # rows as `id = ANY(ARRAY(subquery))`: an index scan on the primary key, where
+    # `IN (subquery)` lets the planner hash-join against every row of the status.
     PROMOTE_DUE = (
-        "UPDATE {s}.jobs SET status = 'pending', updated_at = %s WHERE id IN ("
+        "UPDATE {s}.jobs SET status = 'pending', updated_at = %s WHERE id = ANY(ARRAY("
         "SELECT id FROM {s}.jobs WHERE status = 'delayed' AND scheduled_at <= %s "
-        "ORDER BY id FOR UPDATE) AND status = 'delayed' RETURNING queue"
+        "ORDER BY id FOR UPDATE)) AND status = 'delayed' RETURNING queue"
     )
     NEXT_DELAYED_AT = "SELECT min(scheduled_at) FROM {s}.jobs WHERE status = 'delayed'"
 
@@ -253,13 +271,13 @@ class Queries:
     # `{where}` is filled by the store from fixed column names only.
     CANCEL_MANY_REQUEST = (
         "UPDATE {s}.jobs SET cancel_requested = 1, cancel_reason = coalesce(cancel_reason, %s), "
-        "updated_at = %s WHERE id IN (SELECT id FROM {s}.jobs WHERE status = 'running' "
-        "AND {where} ORDER BY id FOR UPDATE) AND status = 'running' RETURNING id, worker_id"
+        "updated_at = %s WHERE id = ANY(ARRAY(SELECT id FROM {s}.jobs WHERE status = 'running' "
+        "AND {where} ORDER BY id FOR UPDATE)) AND status = 'running' RETURNING id, worker_id"
     )
     CANCEL_MANY_WAITING = (
         "UPDATE {s}.jobs j SET status = 'cancelled', cancel_requested = 1, error = %s, "
-        "finished_at = %s, updated_at = %s WHERE j.id IN (SELECT id FROM {s}.jobs "
-        "WHERE status IN ('pending', 'delayed') AND {where} ORDER BY id FOR UPDATE) "
+        "finished_at = %s, updated_at = %s WHERE j.id = ANY(ARRAY(SELECT id FROM {s}.jobs "
+        "WHERE status IN ('pending', 'delayed') AND {where} ORDER BY id FOR UPDATE)) "
         f"AND j.status IN ('pending', 'delayed') RETURNING {_J_COLUMNS}"
     )
     CANCEL_REQUESTED_AMONG = (
@@ -277,8 +295,9 @@ class Queries:
     )
     COUNT_JOBS = "SELECT count(*) FROM {s}.jobs{where}"
     GC_TERMINAL = (
-        "DELETE FROM {s}.jobs WHERE id IN (SELECT id FROM {s}.jobs WHERE finished_at IS NOT NULL "
-        f"AND finished_at < %s AND status IN {_TERMINAL} LIMIT %s FOR UPDATE SKIP LOCKED)"
+        "DELETE FROM {s}.jobs WHERE id = ANY(ARRAY(SELECT id FROM {s}.jobs "
+        "WHERE finished_at IS NOT NULL "
+        f"AND finished_at < %s AND status IN {_TERMINAL} LIMIT %s FOR UPDATE SKIP LOCKED))"
     )
 
     # -- durable named locks (layer 3) ------------------------------------------------

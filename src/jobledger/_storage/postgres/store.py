@@ -54,7 +54,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import psycopg
 from psycopg.pq import TransactionStatus
@@ -79,10 +79,16 @@ from jobledger.errors import (
     WriteTransactionFailed,
 )
 
-__all__ = ["Conn", "PostgresStore"]
+__all__ = ["Conn", "PostgresStore", "SynchronousCommit"]
 
 T = TypeVar("T")
 Conn = psycopg.Connection[Any]
+# The writer's `synchronous_commit`; None keeps the server's setting. "off" is the analog
+# of SQLite's synchronous=NORMAL in WAL mode: a crash (of the server or the OS) may lose
+# the last fraction of a second of commits, never corrupt anything; it saves the WAL
+# flush (an fsync) that dominates every write's latency.
+SynchronousCommit = Literal["on", "off", "local", "remote_write", "remote_apply"]
+_SYNC_COMMIT = frozenset({"on", "off", "local", "remote_write", "remote_apply"})
 
 # SQLSTATEs: whole-transaction retry, then DB_BUSY.
 _RETRY_STATES = frozenset({"40001", "40P01"})  # serialization_failure, deadlock_detected
@@ -93,6 +99,16 @@ _FULL_STATES = frozenset({"53100"})  # disk_full
 _RETRY_ATTEMPTS = 3
 _RETRY_BUDGET = 1.0
 _TERMINAL_CHUNK = 1000
+_BEGIN = b"BEGIN"
+_COMMIT = b"COMMIT"
+# Raised by `<schema>.enqueue_missed()` inside the one-round-trip enqueue when an entry
+# neither inserted nor found a live row (a missing parent, or a key race): the whole
+# transaction is rolled back and the batch is redone on the careful path.
+_ENQUEUE_MISSED = "JLMIS"
+
+
+class _EnqueueMissed(Exception):
+    pass
 
 
 class PostgresStore:
@@ -106,6 +122,7 @@ class PostgresStore:
         listen: bool = True,
         exact_global_cap: bool = True,
         connect_timeout: float = 10.0,
+        synchronous_commit: SynchronousCommit | None = None,
     ) -> None:
         self.dsn = dsn
         self.schema = check_schema_name(schema)
@@ -114,6 +131,9 @@ class PostgresStore:
         self.exact_global_cap = exact_global_cap
         self._busy_timeout = busy_timeout
         self._connect_timeout = connect_timeout
+        if synchronous_commit is not None and synchronous_commit not in _SYNC_COMMIT:
+            raise ValueError(f"synchronous_commit must be one of {sorted(_SYNC_COMMIT)}")
+        self._synchronous_commit = synchronous_commit
         self._pool_size = max(1, pool_size)
         self._listen_wanted = listen
         self.lock = threading.RLock()
@@ -155,6 +175,10 @@ class PostgresStore:
     def _configure_writer(self, conn: Conn) -> None:
         ms = max(1, int(self._busy_timeout * 1000))
         conn.execute("SELECT set_config('lock_timeout', %s, false)", (f"{ms}ms",))
+        if self._synchronous_commit is not None:
+            conn.execute(
+                "SELECT set_config('synchronous_commit', %s, false)", (self._synchronous_commit,)
+            )
         self._own_pids.add(conn.info.backend_pid)
 
     def _writer(self) -> Conn:
@@ -201,11 +225,20 @@ class PostgresStore:
         sent without waiting; a fetch inside `work` syncs, COMMIT goes at the end."""
 
         def once(conn: Conn) -> T:
-            if piped:
-                with conn.pipeline(), conn.transaction():
+            if not piped:
+                with conn.transaction():
                     return work(conn)
-            with conn.transaction():
-                return work(conn)
+            # BEGIN/COMMIT are sent by hand: psycopg's transaction() syncs the pipeline
+            # on entry and exit, which costs round trips the pipeline is there to save.
+            try:
+                with conn.pipeline():
+                    conn.execute(_BEGIN)
+                    result = work(conn)
+                    conn.execute(_COMMIT)
+            except BaseException:
+                _rollback(conn)
+                raise
+            return result
 
         return self._with_retry(once, label)
 
@@ -215,13 +248,7 @@ class PostgresStore:
         `send` only queues statements and returns how to read their results; BEGIN, the
         statements and COMMIT travel in one round trip.
         """
-
-        def once(conn: Conn) -> T:
-            with conn.pipeline(), conn.transaction():
-                fetch = send(conn)
-            return fetch()
-
-        return self._with_retry(once, label)
+        return self._tx(send, label, piped=True)()
 
     def _stmt(self, work: Callable[[Conn], T], label: str) -> T:
         """One autocommit statement (atomic on its own): no BEGIN/COMMIT round trips."""
@@ -237,6 +264,8 @@ class PostgresStore:
                 try:
                     return once(conn)
                 except psycopg.Error as exc:
+                    if exc.sqlstate == _ENQUEUE_MISSED:
+                        raise _EnqueueMissed from exc
                     status = _tx_status(conn)
                     retryable = (
                         exc.sqlstate in _RETRY_STATES
@@ -354,7 +383,48 @@ class PostgresStore:
         """
         if conn is not None:
             return self._enqueue_in(conn, jobs)
-        return self._tx(lambda c: self._enqueue_in(c, jobs), "enqueue", piped=True)
+        if not jobs:
+            return []
+        try:
+            return self._tx_then(lambda c: self._send_enqueue(c, jobs), "enqueue")
+        except _EnqueueMissed:
+            return self._tx(lambda c: self._enqueue_in(c, jobs), "enqueue", piped=True)
+
+    def _send_enqueue(self, conn: Conn, jobs: Sequence[NewJob]) -> Callable[[], list[JobRow]]:
+        """The common case in one round trip: every entry inserts or hits a live key."""
+        q = self.q
+        first_of_key: dict[str, int] = {}
+        duplicate_of: dict[int, int] = {}
+        sent: list[tuple[int, psycopg.Cursor[Any]]] = []
+        new_queues: dict[str, tuple[str, int, list[str]]] = {}
+        for i, job in enumerate(jobs):
+            key = job.idempotency_key
+            if key is not None:
+                if key in first_of_key:
+                    duplicate_of[i] = first_of_key[key]
+                    continue
+                first_of_key[key] = i
+            sent.append((i, conn.execute(q.ENQUEUE_STRICT, _enqueue_params(job))))
+            if job.queue not in self._known_queues:
+                new_queues.setdefault(job.queue, (job.type, job.created_at, []))[2].append(job.id)
+        if new_queues:
+            conn.execute(q.ADVISORY_XACT_LOCK, (q.queues_lock_key,))
+            for name, (type_name, created_at, ids) in new_queues.items():
+                conn.execute(q.REGISTER_QUEUE_IF_INSERTED, (name, type_name, created_at, ids))
+        conn.execute(q.NOTE_CHANGE)
+
+        def fetch() -> list[JobRow]:
+            out: list[JobRow] = [()] * len(jobs)
+            for i, cur in sent:
+                row = cur.fetchone()
+                if row is None:  # enqueue_missed() aborts before COMMIT; never here
+                    raise WriteTransactionFailed("enqueue: an entry returned no row")
+                out[i] = tuple(row[1:])
+            for i, first in duplicate_of.items():
+                out[i] = out[first]
+            return out
+
+        return fetch
 
     def _enqueue_in(self, conn: Conn, jobs: Sequence[NewJob]) -> list[JobRow]:
         q = self.q
@@ -761,6 +831,15 @@ def _row_or_none(row: Any) -> JobRow | None:
 
 def _scalar(row: Any) -> Any:
     return None if row is None else row[0]
+
+
+def _rollback(conn: Conn) -> None:
+    """Close a transaction a failed pipeline left open; never masks the primary error."""
+    if _tx_status(conn) in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
+        try:
+            conn.execute(b"ROLLBACK")
+        except psycopg.Error:
+            pass
 
 
 def _tx_status(conn: Conn) -> TransactionStatus | None:
