@@ -10,9 +10,12 @@ Dispatch follows seed 001, per queue:
    the batch filled (to fill the next slots).
 
 A finishing job kicks its queue; when the global cap was what blocked, it kicks every
-queue. Claims are synchronous on the loop thread, so between two awaits nothing else can
-run a claim: the layer-1 lock is never contended inside one process, but it keeps the
-count->claim section explicit and safe against a caller on another thread.
+queue, and the queues the cap turned away go first ("passing the turn"): kicked in a
+fixed order, the first few queues would take every freed slot and the others would
+starve until those ran dry. Claims are synchronous on the loop thread, so between two
+awaits nothing else can run a claim: the layer-1 lock is never contended inside one
+process, but it keeps the count->claim section explicit and safe against a caller on
+another thread.
 
 Finalize is grouped: outcomes of jobs that end in the same loop tick are written in one
 transaction (each a fenced compare-and-set), and only after its COMMIT are handles
@@ -90,6 +93,7 @@ class Engine:
         self.queues: dict[str, DispatchQueue] = {}
         self.inflight: dict[str, Attempt] = {}
         self.global_blocked = False
+        self._denied: dict[str, None] = {}  # queues the global cap turned away, in order
         self.accepting = False  # claims allowed (started, recovery gate open, not stopping)
         self.paused = False
         # Set once stop()'s drain is over: a stopped worker counts as dead, so an outcome
@@ -159,6 +163,7 @@ class Engine:
         global_free = self.global_max - len(self.inflight)
         if global_free <= 0:
             self.global_blocked = True
+            self._denied[qu.name] = None
             return
         limit = min(free, global_free, self.claim_batch)
         with qu.lock:
@@ -180,6 +185,7 @@ class Engine:
                 return
         if result.global_blocked:
             self.global_blocked = True
+            self._denied[qu.name] = None
         for job in result.jobs:
             self._start(qu, job)
         if len(result.jobs) == limit:
@@ -416,6 +422,9 @@ class Engine:
                 self.settle_row(row, attempt)
         if self.global_blocked:
             self.global_blocked = False
+            denied, self._denied = self._denied, {}
+            for name in denied:  # kicks run in call order: these claim first
+                self.kick(name)
             self.kick_all()
         else:
             for name in kicks:
