@@ -41,10 +41,9 @@ from jobledger._runtime.attempt import Attempt
 from jobledger._runtime.context import JobContext
 from jobledger._runtime.events import EventBus, JobEvent
 from jobledger._runtime.timers import call_later
-from jobledger._storage.interface import APPLIED, ClaimedJob, JobRow, Outcome
+from jobledger._storage.interface import APPLIED, ClaimedJob, JobRow, Outcome, Store
 from jobledger._storage.rows import error_to_json, snapshot_from_row
 from jobledger._storage.sqlite import queries as q
-from jobledger._storage.sqlite.store import SqliteStore
 from jobledger._types import JobErrorInfo, JobSnapshot, JobStatus, SettledEvent
 from jobledger.clock import Clock, from_ms
 from jobledger.errors import JobError, PermanentError
@@ -70,7 +69,7 @@ class DispatchQueue:
 class Engine:
     def __init__(
         self,
-        store: SqliteStore,
+        store: Store,
         clock: Clock,
         worker_id: str,
         handlers: dict[str, HandlerSpec[Any]],

@@ -41,9 +41,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from jobledger._storage.interface import Store
 from jobledger._storage.lease import acquire_writer_lease, writer_lock_path_for
-from jobledger._storage.sqlite import leader as lease_ops
-from jobledger._storage.sqlite.store import SqliteStore
 
 __all__ = ["LeaderLease"]
 
@@ -55,7 +54,7 @@ class LeaderLease:
 
     def __init__(
         self,
-        store: SqliteStore,
+        store: Store,
         worker_id: str,
         hostname: str,
         *,
@@ -98,7 +97,9 @@ class LeaderLease:
             return
         expires = now + self.ttl_ms
         try:
-            held = lease_ops.renew_lease(self.store, self.worker_id, self.term, expires_at=expires)
+            held = self.store.leader_ops.renew_lease(
+                self.store, self.worker_id, self.term, expires_at=expires
+            )
         except Exception:
             log.warning("could not renew the leader lease (term %s)", self.term, exc_info=True)
             if now + self.renew_ms >= self.expires_at:
@@ -111,14 +112,15 @@ class LeaderLease:
         self._renewed_at = now
 
     def _try_take(self, now: int) -> None:
-        seen = lease_ops.read_lease(self.store)
+        seen = self.store.leader_ops.read_lease(self.store)
         if (
             seen is not None
             and seen.worker_id != self.worker_id
-            and lease_ops.holder_alive(seen, now_ms=now, hostname=self.hostname)
+            and self.store.leader_ops.holder_alive(seen, now_ms=now, hostname=self.hostname)
         ):
             return
-        if self.store.memory:
+        if self.store.memory or self.store.kind != "sqlite":
+            # PostgreSQL serialises takers inside take_lease (advisory lock): no lock file.
             self._take(now)
             return
         lock = acquire_writer_lease(writer_lock_path_for(self.store.path))
@@ -129,7 +131,7 @@ class LeaderLease:
 
     def _take(self, now: int) -> None:
         try:
-            term = lease_ops.take_lease(
+            term = self.store.leader_ops.take_lease(
                 self.store, self.worker_id, now_ms=now, ttl_ms=self.ttl_ms, hostname=self.hostname
             )
         except Exception:
@@ -156,6 +158,6 @@ class LeaderLease:
         if term is None:
             return
         try:
-            lease_ops.resign_lease(self.store, self.worker_id, term)
+            self.store.leader_ops.resign_lease(self.store, self.worker_id, term)
         except Exception:
             log.warning("could not resign the leader lease; it expires by itself", exc_info=True)

@@ -35,8 +35,7 @@ from typing import TYPE_CHECKING, Any
 from jobledger._runtime.leader import LeaderLease
 from jobledger._runtime.services import Runtime, Service
 from jobledger._storage.rows import error_to_json
-from jobledger._storage.sqlite import queries as q
-from jobledger._storage.sqlite import workers as w
+from jobledger._storage.sqlite.workers import WorkerRow
 from jobledger._types import DrainVerdict, JobErrorInfo, RecoveryStrategy
 
 if TYPE_CHECKING:
@@ -203,7 +202,7 @@ class Lifecycle:
         """Recover the rows of every dead worker by strategy; returns how many workers."""
         m = self.m
         now = m._engine.now_ms()
-        dead, alive = w.dead_workers(
+        dead, alive = m._store.workers.dead_workers(
             m._store,
             now_ms=now,
             timeout_ms=int(m.worker_timeout * 1000),
@@ -228,7 +227,7 @@ class Lifecycle:
 
         kicked: set[str] = set()
         for worker in dead:
-            stats = w.recover_worker(
+            stats = m._store.workers.recover_worker(
                 m._store,
                 worker.id,
                 strategy_of=strategies.get,
@@ -356,7 +355,7 @@ class Lifecycle:
         engine.closed = True
 
 
-def _handlers_of(worker: w.WorkerRow) -> dict[str, RecoveryStrategy]:
+def _handlers_of(worker: WorkerRow) -> dict[str, RecoveryStrategy]:
     out: dict[str, RecoveryStrategy] = {}
     for item in worker.handlers:
         name, _, strategy = item.partition("=")
@@ -382,7 +381,7 @@ class WorkerService(Service):
         now = m._engine.now_ms()
         m._store.write(
             lambda c: c.execute(
-                q.REGISTER_WORKER,
+                m._store.q.REGISTER_WORKER,
                 (m.worker_id, self.lc.hostname, os.getpid(), handlers, now, now),
             ),
             "register_worker",
@@ -437,7 +436,7 @@ class WorkerService(Service):
         now = m._engine.now_ms()
         try:
             beats = m._store.write(
-                lambda c: c.execute(q.HEARTBEAT, (now, m.worker_id)).rowcount, "heartbeat"
+                lambda c: c.execute(m._store.q.HEARTBEAT, (now, m.worker_id)).rowcount, "heartbeat"
             )
             if beats == 0 and not self.lc._stopping:
                 # Another process judged us dead (a stall longer than worker_timeout) and
@@ -472,7 +471,7 @@ class WorkerService(Service):
         now = m._engine.now_ms()
         try:
             m._store.write(
-                lambda c: c.execute(q.STOP_WORKER, (now, now, m.worker_id)), "stop_worker"
+                lambda c: c.execute(m._store.q.STOP_WORKER, (now, now, m.worker_id)), "stop_worker"
             )
         except Exception:
             log.warning("could not mark worker %s stopped", m.worker_id, exc_info=True)

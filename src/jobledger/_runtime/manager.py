@@ -45,11 +45,11 @@ from jobledger._runtime.lifecycle import Hold, Lifecycle
 from jobledger._runtime.timers import wait_with_timeout
 from jobledger._scheduling.job_schedules import snapshot_of
 from jobledger._scheduling.triggers import CatchUpPolicy, SkipMissed, Trigger
-from jobledger._storage.interface import JobFilter, JobRow, NewJob
+from jobledger._storage.interface import JobFilter, JobRow, NewJob, Store
+from jobledger._storage.open import open_store
 from jobledger._storage.rows import error_to_json, snapshot_from_row
 from jobledger._storage.sqlite import queries as q
 from jobledger._storage.sqlite.connections import Synchronous
-from jobledger._storage.sqlite.store import SqliteStore
 from jobledger._types import (
     CancelManyResult,
     CancelOutcome,
@@ -145,7 +145,9 @@ class JobManager:
         self.poll_interval = float(poll_interval)
         self.leader_ttl = float(leader_ttl)
         self.max_payload_bytes = max_payload_bytes
-        self._store = SqliteStore(self.path, synchronous=synchronous, busy_timeout=busy_timeout)
+        self._store: Store = open_store(
+            self.path, synchronous=synchronous, busy_timeout=busy_timeout
+        )
         self._handlers: dict[str, HandlerSpec[Any]] = {}
         self._events = EventBus()
         self._engine = Engine(
@@ -829,7 +831,8 @@ class JobManager:
     def unregister_job_schedule_by_id(self, schedule_id: str) -> bool:
         """Delete the schedule; its jobs stay, with `schedule_id` set to None."""
         deleted = self._store.write(
-            lambda c: c.execute(q.DELETE_SCHEDULE, (schedule_id,)).rowcount, "delete_schedule"
+            lambda c: c.execute(self._store.q.DELETE_SCHEDULE, (schedule_id,)).rowcount,
+            "delete_schedule",
         )
         self._schedules.sync(schedule_id)  # no row: disarms (on the loop, from any thread)
         return bool(deleted)

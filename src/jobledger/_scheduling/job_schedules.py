@@ -36,7 +36,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import sqlite3
 import unicodedata
 import uuid
 from collections.abc import Mapping
@@ -63,7 +62,6 @@ from jobledger._scheduling.triggers import (
     trigger_to_json,
     validate_catch_up,
 )
-from jobledger._storage.sqlite import queries as q
 from jobledger._types import MissedEvent, ScheduleSnapshot
 from jobledger.clock import from_ms, to_ms
 from jobledger.errors import JobValidationError, ScheduleError
@@ -136,6 +134,11 @@ class JobSchedules(ScheduleHooks):
         self.armed: dict[str, str] = {}
         self._takeover: asyncio.Task[None] | None = None
 
+    @property
+    def q(self) -> Any:
+        """The backend's statements (SQLite or PostgreSQL: the same names)."""
+        return self.m._store.q
+
     # -- validation -----------------------------------------------------------------
 
     def _spec(self, job_type: JobType[Any] | str) -> HandlerSpec[Any]:
@@ -185,7 +188,7 @@ class JobSchedules(ScheduleHooks):
 
     def register_in(
         self,
-        conn: sqlite3.Connection,
+        conn: Any,
         job_type: JobType[Any] | str,
         payload: Any,
         *,
@@ -207,7 +210,7 @@ class JobSchedules(ScheduleHooks):
         sid = str(uuid.uuid4())
         now = self.m._engine.now_ms()
         conn.execute(
-            q.INSERT_SCHEDULE,
+            self.q.INSERT_SCHEDULE,
             (
                 sid,
                 spec.name,
@@ -223,11 +226,8 @@ class JobSchedules(ScheduleHooks):
         )
         return sid
 
-    @staticmethod
-    def _check_free(
-        conn: sqlite3.Connection, type_name: str, name: str, own_id: str | None
-    ) -> None:
-        row = conn.execute(q.GET_SCHEDULE_BY_NAME, (type_name, name)).fetchone()
+    def _check_free(self, conn: Any, type_name: str, name: str, own_id: str | None) -> None:
+        row = conn.execute(self.q.GET_SCHEDULE_BY_NAME, (type_name, name)).fetchone()
         if row is not None and row[0] != own_id:
             if name == "":
                 raise ScheduleError(
@@ -241,16 +241,14 @@ class JobSchedules(ScheduleHooks):
                 params={"type": type_name, "name": name, "schedule_id": row[0]},
             )
 
-    def update_in(
-        self, conn: sqlite3.Connection, sid: str, patch: Mapping[str, Any]
-    ) -> ScheduleSnapshot | None:
+    def update_in(self, conn: Any, sid: str, patch: Mapping[str, Any]) -> ScheduleSnapshot | None:
         unknown = set(patch) - _PATCH_KEYS
         if unknown:
             raise JobValidationError(
                 f"unknown schedule fields: {', '.join(sorted(unknown))}",
                 code="JOB_INVALID_OPTION",
             )
-        row = conn.execute(q.GET_SCHEDULE, (sid,)).fetchone()
+        row = conn.execute(self.q.GET_SCHEDULE, (sid,)).fetchone()
         if row is None:
             return None
         sets: dict[str, Any] = {}
@@ -275,21 +273,18 @@ class JobSchedules(ScheduleHooks):
                 sets["next_run"] = None
         if sets:
             sets["updated_at"] = self.m._engine.now_ms()
-            assignments = ", ".join(f"{k} = ?" for k in sets)
-            conn.execute(
-                f"UPDATE job_schedules SET {assignments} WHERE id = ?", (*sets.values(), sid)
-            )
-        new = conn.execute(q.GET_SCHEDULE, (sid,)).fetchone()
+            conn.execute(self.q.update_schedule_sql(tuple(sets)), (*sets.values(), sid))
+        new = conn.execute(self.q.GET_SCHEDULE, (sid,)).fetchone()
         return None if new is None else snapshot_of(new)
 
     def get_row(self, sid: str) -> ScheduleRow | None:
         row: ScheduleRow | None = self.m._store.read(
-            lambda c: c.execute(q.GET_SCHEDULE, (sid,)).fetchone()
+            lambda c: c.execute(self.q.GET_SCHEDULE, (sid,)).fetchone()
         )
         return row
 
     def list_rows(self) -> list[ScheduleRow]:
-        return self.m._store.read(lambda c: c.execute(q.LIST_SCHEDULES).fetchall())
+        return self.m._store.read(lambda c: c.execute(self.q.LIST_SCHEDULES).fetchall())
 
     def resolve_name(self, job_type: JobType[Any] | str, name: str | None) -> ScheduleRow | None:
         type_name = job_type.name if isinstance(job_type, JobType) else job_type
@@ -298,10 +293,12 @@ class JobSchedules(ScheduleHooks):
             # stored name is the internal "" sentinel.
             stored = validate_name(name)
             found: ScheduleRow | None = self.m._store.read(
-                lambda c: c.execute(q.GET_SCHEDULE_BY_NAME, (type_name, stored)).fetchone()
+                lambda c: c.execute(self.q.GET_SCHEDULE_BY_NAME, (type_name, stored)).fetchone()
             )
             return found
-        rows = self.m._store.read(lambda c: c.execute(q.SCHEDULES_OF_TYPE, (type_name,)).fetchall())
+        rows = self.m._store.read(
+            lambda c: c.execute(self.q.SCHEDULES_OF_TYPE, (type_name,)).fetchall()
+        )
         if len(rows) > 1:
             raise ScheduleError(
                 f"{type_name!r} has {len(rows)} schedules; name the one you mean",
@@ -312,7 +309,9 @@ class JobSchedules(ScheduleHooks):
 
     def not_found(self, job_type: JobType[Any] | str, name: str | None) -> ScheduleError:
         type_name = job_type.name if isinstance(job_type, JobType) else job_type
-        rows = self.m._store.read(lambda c: c.execute(q.SCHEDULES_OF_TYPE, (type_name,)).fetchall())
+        rows = self.m._store.read(
+            lambda c: c.execute(self.q.SCHEDULES_OF_TYPE, (type_name,)).fetchall()
+        )
         return ScheduleError(
             f"no schedule of {type_name!r} named {name!r}",
             code="JOB_SCHEDULE_NOT_FOUND_BY_NAME",
@@ -390,7 +389,7 @@ class JobSchedules(ScheduleHooks):
     def _set_next_run(self, sid: str, next_ms: int | None) -> None:
         now = self.m._engine.now_ms()
         self.m._store.write(
-            lambda c: c.execute(q.SET_NEXT_RUN, (next_ms, now, sid)), "schedule_next_run"
+            lambda c: c.execute(self.q.SET_NEXT_RUN, (next_ms, now, sid)), "schedule_next_run"
         )
 
     async def _fire(self, sid: str, fire_time: datetime) -> None:
@@ -456,15 +455,15 @@ class JobSchedules(ScheduleHooks):
             log.exception("schedule %s: its job could not be built; the fire is consumed", sid)
         now = m._engine.now_ms()
 
-        def work(conn: sqlite3.Connection) -> bool:
+        def work(conn: Any) -> bool:
             if catch_up_next is not None or expected_next is None:
-                cas = conn.execute(q.CATCH_UP_CAS, (catch_up_next, now, sid, expected_next))
+                cas = conn.execute(self.q.CATCH_UP_CAS, (catch_up_next, now, sid, expected_next))
             else:
-                cas = conn.execute(q.MARK_FIRED, (last_run, next_run, now, sid, expected_next))
+                cas = conn.execute(self.q.MARK_FIRED, (last_run, next_run, now, sid, expected_next))
             if cas.rowcount != 1:
                 return False
             if job is not None:
-                m._store._enqueue_in(conn, [job])
+                m._store.enqueue([job], conn=conn)
             return True
 
         try:
@@ -493,15 +492,15 @@ class JobSchedules(ScheduleHooks):
         now = m._engine.now_ms()
         consume = isinstance(snap.trigger, Once) and now >= to_ms(snap.trigger.at)
 
-        def work(conn: sqlite3.Connection) -> bool:
+        def work(conn: Any) -> bool:
             # Re-read under the write lock: another process may have fired (moving
             # next_run) or deleted the schedule since `row` was read; writing back the
             # stale next_run would make every later fire lose its compare-and-set.
-            current = conn.execute(q.GET_SCHEDULE, (sid,)).fetchone()
+            current = conn.execute(self.q.GET_SCHEDULE, (sid,)).fetchone()
             if current is None:
                 return False
-            m._store._enqueue_in(conn, [job])
-            conn.execute(q.MARK_MANUAL, (now, None if consume else current[7], now, sid))
+            m._store.enqueue([job], conn=conn)
+            conn.execute(self.q.MARK_MANUAL, (now, None if consume else current[7], now, sid))
             return True
 
         if not m._store.write(work, "schedule_manual"):
@@ -589,7 +588,7 @@ class JobSchedules(ScheduleHooks):
         now = self.m._engine.now_ms()
         return bool(
             self.m._store.write(
-                lambda c: c.execute(q.CATCH_UP_CAS, (following, now, sid, expected)).rowcount,
+                lambda c: c.execute(self.q.CATCH_UP_CAS, (following, now, sid, expected)).rowcount,
                 "schedule_catch_up",
             )
         )

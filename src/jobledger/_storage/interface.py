@@ -13,9 +13,10 @@ A second backend (PostgreSQL) implements the same protocol and passes the same s
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 __all__ = [
     "APPLIED",
@@ -26,7 +27,10 @@ __all__ = [
     "NewJob",
     "Outcome",
     "OutcomeKind",
+    "Store",
 ]
+
+T = TypeVar("T")
 
 # A full `jobs` row in the column order of `queries.JOB_COLUMNS`.
 JobRow = tuple[Any, ...]
@@ -108,9 +112,34 @@ class JobFilter:
 
 
 class Store(Protocol):
-    """What the engine needs from a backend (SQLite today)."""
+    """What the runtime needs from a backend. `SqliteStore` and `PostgresStore` both
+    implement it, and `tests/conformance` runs the same contract tests on both.
 
-    def enqueue(self, jobs: Sequence[NewJob]) -> list[JobRow]: ...
+    `conn` arguments and `write`/`read` callbacks receive the backend's own connection
+    (sqlite3 or psycopg); runtime code only uses them with statements from `q`, the
+    backend's queries (same names on both backends, each in its own dialect).
+    """
+
+    kind: str
+    memory: bool
+    path: str
+    lock: Any
+
+    @property
+    def q(self) -> Any: ...
+    @property
+    def workers(self) -> Any: ...
+    @property
+    def leader_ops(self) -> Any: ...
+
+    def write(self, work: Callable[[Any], T], label: str) -> T: ...
+    def read(self, work: Callable[[Any], T]) -> T: ...
+    def user_transaction(self) -> AbstractContextManager[Any]: ...
+    def close(self) -> None: ...
+    def data_version(self) -> int: ...
+    def enqueue(self, jobs: Sequence[NewJob], conn: Any | None = None) -> list[JobRow]: ...
+    def remember_queues(self, names: Sequence[str]) -> None: ...
+    def queues_since(self, seq: int) -> list[tuple[int, str, str]]: ...
     def claim(
         self,
         queue: str,
@@ -120,9 +149,39 @@ class Store(Protocol):
         limit: int,
         now_ms: int,
         worker_id: str,
+        types: tuple[str, ...],
     ) -> ClaimResult: ...
-    def finalize(self, outcomes: Sequence[Outcome], now_ms: int) -> list[JobRow | None]: ...
+    def finalize(
+        self, outcomes: Sequence[Outcome], now_ms: int, *, label: str = "finalize"
+    ) -> list[JobRow | None]: ...
     def promote_due(self, now_ms: int) -> list[str]: ...
+    def next_delayed_at(self) -> int | None: ...
+    def set_progress(
+        self,
+        job_id: str,
+        worker_id: str,
+        attempt: int,
+        progress: float,
+        detail: str | None,
+        now_ms: int,
+    ) -> bool: ...
+    def patch_metadata(
+        self, job_id: str, worker_id: str, attempt: int, patch: dict[str, Any], now_ms: int
+    ) -> dict[str, Any] | None: ...
+    def try_lock(self, name: str, job_id: str, worker_id: str, now_ms: int) -> bool: ...
+    def release_lock(self, name: str, job_id: str) -> None: ...
+    def request_cancel(
+        self, job_id: str, reason: str | None, error: str, now_ms: int
+    ) -> tuple[str | None, str | None, JobRow | None]: ...
+    def force_cancel(
+        self, job_id: str, worker_id: str, attempt: int, error: str, now_ms: int
+    ) -> JobRow | None: ...
+    def cancel_many(
+        self, queue: str | None, type_name: str | None, reason: str | None, error: str, now_ms: int
+    ) -> tuple[list[tuple[str, str | None]], list[JobRow]]: ...
+    def cancel_requested_among(self, ids: Sequence[str]) -> list[tuple[str, str | None]]: ...
     def get(self, job_id: str) -> JobRow | None: ...
+    def terminal_among(self, ids: Sequence[str]) -> list[JobRow]: ...
     def list(self, flt: JobFilter, *, limit: int, offset: int) -> list[JobRow]: ...
     def count(self, flt: JobFilter) -> int: ...
+    def gc(self, before_ms: int, *, batch: int = 1000) -> int: ...

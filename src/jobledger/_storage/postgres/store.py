@@ -127,6 +127,14 @@ class PostgresStore:
         self.dsn = dsn
         self.schema = check_schema_name(schema)
         self.q = Queries(self.schema)
+        # What the runtime needs to know of this backend, the same names on every store.
+        from jobledger._storage.postgres import leader as leader_ops
+        from jobledger._storage.postgres import workers
+
+        self.kind = "postgres"
+        self.path = dsn
+        self.workers = workers
+        self.leader_ops = leader_ops
         self.memory = False  # the runtime's ":memory:" special cases never apply
         self.exact_global_cap = exact_global_cap
         self._busy_timeout = busy_timeout

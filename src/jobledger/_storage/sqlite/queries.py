@@ -206,3 +206,13 @@ TAKE_LEADER = (
 )
 RENEW_LEADER = "UPDATE leader SET expires_at = ? WHERE id = 1 AND worker_id = ? AND term = ?"
 RESIGN_LEADER = "UPDATE leader SET expires_at = 0 WHERE id = 1 AND worker_id = ? AND term = ?"
+
+
+def update_schedule_sql(columns: list[str] | tuple[str, ...]) -> str:
+    """`UPDATE job_schedules SET c1 = ?, ... WHERE id = ?` for known column names."""
+    allowed = {c.strip() for c in SCHEDULE_COLUMNS.split(",")}
+    bad = [c for c in columns if c not in allowed]
+    if bad or not columns:
+        raise ValueError(f"not schedule columns: {bad or columns}")
+    sets = ", ".join(f"{c} = ?" for c in columns)
+    return f"UPDATE job_schedules SET {sets} WHERE id = ?"

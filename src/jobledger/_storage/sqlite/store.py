@@ -50,6 +50,14 @@ class SqliteStore:
         busy_timeout: float = 1.0,
     ) -> None:
         self.path = path
+        # What the runtime needs to know of this backend, the same names on every store.
+        from jobledger._storage.sqlite import leader as leader_ops
+        from jobledger._storage.sqlite import workers
+
+        self.kind = "sqlite"
+        self.q = q
+        self.workers = workers
+        self.leader_ops = leader_ops
         self.memory = path == ":memory:" or path == ""
         self._busy_timeout = busy_timeout
         self._synchronous: Synchronous = synchronous
