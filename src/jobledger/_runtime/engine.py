@@ -202,6 +202,14 @@ class Engine:
 
     def _start(self, qu: DispatchQueue, job: ClaimedJob) -> None:
         assert self.loop is not None
+        current = self.inflight.get(job.id)
+        if current is not None and current.attempt == job.attempt:
+            # We were judged dead while still running this job, its row was reset, and we
+            # claimed it again. Never run a job twice at once in one process (the seed's
+            # #16291 guard): the running execution holds the same (worker, attempt)
+            # claim, so its outcome settles this new claim too.
+            log.warning("job %s is already running in this worker; its claim is adopted", job.id)
+            return
         spec = self.handlers[job.type]
         attempt = Attempt(
             self,
