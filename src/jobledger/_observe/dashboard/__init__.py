@@ -197,10 +197,11 @@ def _workers_section(rm: ReadModel) -> str:
         lead = '<p class="muted" id="leader">No leader lease has been taken.</p>'
     else:
         ok = "valid" if leader.valid else "expired"
+        # A leader that stopped cleanly resigns by setting its expiry to 0.
+        when = "resigned" if leader.expires_at == 0 else f"expires {_time(leader.expires_at)}"
         lead = (
             f'<p id="leader">Leader: <span class="mono">{_e(leader.worker_id)}</span> '
-            f'(term {leader.term}, <span class="badge lease-{ok}">{ok}</span>, '
-            f"expires {_time(leader.expires_at)})</p>"
+            f'(term {leader.term}, <span class="badge lease-{ok}">{ok}</span>, {when})</p>'
         )
     if not workers:
         return lead + '<p class="empty">No worker has registered.</p>'
