@@ -225,8 +225,19 @@ class PostgresStore:
     # -- plumbing -------------------------------------------------------------------
 
     def write(self, work: Callable[[Conn], T], label: str) -> T:
-        """Run `work(conn)` in one write transaction (retried whole on deadlocks)."""
-        return self._tx(work, label)
+        """Run `work(conn)` in one write transaction (retried whole on deadlocks).
+
+        Its commit wakes other processes' `data_version()`, as every commit does on
+        SQLite: the runtime's generic writes include schedule changes, which a leader
+        elsewhere must follow.
+        """
+
+        def announced(conn: Conn) -> T:
+            result = work(conn)
+            conn.execute(self.q.NOTE_CHANGE)
+            return result
+
+        return self._tx(announced, label)
 
     def _tx(self, work: Callable[[Conn], T], label: str, *, piped: bool = False) -> T:
         """One transaction on the writer. `piped`: in pipeline mode, so statements are
@@ -298,6 +309,9 @@ class PostgresStore:
             try:
                 with conn.transaction():
                     yield conn
+                    # Announced like `write()`: a `*_tx` schedule change must reach the
+                    # leader in another process.
+                    conn.execute(self.q.NOTE_CHANGE)
             except psycopg.Error as exc:
                 raise _storage_error(exc, "write_tx", conn) from exc
 
