@@ -1,4 +1,5 @@
-"""Tests of the job engine (DESIGN §2, §4, §5, §7 "Jobs") on real SQLite files.
+"""Tests of the job engine (DESIGN §2, §4, §5, §7 "Jobs") on real databases: most take
+the `db` fixture and run on both backends (a SQLite file, a PostgreSQL schema).
 
 Shared pieces for this package: a payload model and job type, a manager factory with
 test-friendly defaults (no quiet window, fast polling), fast retry policies, and
@@ -8,13 +9,12 @@ rather than at what the engine believes.
 
 from __future__ import annotations
 
-import sqlite3
-from contextlib import closing
 from typing import Any
 
 import pydantic
 
 import jobledger as jl
+from tests.conftest import db_one, db_rows
 
 __all__ = ["ITEM", "Item", "fast_retry", "make_manager", "sql_one", "statuses"]
 
@@ -26,25 +26,22 @@ class Item(pydantic.BaseModel):
 ITEM = jl.JobType("test.item", Item)
 
 
-def make_manager(db_path: str, **options: Any) -> jl.JobManager:
+def make_manager(db: str, **options: Any) -> jl.JobManager:
     """A manager that starts dispatching at once and notices other writers quickly."""
     options.setdefault("startup_delay", 0)
     options.setdefault("poll_interval", 0.01)
-    return jl.JobManager(db_path, **options)
+    return jl.JobManager(db, **options)
 
 
 def fast_retry(max_attempts: int = 3) -> jl.RetryPolicy:
     return jl.RetryPolicy(max_attempts=max_attempts, backoff="fixed", base_delay=0.001)
 
 
-def sql_one(db_path: str, sql: str, params: tuple[Any, ...] = ()) -> Any:
+def sql_one(db: str, sql: str, params: tuple[Any, ...] = ()) -> Any:
     """First column of the first row, read on a fresh connection of our own."""
-    with closing(sqlite3.connect(db_path, timeout=5.0)) as conn:
-        row = conn.execute(sql, params).fetchone()
-    return None if row is None else row[0]
+    return db_one(db, sql, params)
 
 
-def statuses(db_path: str) -> dict[str, str]:
+def statuses(db: str) -> dict[str, str]:
     """Every job's status, by id, straight from the table."""
-    with closing(sqlite3.connect(db_path, timeout=5.0)) as conn:
-        return {r[0]: r[1] for r in conn.execute("SELECT id, status FROM jobs")}
+    return {r[0]: r[1] for r in db_rows(db, "SELECT id, status FROM jobs")}

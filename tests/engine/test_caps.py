@@ -37,8 +37,8 @@ class Gauge:
             self.active -= 1
 
 
-def test_queue_cap_of_two_holds_for_fifty_jobs(db_path: str) -> None:
-    jobs = make_manager(db_path)
+def test_queue_cap_of_two_holds_for_fifty_jobs(db: str) -> None:
+    jobs = make_manager(db)
     gauge = Gauge()
     db_samples: list[int] = []
 
@@ -68,8 +68,8 @@ def test_queue_cap_of_two_holds_for_fifty_jobs(db_path: str) -> None:
     assert min(db_samples) >= 1
 
 
-def test_plain_def_handlers_respect_the_queue_cap(db_path: str) -> None:
-    jobs = make_manager(db_path)
+def test_plain_def_handlers_respect_the_queue_cap(db: str) -> None:
+    jobs = make_manager(db)
     gauge = Gauge()
     db_samples: list[int] = []
 
@@ -94,8 +94,8 @@ def test_plain_def_handlers_respect_the_queue_cap(db_path: str) -> None:
     assert max(db_samples) <= 3
 
 
-def test_global_cap_holds_across_queues(db_path: str) -> None:
-    jobs = make_manager(db_path, global_max_concurrency=3)
+def test_global_cap_holds_across_queues(db: str) -> None:
+    jobs = make_manager(db, global_max_concurrency=3)
     gauge = Gauge()
     per_queue: dict[str, Gauge] = {f"q{i}": Gauge() for i in range(4)}
     db_samples: list[int] = []
@@ -126,10 +126,10 @@ def test_global_cap_holds_across_queues(db_path: str) -> None:
     assert sum(g.entered for g in per_queue.values()) == 40
 
 
-def test_global_cap_blocked_backlog_never_deadlocks(db_path: str) -> None:
+def test_global_cap_blocked_backlog_never_deadlocks(db: str) -> None:
     # A global cap below the number of queues: most kicks find the global cap full, so
     # every finish must wake the queues it blocked, or the backlog stalls.
-    jobs = make_manager(db_path, global_max_concurrency=2)
+    jobs = make_manager(db, global_max_concurrency=2)
     gauge = Gauge()
     other = jl.JobType("test.other", Item)
 
@@ -159,7 +159,7 @@ def test_global_cap_blocked_backlog_never_deadlocks(db_path: str) -> None:
     assert gauge.peak <= 2
 
 
-def test_queue_cap_is_shared_by_two_workers_on_one_file(db_path: str) -> None:
+def test_queue_cap_is_shared_by_two_workers_on_one_file(db: str) -> None:
     """The cap is counted in SQL, so two managers on one file together stay within it.
 
     Pauses stage the run so both workers certainly take part: `a` fills the queue's two
@@ -169,7 +169,7 @@ def test_queue_cap_is_shared_by_two_workers_on_one_file(db_path: str) -> None:
     gauge = Gauge()
     db_samples: list[int] = []
     ran_by: dict[str, str] = {}
-    a, b = make_manager(db_path), make_manager(db_path)
+    a, b = make_manager(db), make_manager(db)
     go = asyncio.Event()
 
     def register(jobs: jl.JobManager) -> None:

@@ -14,8 +14,8 @@ from tests.conftest import run, wait_until
 from tests.engine import ITEM, Item, make_manager, sql_one
 
 
-def test_delay_and_run_at_land_delayed_and_run_on_time(db_path: str) -> None:
-    jobs = make_manager(db_path)
+def test_delay_and_run_at_land_delayed_and_run_on_time(db: str) -> None:
+    jobs = make_manager(db)
     ran: list[int] = []
 
     @jobs.handler(ITEM, recovery="retry")
@@ -47,9 +47,9 @@ def test_delay_and_run_at_land_delayed_and_run_on_time(db_path: str) -> None:
     assert ran == [4, 3, 2, 1]
 
 
-def test_promotion_follows_the_injected_clock(db_path: str) -> None:
+def test_promotion_follows_the_injected_clock(db: str) -> None:
     clock = FakeClock()
-    jobs = make_manager(db_path, clock=clock)
+    jobs = make_manager(db, clock=clock)
     ran: list[int] = []
 
     @jobs.handler(ITEM, recovery="retry")
@@ -62,7 +62,7 @@ def test_promotion_follows_the_injected_clock(db_path: str) -> None:
             assert h.snapshot.scheduled_at == clock.now() + timedelta(seconds=30)
             await clock.advance_async(29.9)
             await asyncio.sleep(0.05)  # real time for the loops to act, if they wrongly would
-            assert sql_one(db_path, "SELECT status FROM jobs") == "delayed"
+            assert sql_one(db, "SELECT status FROM jobs") == "delayed"
             assert ran == []
             await clock.advance_async(0.2)
             return await h.finished
@@ -74,9 +74,9 @@ def test_promotion_follows_the_injected_clock(db_path: str) -> None:
     assert snap.started_at >= snap.scheduled_at
 
 
-def test_delayed_rows_of_a_producer_are_promoted_by_a_running_worker(db_path: str) -> None:
-    worker = make_manager(db_path)
-    producer = jl.JobManager(db_path, startup_delay=0, poll_interval=0.01)  # never started
+def test_delayed_rows_of_a_producer_are_promoted_by_a_running_worker(db: str) -> None:
+    worker = make_manager(db)
+    producer = jl.JobManager(db, startup_delay=0, poll_interval=0.01)  # never started
     ran: list[int] = []
 
     @worker.handler(ITEM, recovery="retry")

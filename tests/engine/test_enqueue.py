@@ -23,9 +23,9 @@ OTHER = jl.JobType("test.other", Item)
 TEXT = jl.JobType("test.text", str)
 
 
-def registered(db_path: str, **options: Any) -> tuple[jl.JobManager, list[int]]:
+def registered(db: str, **options: Any) -> tuple[jl.JobManager, list[int]]:
     """A manager with a handler for ITEM that records the payloads it runs, in order."""
-    jobs = make_manager(db_path, **options)
+    jobs = make_manager(db, **options)
     ran: list[int] = []
 
     @jobs.handler(ITEM, recovery="retry")
@@ -45,8 +45,8 @@ def rejected(fn: Callable[[], object]) -> jl.JobError:
 # -- bad input ------------------------------------------------------------------------
 
 
-def test_bad_input_is_rejected_with_its_code_and_writes_nothing(db_path: str) -> None:
-    jobs, _ = registered(db_path)
+def test_bad_input_is_rejected_with_its_code_and_writes_nothing(db: str) -> None:
+    jobs, _ = registered(db)
 
     @jobs.handler(TEXT, recovery="retry")
     async def text(ctx: jl.JobContext[str]) -> None:
@@ -93,8 +93,8 @@ def test_bad_input_is_rejected_with_its_code_and_writes_nothing(db_path: str) ->
     run(jobs.stop())
 
 
-def test_error_classes_and_params_are_stable(db_path: str) -> None:
-    jobs, _ = registered(db_path)
+def test_error_classes_and_params_are_stable(db: str) -> None:
+    jobs, _ = registered(db)
     err = rejected(lambda: jobs.enqueue("nope", Item()))
     assert isinstance(err, jl.JobValidationError)
     assert err.params["known_types"] == ["test.item"]
@@ -102,7 +102,7 @@ def test_error_classes_and_params_are_stable(db_path: str) -> None:
     assert isinstance(err, jl.JobNotFound)
     assert err.params == {"parent_id": "gone"}
     text = jl.JobType("test.small", str)
-    small = make_manager(db_path, max_payload_bytes=10)
+    small = make_manager(db, max_payload_bytes=10)
     err = rejected(lambda: small.enqueue(text, "x" * 20))
     assert err.code == "JOB_PAYLOAD_TOO_LARGE"
     assert err.params["limit"] == 10
@@ -111,8 +111,8 @@ def test_error_classes_and_params_are_stable(db_path: str) -> None:
     run(jobs.stop())
 
 
-def test_parent_id_of_an_existing_job_is_kept(db_path: str) -> None:
-    jobs, _ = registered(db_path)
+def test_parent_id_of_an_existing_job_is_kept(db: str) -> None:
+    jobs, _ = registered(db)
     parent = jobs.enqueue(ITEM, Item(n=1))
     child = jobs.enqueue(ITEM, Item(n=2), parent_id=parent.id)
     assert child.snapshot.parent_id == parent.id
@@ -120,8 +120,8 @@ def test_parent_id_of_an_existing_job_is_kept(db_path: str) -> None:
     run(jobs.stop())
 
 
-def test_registration_rules(db_path: str) -> None:
-    jobs = make_manager(db_path)
+def test_registration_rules(db: str) -> None:
+    jobs = make_manager(db)
 
     @jobs.handler(ITEM, recovery="retry")
     async def first(ctx: jl.JobContext[Item]) -> None:
@@ -171,8 +171,8 @@ def test_registration_rules(db_path: str) -> None:
 # -- idempotency ----------------------------------------------------------------------
 
 
-def test_live_idempotency_key_returns_the_same_job(db_path: str) -> None:
-    jobs, ran = registered(db_path)
+def test_live_idempotency_key_returns_the_same_job(db: str) -> None:
+    jobs, ran = registered(db)
 
     @jobs.handler(OTHER, recovery="retry")
     async def other(ctx: jl.JobContext[Item]) -> None:
@@ -196,11 +196,11 @@ def test_live_idempotency_key_returns_the_same_job(db_path: str) -> None:
 
     run(main())
     assert ran == [1, 4]
-    assert sql_one(db_path, "SELECT count(*) FROM jobs WHERE idempotency_key = 'k'") == 2
+    assert sql_one(db, "SELECT count(*) FROM jobs WHERE idempotency_key = 'k'") == 2
 
 
-def test_cancelled_key_can_be_reused(db_path: str) -> None:
-    jobs, _ = registered(db_path)
+def test_cancelled_key_can_be_reused(db: str) -> None:
+    jobs, _ = registered(db)
     first = jobs.enqueue(ITEM, Item(n=1), idempotency_key="k", delay=3600)
 
     async def main() -> None:
@@ -210,11 +210,11 @@ def test_cancelled_key_can_be_reused(db_path: str) -> None:
         await jobs.stop()
 
     run(main())
-    assert sorted(statuses(db_path).values()) == ["cancelled", "pending"]
+    assert sorted(statuses(db).values()) == ["cancelled", "pending"]
 
 
-def test_concurrent_enqueues_with_one_key_make_one_row(db_path: str) -> None:
-    jobs, _ = registered(db_path)
+def test_concurrent_enqueues_with_one_key_make_one_row(db: str) -> None:
+    jobs, _ = registered(db)
     ids: list[str] = []
     lock = threading.Lock()
     start = threading.Barrier(8)
@@ -240,8 +240,8 @@ def test_concurrent_enqueues_with_one_key_make_one_row(db_path: str) -> None:
 # -- transactional enqueue ------------------------------------------------------------
 
 
-def test_enqueue_tx_commits_with_the_callers_writes(db_path: str) -> None:
-    jobs, ran = registered(db_path)
+def test_enqueue_tx_commits_with_the_callers_writes(db: str) -> None:
+    jobs, ran = registered(db)
 
     async def main() -> None:
         async with jobs:
@@ -251,18 +251,18 @@ def test_enqueue_tx_commits_with_the_callers_writes(db_path: str) -> None:
                 tx.execute("INSERT INTO item (id, status) VALUES (1, 'deleting')")
                 h = jobs.enqueue_tx(tx, ITEM, Item(n=1))
                 # Not committed yet: another connection sees neither row.
-                assert sql_one(db_path, "SELECT count(*) FROM jobs") == 0
-                assert sql_one(db_path, "SELECT count(*) FROM item") == 0
-            assert sql_one(db_path, "SELECT status FROM item WHERE id = 1") == "deleting"
-            assert sql_one(db_path, "SELECT count(*) FROM jobs WHERE id = ?", (h.id,)) == 1
+                assert sql_one(db, "SELECT count(*) FROM jobs") == 0
+                assert sql_one(db, "SELECT count(*) FROM item") == 0
+            assert sql_one(db, "SELECT status FROM item WHERE id = 1") == "deleting"
+            assert sql_one(db, "SELECT count(*) FROM jobs WHERE id = ?", (h.id,)) == 1
             assert (await h.finished).status == "completed"
 
     run(main())
     assert ran == [1]
 
 
-def test_enqueue_tx_rolls_back_with_the_callers_writes(db_path: str) -> None:
-    jobs, ran = registered(db_path)
+def test_enqueue_tx_rolls_back_with_the_callers_writes(db: str) -> None:
+    jobs, ran = registered(db)
 
     async def main() -> None:
         async with jobs:
@@ -278,8 +278,8 @@ def test_enqueue_tx_rolls_back_with_the_callers_writes(db_path: str) -> None:
 
             with pytest.raises(RuntimeError, match="abort the purge"):
                 purge()
-            assert sql_one(db_path, "SELECT count(*) FROM item") == 0
-            assert sql_one(db_path, "SELECT count(*) FROM jobs") == 0
+            assert sql_one(db, "SELECT count(*) FROM item") == 0
+            assert sql_one(db, "SELECT count(*) FROM jobs") == 0
             assert jobs.get(handles[0].id) is None
 
             async def finished() -> jl.JobSnapshot:
@@ -300,8 +300,8 @@ def test_enqueue_tx_rolls_back_with_the_callers_writes(db_path: str) -> None:
     assert ran == [2]
 
 
-def test_enqueue_tx_rejects_bad_input_inside_the_transaction(db_path: str) -> None:
-    jobs, _ = registered(db_path)
+def test_enqueue_tx_rejects_bad_input_inside_the_transaction(db: str) -> None:
+    jobs, _ = registered(db)
     with jobs.write_tx() as tx:
         tx.execute("CREATE TABLE item (id INTEGER PRIMARY KEY)")
 
@@ -313,15 +313,15 @@ def test_enqueue_tx_rejects_bad_input_inside_the_transaction(db_path: str) -> No
     with pytest.raises(jl.JobValidationError) as info:
         write()
     assert info.value.code == "JOB_INVALID_MAX_ATTEMPTS"
-    assert sql_one(db_path, "SELECT count(*) FROM item") == 0
+    assert sql_one(db, "SELECT count(*) FROM item") == 0
     run(jobs.stop())
 
 
 # -- enqueue_many ---------------------------------------------------------------------
 
 
-def test_enqueue_many_keeps_order_and_applies_per_entry_options(db_path: str) -> None:
-    jobs, ran = registered(db_path)
+def test_enqueue_many_keeps_order_and_applies_per_entry_options(db: str) -> None:
+    jobs, ran = registered(db)
     # Annotated: mypy cannot infer P from a literal list mixing P and JobSpec[P].
     entries: list[Item | jl.JobSpec[Item]] = [
         Item(n=0),
@@ -358,8 +358,8 @@ def test_enqueue_many_keeps_order_and_applies_per_entry_options(db_path: str) ->
     assert ran == [1, 0, 3]  # priority first, then the order written
 
 
-def test_enqueue_many_with_an_invalid_entry_writes_nothing(db_path: str) -> None:
-    jobs, _ = registered(db_path)
+def test_enqueue_many_with_an_invalid_entry_writes_nothing(db: str) -> None:
+    jobs, _ = registered(db)
     wrong: Any = {"n": "x"}
     entries: list[Item | jl.JobSpec[Item]] = [
         Item(n=0),
@@ -390,8 +390,8 @@ def test_enqueue_many_with_an_invalid_entry_writes_nothing(db_path: str) -> None
 # -- ordering and producers -----------------------------------------------------------
 
 
-def test_claim_order_is_priority_then_fifo(db_path: str) -> None:
-    jobs, ran = registered(db_path)
+def test_claim_order_is_priority_then_fifo(db: str) -> None:
+    jobs, ran = registered(db)
     priorities = [5, 0, 5, -1, 0, 10, -1, 0]
     handles = [jobs.enqueue(ITEM, Item(n=i), priority=p) for i, p in enumerate(priorities)]
 
@@ -405,8 +405,8 @@ def test_claim_order_is_priority_then_fifo(db_path: str) -> None:
     assert ran == expected
 
 
-def test_enqueue_from_other_threads_while_running(db_path: str) -> None:
-    jobs, ran = registered(db_path)
+def test_enqueue_from_other_threads_while_running(db: str) -> None:
+    jobs, ran = registered(db)
 
     async def main() -> None:
         async with jobs:
@@ -420,8 +420,8 @@ def test_enqueue_from_other_threads_while_running(db_path: str) -> None:
     assert sorted(ran) == list(range(20))
 
 
-def test_enqueue_after_stop_writes_a_pending_row_and_runs_nothing(db_path: str) -> None:
-    jobs, ran = registered(db_path)
+def test_enqueue_after_stop_writes_a_pending_row_and_runs_nothing(db: str) -> None:
+    jobs, ran = registered(db)
 
     async def main() -> jl.JobHandle:
         async with jobs:
@@ -431,14 +431,14 @@ def test_enqueue_after_stop_writes_a_pending_row_and_runs_nothing(db_path: str) 
     h = run(main())
     assert ran == [1]
     assert h.snapshot.status == "pending"
-    assert statuses(db_path)[h.id] == "pending"
+    assert statuses(db)[h.id] == "pending"
     # A stopped manager is still an observer.
     assert jobs.get(h.id) == h.snapshot
     assert jobs.count() == 2
 
 
-def test_enqueue_before_start_runs_once_started(db_path: str) -> None:
-    jobs, ran = registered(db_path)
+def test_enqueue_before_start_runs_once_started(db: str) -> None:
+    jobs, ran = registered(db)
     h = jobs.enqueue(ITEM, Item(n=5))
 
     async def main() -> jl.JobSnapshot:

@@ -16,8 +16,8 @@ QUEUES = 6
 PER_QUEUE = 4
 
 
-def test_queues_turned_away_by_the_global_cap_go_next(db_path: str) -> None:
-    jobs = make_manager(db_path, global_max_concurrency=2)
+def test_queues_turned_away_by_the_global_cap_go_next(db: str) -> None:
+    jobs = make_manager(db, global_max_concurrency=2)
     order: list[str] = []
 
     @jobs.handler(ITEM, recovery="retry", concurrency=1, queue=lambda p: f"q{p.n % QUEUES}")

@@ -22,8 +22,8 @@ OTHER = jl.JobType("test.other", Item)
 SYNC = jl.JobType("test.sync", Item)
 
 
-def test_durable_lock_serialises_jobs_of_different_queues(db_path: str) -> None:
-    jobs = make_manager(db_path)
+def test_durable_lock_serialises_jobs_of_different_queues(db: str) -> None:
+    jobs = make_manager(db)
     arrived: set[str] = set()
     arrived_lock = threading.Lock()
     inside: list[str] = []
@@ -89,11 +89,11 @@ def test_durable_lock_serialises_jobs_of_different_queues(db_path: str) -> None:
     run(main())
     assert sorted(inside) == ["async", "async2", "sync"]
     assert peak == 1
-    assert sql_one(db_path, "SELECT count(*) FROM locks") == 0
+    assert sql_one(db, "SELECT count(*) FROM locks") == 0
 
 
-def test_lock_timeout_and_release_when_the_holder_finishes(db_path: str) -> None:
-    jobs = make_manager(db_path)
+def test_lock_timeout_and_release_when_the_holder_finishes(db: str) -> None:
+    jobs = make_manager(db)
     holding = asyncio.Event()
     release = asyncio.Event()
     codes: list[str] = []
@@ -120,20 +120,20 @@ def test_lock_timeout_and_release_when_the_holder_finishes(db_path: str) -> None
         async with jobs:
             held = jobs.enqueue(ITEM, Item())
             await holding.wait()
-            assert sql_one(db_path, "SELECT job_id FROM locks WHERE name = 'res'") == held.id
+            assert sql_one(db, "SELECT job_id FROM locks WHERE name = 'res'") == held.id
             assert (await jobs.enqueue(OTHER, Item(n=0)).finished).output == "timed out"
             release.set()
             assert (await held.finished).status == "completed"
-            assert sql_one(db_path, "SELECT count(*) FROM locks") == 0
+            assert sql_one(db, "SELECT count(*) FROM locks") == 0
             assert (await jobs.enqueue(OTHER, Item(n=1)).finished).output == "got it"
 
     run(main())
     assert codes == ["JOB_LOCK_TIMEOUT"]
 
 
-def test_gc_deletes_only_old_terminal_rows(db_path: str) -> None:
+def test_gc_deletes_only_old_terminal_rows(db: str) -> None:
     clock = FakeClock()
-    jobs = make_manager(db_path, clock=clock, gc_retention=60, gc_interval=10)
+    jobs = make_manager(db, clock=clock, gc_retention=60, gc_interval=10)
 
     @jobs.handler(ITEM, recovery="retry", retry=jl.RetryPolicy(max_attempts=1))
     async def work(ctx: jl.JobContext[Item]) -> None:
@@ -155,11 +155,11 @@ def test_gc_deletes_only_old_terminal_rows(db_path: str) -> None:
             await clock.advance_async(40)
             recent = jobs.enqueue(ITEM, Item(n=2))
             await recent.finished
-            assert len(statuses(db_path)) == 6
+            assert len(statuses(db)) == 6
             # t=70: the interval has run at t=10..70; only rows finished before t=10 go.
             await clock.advance_async(30)
             await wait_until(
-                lambda: len(statuses(db_path)) == 3, what="gc of the three old terminal rows"
+                lambda: len(statuses(db)) == 3, what="gc of the three old terminal rows"
             )
             return {
                 "waiting": waiting.id,
@@ -168,7 +168,7 @@ def test_gc_deletes_only_old_terminal_rows(db_path: str) -> None:
             }
 
     ids = run(main())
-    left = statuses(db_path)
+    left = statuses(db)
     assert left == {
         ids["waiting"]: "delayed",
         ids["pending"]: "pending",

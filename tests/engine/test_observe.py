@@ -13,8 +13,8 @@ from tests.engine import ITEM, Item, make_manager
 OTHER = jl.JobType("test.other", Item)
 
 
-def test_list_is_newest_first_with_filters_and_count(db_path: str) -> None:
-    jobs = make_manager(db_path)
+def test_list_is_newest_first_with_filters_and_count(db: str) -> None:
+    jobs = make_manager(db)
 
     @jobs.handler(ITEM, recovery="retry")
     async def work(ctx: jl.JobContext[Item]) -> None:
@@ -70,8 +70,8 @@ def test_list_is_newest_first_with_filters_and_count(db_path: str) -> None:
     assert jobs.get("no-such-id") is None
 
 
-def test_list_limit_is_capped_at_1000_and_bad_arguments_rejected(db_path: str) -> None:
-    jobs = make_manager(db_path)
+def test_list_limit_is_capped_at_1000_and_bad_arguments_rejected(db: str) -> None:
+    jobs = make_manager(db)
     jobs.enqueue_many(ITEM, [Item(n=i) for i in range(1005)])
     assert jobs.count() == 1005
     assert len(jobs.list()) == 100  # the default limit
@@ -87,11 +87,11 @@ def test_list_limit_is_capped_at_1000_and_bad_arguments_rejected(db_path: str) -
     run(jobs.stop())
 
 
-def test_finished_resolves_in_a_producer_only_manager(db_path: str) -> None:
+def test_finished_resolves_in_a_producer_only_manager(db: str) -> None:
     """A second manager on the same file, never started, enqueues; the worker finishes;
     the producer's handle resolves by watching the row."""
-    worker = make_manager(db_path)
-    producer = jl.JobManager(db_path, startup_delay=0, poll_interval=0.01)
+    worker = make_manager(db)
+    producer = jl.JobManager(db, startup_delay=0, poll_interval=0.01)
 
     @worker.handler(ITEM, recovery="retry", retry=jl.RetryPolicy(max_attempts=1))
     async def work(ctx: jl.JobContext[Item]) -> int:

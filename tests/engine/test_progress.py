@@ -19,9 +19,9 @@ from tests.conftest import run, wait_until
 from tests.engine import ITEM, Item, make_manager
 
 
-def test_progress_is_throttled_and_the_last_value_always_persisted(db_path: str) -> None:
+def test_progress_is_throttled_and_the_last_value_always_persisted(db: str) -> None:
     clock = FakeClock()
-    jobs = make_manager(db_path, clock=clock)
+    jobs = make_manager(db, clock=clock)
     step = asyncio.Event()
     go_on = asyncio.Event()
     progress_events: list[tuple[float | None, str | None]] = []
@@ -72,8 +72,8 @@ def test_progress_is_throttled_and_the_last_value_always_persisted(db_path: str)
     ]
 
 
-def test_last_progress_lands_on_failure_too(db_path: str) -> None:
-    jobs = make_manager(db_path, clock=FakeClock())
+def test_last_progress_lands_on_failure_too(db: str) -> None:
+    jobs = make_manager(db, clock=FakeClock())
 
     @jobs.handler(ITEM, recovery="retry")
     def work(ctx: jl.JobContext[Item]) -> None:
@@ -89,8 +89,8 @@ def test_last_progress_lands_on_failure_too(db_path: str) -> None:
     assert (snap.status, snap.progress, snap.progress_detail) == ("failed", 42.5, "stuck")
 
 
-def test_progress_is_clamped_and_validated(db_path: str) -> None:
-    jobs = make_manager(db_path)
+def test_progress_is_clamped_and_validated(db: str) -> None:
+    jobs = make_manager(db)
     errors: list[str] = []
 
     @jobs.handler(ITEM, recovery="retry")
@@ -110,8 +110,8 @@ def test_progress_is_clamped_and_validated(db_path: str) -> None:
     assert snap.progress == 100
 
 
-def test_patch_metadata_writes_the_row_first_then_the_context(db_path: str) -> None:
-    jobs = make_manager(db_path)
+def test_patch_metadata_writes_the_row_first_then_the_context(db: str) -> None:
+    jobs = make_manager(db)
     inside: dict[str, Any] = {}
     patched = asyncio.Event()
     finish = asyncio.Event()
@@ -164,8 +164,8 @@ def test_patch_metadata_writes_the_row_first_then_the_context(db_path: str) -> N
     assert dict(settled[0].metadata) == want
 
 
-def test_snapshot_and_progress_events_via_subscribe(db_path: str) -> None:
-    jobs = make_manager(db_path)
+def test_snapshot_and_progress_events_via_subscribe(db: str) -> None:
+    jobs = make_manager(db)
     every: list[jl.JobEvent] = []
     mine: list[jl.JobEvent] = []
 
@@ -201,8 +201,8 @@ def test_snapshot_and_progress_events_via_subscribe(db_path: str) -> None:
     assert mine[-1].snapshot.status == "completed"
 
 
-def test_a_failing_subscriber_does_not_break_the_engine(db_path: str) -> None:
-    jobs = make_manager(db_path)
+def test_a_failing_subscriber_does_not_break_the_engine(db: str) -> None:
+    jobs = make_manager(db)
     calls = threading.Event()
 
     @jobs.handler(ITEM, recovery="retry")

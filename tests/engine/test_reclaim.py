@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 
 import pydantic
 
 import jobledger as jl
-from tests.conftest import run, wait_until
+from tests.conftest import db_rows, is_postgres, run, wait_until
 
 
 class Item(pydantic.BaseModel):
@@ -18,8 +17,8 @@ class Item(pydantic.BaseModel):
 ITEM = jl.JobType("reclaim.item", Item)
 
 
-def test_reclaimed_running_job_is_adopted_not_run_twice(db_path: str) -> None:
-    jobs = jl.JobManager(db_path, startup_delay=0, poll_interval=0.01)
+def test_reclaimed_running_job_is_adopted_not_run_twice(db: str) -> None:
+    jobs = jl.JobManager(db, startup_delay=0, poll_interval=0.01)
     entered = 0
     release = asyncio.Event()
 
@@ -36,15 +35,15 @@ def test_reclaimed_running_job_is_adopted_not_run_twice(db_path: str) -> None:
             await wait_until(lambda: entered == 1, what="the first execution")
             # What a rescuer does to a dead worker's running row (workers.RESET_RUNNING),
             # done from another connection as another process would.
-            other = sqlite3.connect(db_path, isolation_level=None)
-            try:
-                other.execute(
-                    "UPDATE jobs SET status = 'pending', worker_id = NULL, started_at = NULL "
-                    "WHERE id = ?",
-                    (handle.id,),
-                )
-            finally:
-                other.close()
+            db_rows(
+                db,
+                "UPDATE jobs SET status = 'pending', worker_id = NULL, started_at = NULL "
+                "WHERE id = ?",
+                (handle.id,),
+            )
+            if is_postgres(db):
+                # As the rescuer does in its transaction: tell the other processes.
+                db_rows(db, "SELECT note_change()")
             await wait_until(
                 lambda: (s := jobs.get(handle.id)) is not None and s.status == "running",
                 what="the re-claim",

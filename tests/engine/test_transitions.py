@@ -38,8 +38,8 @@ def snapshot_log(jobs: jl.JobManager) -> list[jl.JobSnapshot]:
 # -- retries, failures, timeouts ------------------------------------------------------
 
 
-def test_retry_then_success_counts_attempts_from_zero(db_path: str) -> None:
-    jobs = make_manager(db_path)
+def test_retry_then_success_counts_attempts_from_zero(db: str) -> None:
+    jobs = make_manager(db)
     seen: list[int] = []
     events = snapshot_log(jobs)
 
@@ -68,8 +68,8 @@ def test_retry_then_success_counts_attempts_from_zero(db_path: str) -> None:
     assert all(s.error is not None and s.error.retryable for s in delayed)
 
 
-def test_exhausted_retries_fail_with_the_last_attempt_number(db_path: str) -> None:
-    jobs = make_manager(db_path)
+def test_exhausted_retries_fail_with_the_last_attempt_number(db: str) -> None:
+    jobs = make_manager(db)
     seen: list[int] = []
 
     @jobs.handler(ITEM, recovery="retry", retry=fast_retry(3))
@@ -93,8 +93,8 @@ def test_exhausted_retries_fail_with_the_last_attempt_number(db_path: str) -> No
 
 
 @pytest.mark.parametrize("max_attempts", [1, 4])
-def test_enqueue_max_attempts_overrides_the_policy(db_path: str, max_attempts: int) -> None:
-    jobs = make_manager(db_path)
+def test_enqueue_max_attempts_overrides_the_policy(db: str, max_attempts: int) -> None:
+    jobs = make_manager(db)
     seen: list[int] = []
 
     @jobs.handler(ITEM, recovery="retry", retry=fast_retry(2))
@@ -115,8 +115,8 @@ def test_enqueue_max_attempts_overrides_the_policy(db_path: str, max_attempts: i
     )
 
 
-def test_permanent_error_fails_at_once(db_path: str) -> None:
-    jobs = make_manager(db_path)
+def test_permanent_error_fails_at_once(db: str) -> None:
+    jobs = make_manager(db)
     seen: list[int] = []
 
     @jobs.handler(ITEM, recovery="retry", retry=fast_retry(5))
@@ -140,8 +140,8 @@ def test_permanent_error_fails_at_once(db_path: str) -> None:
     assert coded.error == jl.JobErrorInfo("PAYMENT_DECLINED", "declined", False, {"amount": 3})
 
 
-def test_timeout_is_retryable_and_fires_the_token_with_reason_timeout(db_path: str) -> None:
-    jobs = make_manager(db_path)
+def test_timeout_is_retryable_and_fires_the_token_with_reason_timeout(db: str) -> None:
+    jobs = make_manager(db)
     reasons: list[str | None] = []
 
     @jobs.handler(ITEM, recovery="retry", timeout=0.05, retry=fast_retry(2))
@@ -163,8 +163,8 @@ def test_timeout_is_retryable_and_fires_the_token_with_reason_timeout(db_path: s
     assert (snap.error.code, snap.error.retryable) == ("JOB_HANDLER_TIMEOUT", True)
 
 
-def test_timeout_given_at_enqueue_overrides_the_handler(db_path: str) -> None:
-    jobs = make_manager(db_path)
+def test_timeout_given_at_enqueue_overrides_the_handler(db: str) -> None:
+    jobs = make_manager(db)
 
     @jobs.handler(ITEM, recovery="retry", timeout=30.0)
     async def slow(ctx: jl.JobContext[Item]) -> None:
@@ -183,9 +183,9 @@ def test_timeout_given_at_enqueue_overrides_the_handler(db_path: str) -> None:
     assert snap.error.code == "JOB_HANDLER_TIMEOUT"
 
 
-def test_timeout_runs_on_the_injected_clock(db_path: str) -> None:
+def test_timeout_runs_on_the_injected_clock(db: str) -> None:
     clock = FakeClock()
-    jobs = make_manager(db_path, clock=clock)
+    jobs = make_manager(db, clock=clock)
     entered = asyncio.Event()
 
     @jobs.handler(ITEM, recovery="retry", timeout=10.0, retry=fast_retry(1))
@@ -239,8 +239,8 @@ class Recorder(jl.JobHandler[Item, str]):
         self.settled.append(event)
 
 
-def test_cancel_pending_delayed_and_running(db_path: str) -> None:
-    jobs = make_manager(db_path)
+def test_cancel_pending_delayed_and_running(db: str) -> None:
+    jobs = make_manager(db)
     rec = Recorder()
     jobs.register_handler(ITEM, rec)
 
@@ -277,8 +277,8 @@ def test_cancel_pending_delayed_and_running(db_path: str) -> None:
     assert all(e.status == "cancelled" for e in rec.settled)
 
 
-def test_cancel_of_a_plain_def_handler_is_seen_through_the_token(db_path: str) -> None:
-    jobs = make_manager(db_path)
+def test_cancel_of_a_plain_def_handler_is_seen_through_the_token(db: str) -> None:
+    jobs = make_manager(db)
     entered = threading.Event()
     polls: list[int] = []
 
@@ -304,9 +304,9 @@ def test_cancel_of_a_plain_def_handler_is_seen_through_the_token(db_path: str) -
 
 
 def test_handler_ignoring_cancel_is_forced_cancelled_and_its_late_result_dropped(
-    db_path: str,
+    db: str,
 ) -> None:
-    jobs = make_manager(db_path)
+    jobs = make_manager(db)
     entered = asyncio.Event()
     release = asyncio.Event()
     swallowed: list[int] = []
@@ -355,8 +355,8 @@ def test_handler_ignoring_cancel_is_forced_cancelled_and_its_late_result_dropped
     assert settled == ["cancelled", "completed"]
 
 
-def test_cancel_many_finalizes_like_cancel(db_path: str) -> None:
-    jobs = make_manager(db_path)
+def test_cancel_many_finalizes_like_cancel(db: str) -> None:
+    jobs = make_manager(db)
     rec = Recorder()
     jobs.register_handler(ITEM, rec)
     other_ran: list[int] = []
@@ -389,8 +389,8 @@ def test_cancel_many_finalizes_like_cancel(db_path: str) -> None:
     assert other_ran == [9]
 
 
-def test_cancel_many_by_queue_from_another_thread(db_path: str) -> None:
-    jobs = make_manager(db_path)
+def test_cancel_many_by_queue_from_another_thread(db: str) -> None:
+    jobs = make_manager(db)
     rec = Recorder()
     jobs.register_handler(ITEM, rec)
 
@@ -409,8 +409,8 @@ def test_cancel_many_by_queue_from_another_thread(db_path: str) -> None:
     run(main())
 
 
-def test_cancel_edge_cases(db_path: str) -> None:
-    jobs = make_manager(db_path)
+def test_cancel_edge_cases(db: str) -> None:
+    jobs = make_manager(db)
 
     @jobs.handler(ITEM, recovery="retry")
     async def work(ctx: jl.JobContext[Item]) -> None:
@@ -436,14 +436,14 @@ def test_cancel_edge_cases(db_path: str) -> None:
         await jobs.stop()
 
     run(main())
-    assert sql_one(db_path, "SELECT status FROM jobs") == "cancelled"
+    assert sql_one(db, "SELECT status FROM jobs") == "cancelled"
 
 
 # -- plain def handlers ---------------------------------------------------------------
 
 
-def test_plain_def_handler_runs_in_a_thread_with_the_same_context(db_path: str) -> None:
-    jobs = make_manager(db_path)
+def test_plain_def_handler_runs_in_a_thread_with_the_same_context(db: str) -> None:
+    jobs = make_manager(db)
     seen: dict[str, Any] = {}
 
     @jobs.handler(ITEM, recovery="retry", retry=fast_retry(2))
@@ -477,8 +477,8 @@ def test_plain_def_handler_runs_in_a_thread_with_the_same_context(db_path: str) 
     assert snap.metadata == {"origin": "test", "step": 1}
 
 
-def test_plain_def_handler_timeout_is_seen_through_the_token(db_path: str) -> None:
-    jobs = make_manager(db_path)
+def test_plain_def_handler_timeout_is_seen_through_the_token(db: str) -> None:
+    jobs = make_manager(db)
     reasons: list[str | None] = []
 
     @jobs.handler(ITEM, recovery="retry", timeout=0.05, retry=fast_retry(1))
@@ -498,13 +498,13 @@ def test_plain_def_handler_timeout_is_seen_through_the_token(db_path: str) -> No
     assert (snap.error.code, snap.error.retryable) == ("JOB_HANDLER_TIMEOUT", True)
 
 
-def test_cancel_requested_while_the_attempt_fails_retryably_is_not_retried(db_path: str) -> None:
+def test_cancel_requested_while_the_attempt_fails_retryably_is_not_retried(db: str) -> None:
     """Another process asks for a cancel just as the handler fails retryably (before this
     worker's watcher fired the token): the job must end cancelled, not wait forever as a
     cancel-requested retry row that no claim will ever take."""
     # A slow watcher, so the handler fails before the worker notices the request.
-    jobs = make_manager(db_path, poll_interval=5.0)
-    other = jl.JobManager(db_path, startup_delay=0, poll_interval=0.01)  # never started
+    jobs = make_manager(db, poll_interval=5.0)
+    other = jl.JobManager(db, startup_delay=0, poll_interval=0.01)  # never started
     entered = asyncio.Event()
     release = asyncio.Event()
     attempts: list[int] = []
@@ -522,7 +522,7 @@ def test_cancel_requested_while_the_attempt_fails_retryably_is_not_retried(db_pa
             await entered.wait()
             cancel = asyncio.ensure_future(other.cancel(h.id, reason="elsewhere"))
             await wait_until(
-                lambda: sql_one(db_path, "SELECT cancel_requested FROM jobs") == 1,
+                lambda: sql_one(db, "SELECT cancel_requested FROM jobs") == 1,
                 what="the cancel request to be written",
             )
             release.set()

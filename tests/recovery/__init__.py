@@ -4,7 +4,8 @@ Child workers are real processes (`python -m tests.recovery.worker_proc`), kille
 SIGKILL where a test needs a crash. A child reports only through files (see
 `worker_proc`), and the parent reads the job table directly, so nothing here trusts the
 process under test to tell the truth about itself. Every wait is a short poll bounded by
-a deadline; nothing sleeps for seconds.
+a deadline; nothing sleeps for seconds. The database is a SQLite file or a PostgreSQL
+URL (the `db` fixture); `spawn` passes either to the child as it is.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -20,6 +20,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
+
+from tests.conftest import db_rows
 
 __all__ = [
     "DEADLINE",
@@ -76,15 +78,12 @@ def arun(coro_fn: Callable[[], Awaitable[T]], *, timeout: float = 90.0) -> T:
     return asyncio.run(bounded())
 
 
-def status_counts(db: str | os.PathLike[str], where: str = "1") -> dict[str, int]:
-    """`{status: count}` read straight from the file, independent of any manager."""
-    conn = sqlite3.connect(os.fspath(db), timeout=5.0)
-    try:
-        rows = conn.execute(
-            f"SELECT status, count(*) FROM jobs WHERE {where} GROUP BY status"
-        ).fetchall()
-    finally:
-        conn.close()
+def status_counts(db: str | os.PathLike[str], where: str = "1 = 1") -> dict[str, int]:
+    """`{status: count}` read straight from the table (a SQLite file or a PostgreSQL
+    schema), independent of any manager."""
+    rows = db_rows(
+        os.fspath(db), f"SELECT status, count(*) FROM jobs WHERE {where} GROUP BY status"
+    )
     return {str(s): int(n) for s, n in rows}
 
 

@@ -1,32 +1,29 @@
-"""kill -9 of a worker process, and what the next worker makes of its rows."""
+"""kill -9 of a worker process, and what the next worker makes of its rows (on both
+backends: on one host the dead pid frees the rows at once; `tests/postgres` shows the
+heartbeat path of a worker on another host)."""
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import jobledger as jl
+from tests.conftest import db_rows
 from tests.recovery import arun, read_markers, spawn, status_counts, wait_for, wait_for_async
 from tests.recovery.worker_proc import ABANDON, LOCK_NAME, LOCKER, RETRY, SINGLETON
 
 PER_TYPE = 200
 
 
-def _live(db: Path) -> int:
+def _live(db: str) -> int:
     counts = status_counts(db)
     return sum(counts.get(s, 0) for s in ("pending", "delayed", "running"))
 
 
-def _workers(db: Path) -> list[str]:
-    conn = sqlite3.connect(db)
-    try:
-        return [r[0] for r in conn.execute("SELECT id FROM workers")]
-    finally:
-        conn.close()
+def _workers(db: str) -> list[str]:
+    return [r[0] for r in db_rows(db, "SELECT id FROM workers")]
 
 
-def test_kill9_then_restart_recovers_every_row_by_its_strategy(tmp_path: Path) -> None:
-    db = tmp_path / "jobs.db"
+def test_kill9_then_restart_recovers_every_row_by_its_strategy(db: str, tmp_path: Path) -> None:
     producer = jl.JobManager(db)  # never started: a producer, its rows are ordinary work
     enqueued = {
         t.name: [h.id for h in producer.enqueue_many(t, list(range(PER_TYPE)))]
@@ -98,8 +95,7 @@ def test_kill9_then_restart_recovers_every_row_by_its_strategy(tmp_path: Path) -
     assert dead_id not in _workers(db), "the dead worker's row is gone once recovered"
 
 
-def test_a_dead_workers_durable_lock_becomes_free(tmp_path: Path) -> None:
-    db = tmp_path / "jobs.db"
+def test_a_dead_workers_durable_lock_becomes_free(db: str, tmp_path: Path) -> None:
     producer = jl.JobManager(db)
     holder = producer.enqueue(LOCKER, 1)
     arun(producer.stop)
@@ -114,13 +110,7 @@ def test_a_dead_workers_durable_lock_becomes_free(tmp_path: Path) -> None:
     finally:
         child.kill9()
 
-    conn = sqlite3.connect(db)
-    try:
-        assert conn.execute("SELECT job_id FROM locks WHERE name = ?", (LOCK_NAME,)).fetchall() == [
-            (holder.id,)
-        ]
-    finally:
-        conn.close()
+    assert db_rows(db, "SELECT job_id FROM locks WHERE name = ?", (LOCK_NAME,)) == [(holder.id,)]
 
     taken: list[str] = []
     other = jl.JobType("rec.other", int)

@@ -1,4 +1,8 @@
-"""The leader lease: terms, expiry, step-down, dead holders, and its lifecycle wiring."""
+"""The leader lease: terms, expiry, step-down, dead holders, and its lifecycle wiring.
+
+`LeaderLease` runs on both backends (the `store` fixture opens the `db` fixture's
+database); the lock file and ":memory:" are SQLite's alone.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +19,9 @@ import pytest
 import jobledger as jl
 from jobledger._runtime.leader import LeaderLease
 from jobledger._runtime.lifecycle import ScheduleHooks
+from jobledger._storage.interface import Store
 from jobledger._storage.lease import acquire_writer_lease, writer_lock_path_for
+from jobledger._storage.open import open_store
 from jobledger._storage.sqlite.store import SqliteStore
 from tests.recovery import arun, wait_for_async
 
@@ -34,28 +40,43 @@ class Clock:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[SqliteStore]:
+def store(db: str) -> Iterator[Store]:
+    s = open_store(db, synchronous="NORMAL", busy_timeout=1.0)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def sqlite_store(tmp_path: Path) -> Iterator[SqliteStore]:
     s = SqliteStore(str(tmp_path / "jobs.db"))
     yield s
     s.close()
 
 
-def _register(store: SqliteStore, worker_id: str, *, host: str = HOST, pid: int = 0) -> None:
+def _sql(store: Store, sql: str) -> str:
+    """`sql` with `?` placeholders in the store's dialect."""
+    return sql.replace("?", "%s") if store.kind == "postgres" else sql
+
+
+def _register(store: Store, worker_id: str, *, host: str = HOST, pid: int = 0) -> None:
     store.write(
         lambda c: c.execute(
-            "INSERT INTO workers (id, hostname, pid, handlers, started_at, heartbeat_at) "
-            "VALUES (?, ?, ?, '[]', 0, 0)",
+            _sql(
+                store,
+                "INSERT INTO workers (id, hostname, pid, handlers, started_at, heartbeat_at) "
+                "VALUES (?, ?, ?, '[]', 0, 0)",
+            ),
             (worker_id, host, pid or os.getpid()),
         ),
         "test_register",
     )
 
 
-def _lease(store: SqliteStore, worker_id: str, clock: Clock) -> LeaderLease:
+def _lease(store: Store, worker_id: str, clock: Clock) -> LeaderLease:
     return LeaderLease(store, worker_id, HOST, ttl=TTL, renew_every=1.0, now_ms=clock)
 
 
-def _row(store: SqliteStore) -> tuple[str, int, int] | None:
+def _row(store: Store) -> tuple[str, int, int] | None:
     row = store.read(
         lambda c: c.execute("SELECT worker_id, term, expires_at FROM leader").fetchone()
     )
@@ -68,7 +89,7 @@ def _dead_pid() -> int:
     return proc.pid
 
 
-def test_one_holder_at_a_time_and_a_new_term_after_expiry(store: SqliteStore) -> None:
+def test_one_holder_at_a_time_and_a_new_term_after_expiry(store: Store) -> None:
     clock = Clock()
     _register(store, "a", host="elsewhere")  # another host: only the ttl can free it
     _register(store, "b")
@@ -91,7 +112,7 @@ def test_one_holder_at_a_time_and_a_new_term_after_expiry(store: SqliteStore) ->
     assert _row(store) == ("b", 2, clock.ms + 10_000)
 
 
-def test_the_leader_renews_and_keeps_its_term(store: SqliteStore) -> None:
+def test_the_leader_renews_and_keeps_its_term(store: Store) -> None:
     clock = Clock()
     _register(store, "a")
     _register(store, "b")
@@ -107,7 +128,7 @@ def test_the_leader_renews_and_keeps_its_term(store: SqliteStore) -> None:
     assert row[2] > clock.ms
 
 
-def test_resign_hands_over_at_once_with_a_new_term(store: SqliteStore) -> None:
+def test_resign_hands_over_at_once_with_a_new_term(store: Store) -> None:
     clock = Clock()
     _register(store, "a")
     _register(store, "b")
@@ -122,7 +143,7 @@ def test_resign_hands_over_at_once_with_a_new_term(store: SqliteStore) -> None:
 
 
 @pytest.mark.parametrize("how", ["pid gone on this host", "stopped", "unregistered"])
-def test_a_dead_holder_is_replaced_before_its_lease_expires(store: SqliteStore, how: str) -> None:
+def test_a_dead_holder_is_replaced_before_its_lease_expires(store: Store, how: str) -> None:
     clock = Clock()
     if how == "pid gone on this host":
         _register(store, "a", pid=_dead_pid())
@@ -134,7 +155,9 @@ def test_a_dead_holder_is_replaced_before_its_lease_expires(store: SqliteStore, 
     _register(store, "b")
     store.write(
         lambda c: c.execute(
-            "INSERT INTO leader (id, worker_id, term, expires_at) VALUES (1, 'a', 7, ?)",
+            _sql(
+                store, "INSERT INTO leader (id, worker_id, term, expires_at) VALUES (1, 'a', 7, ?)"
+            ),
             (clock.ms + 600_000,),
         ),
         "test_lease",
@@ -144,13 +167,15 @@ def test_a_dead_holder_is_replaced_before_its_lease_expires(store: SqliteStore, 
     assert _row(store) == ("b", 8, clock.ms + 10_000)
 
 
-def test_a_live_holder_on_this_host_is_not_replaced(store: SqliteStore) -> None:
+def test_a_live_holder_on_this_host_is_not_replaced(store: Store) -> None:
     clock = Clock()
     _register(store, "a")  # our own pid: alive
     _register(store, "b")
     store.write(
         lambda c: c.execute(
-            "INSERT INTO leader (id, worker_id, term, expires_at) VALUES (1, 'a', 3, ?)",
+            _sql(
+                store, "INSERT INTO leader (id, worker_id, term, expires_at) VALUES (1, 'a', 3, ?)"
+            ),
             (clock.ms + 5_000,),
         ),
         "test_lease",
@@ -158,7 +183,8 @@ def test_a_live_holder_on_this_host_is_not_replaced(store: SqliteStore) -> None:
     assert not _lease(store, "b", clock).step()
 
 
-def test_a_busy_lock_file_defers_the_takeover_to_the_next_tick(store: SqliteStore) -> None:
+def test_a_busy_lock_file_defers_the_takeover_to_the_next_tick(sqlite_store: SqliteStore) -> None:
+    store = sqlite_store
     clock = Clock()
     _register(store, "b")
     held = acquire_writer_lease(writer_lock_path_for(store.path))
@@ -186,9 +212,7 @@ class RecordingHooks(ScheduleHooks):
         self.calls.append(leader)
 
 
-def test_managers_on_one_file_elect_one_leader_and_hand_over_at_stop(tmp_path: Path) -> None:
-    db = tmp_path / "jobs.db"
-
+def test_managers_on_one_file_elect_one_leader_and_hand_over_at_stop(db: str) -> None:
     async def body() -> None:
         first = jl.JobManager(db, startup_delay=0, poll_interval=0.02)
         second = jl.JobManager(db, startup_delay=0, poll_interval=0.02)

@@ -1,9 +1,11 @@
-"""Quiet window, shutdown drain, fencing of rescued rows, and a full disk."""
+"""Quiet window, shutdown drain, fencing of rescued rows, and a full disk.
+
+Every test but the full disk (SQLite's `max_page_count`) runs on both backends.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -13,7 +15,9 @@ import pytest
 
 import jobledger as jl
 from jobledger._runtime.lifecycle import DRAIN_TIMEOUT
+from jobledger._storage.sqlite.store import SqliteStore
 from jobledger.testing import FakeClock
+from tests.conftest import db_rows
 from tests.recovery import arun, status_counts, wait_for, wait_for_async
 
 WORK = jl.JobType("life.work", int)
@@ -23,31 +27,25 @@ IGNORES_ABANDON = jl.JobType("life.ignores-abandon", int)
 BIG = jl.JobType("life.big", str)
 
 
-def _sql(db: Path, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    conn = sqlite3.connect(db, timeout=5.0, isolation_level=None)
-    try:
-        return conn.execute(sql, params).fetchall()
-    finally:
-        conn.close()
+def _sql(db: str | Path, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    return db_rows(str(db), sql, params)
 
 
-def _plant_dead_worker(db: Path, clock: FakeClock, n: int) -> list[str]:
+def _plant_dead_worker(db: str, clock: FakeClock, n: int) -> list[str]:
     """`n` jobs left `running` by a worker that died without a word (stale heartbeat)."""
     producer = jl.JobManager(db, clock=clock)
     ids = [h.id for h in producer.enqueue_many(WORK, list(range(n)))]
     arun(producer.stop)
-    conn = sqlite3.connect(db, isolation_level=None)
-    try:
-        conn.execute(
-            "INSERT INTO workers (id, hostname, pid, handlers, started_at, heartbeat_at) "
-            "VALUES ('ghost', 'another-host', 1, '[]', 0, 0)"
-        )
-        conn.execute(
-            "UPDATE jobs SET status = 'running', worker_id = 'ghost', started_at = 0, "
-            "enqueued_by = 'ghost'"
-        )
-    finally:
-        conn.close()
+    _sql(
+        db,
+        "INSERT INTO workers (id, hostname, pid, handlers, started_at, heartbeat_at) "
+        "VALUES ('ghost', 'another-host', 1, '[]', 0, 0)",
+    )
+    _sql(
+        db,
+        "UPDATE jobs SET status = 'running', worker_id = 'ghost', started_at = 0, "
+        "enqueued_by = 'ghost'",
+    )
     return ids
 
 
@@ -66,9 +64,8 @@ async def _terminal(jobs: jl.JobManager, job_id: str) -> jl.JobSnapshot:
 
 
 def test_nothing_is_recovered_inside_the_quiet_window_and_everything_at_its_end(
-    tmp_path: Path,
+    db: str,
 ) -> None:
-    db = tmp_path / "jobs.db"
     clock = FakeClock()
     ids = _plant_dead_worker(db, clock, 5)
     ran: list[int] = []
@@ -99,8 +96,7 @@ def test_nothing_is_recovered_inside_the_quiet_window_and_everything_at_its_end(
     arun(body)
 
 
-def test_a_stop_inside_the_quiet_window_means_recovery_never_runs(tmp_path: Path) -> None:
-    db = tmp_path / "jobs.db"
+def test_a_stop_inside_the_quiet_window_means_recovery_never_runs(db: str) -> None:
     clock = FakeClock()
     _plant_dead_worker(db, clock, 3)
 
@@ -127,9 +123,8 @@ def test_a_stop_inside_the_quiet_window_means_recovery_never_runs(tmp_path: Path
 
 
 def test_stop_cancels_cooperative_handlers_and_leaves_stubborn_ones_to_recovery(
-    tmp_path: Path,
+    db: str,
 ) -> None:
-    db = tmp_path / "jobs.db"
     release = threading.Event()
     exited = threading.Event()
     # A plain handler that ignores its cancel token: stop() cannot end it.
@@ -209,9 +204,7 @@ def test_stop_cancels_cooperative_handlers_and_leaves_stubborn_ones_to_recovery(
 # -- fencing ------------------------------------------------------------------------
 
 
-def test_a_rescued_rows_late_result_from_its_old_worker_is_dropped(tmp_path: Path) -> None:
-    db = tmp_path / "jobs.db"
-
+def test_a_rescued_rows_late_result_from_its_old_worker_is_dropped(db: str) -> None:
     async def body() -> None:
         gate = asyncio.Event()
         late: dict[str, Any] = {}
@@ -283,8 +276,10 @@ def test_a_full_disk_fails_enqueue_cleanly_and_loses_nothing(tmp_path: Path) -> 
         await wait_for_async(lambda: status_counts(db) == {"running": 3})
         waiting = [jobs.enqueue(BIG, f"w{n}", delay=3600) for n in range(5)]
 
-        conn = jobs._store.conn
-        with jobs._store.lock:
+        store = jobs._store
+        assert isinstance(store, SqliteStore)
+        conn = store.conn
+        with store.lock:
             pages = conn.execute("PRAGMA page_count").fetchone()[0]
             conn.execute(f"PRAGMA max_page_count = {pages}")
         with pytest.raises(jl.JobError) as caught:
@@ -297,7 +292,7 @@ def test_a_full_disk_fails_enqueue_cleanly_and_loses_nothing(tmp_path: Path) -> 
         await asyncio.sleep(0.05)
         gate.set()  # every handler now returns 256 kB that no longer fits
         finished = [await w for w in waits]
-        with jobs._store.lock:
+        with store.lock:
             assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
             conn.execute("PRAGMA max_page_count = 1073741823")
         await jobs.stop()
@@ -341,9 +336,8 @@ def test_wait_helper_bounds(tmp_path: Path) -> None:
 
 
 def test_a_dead_workers_waiting_rows_follow_its_strategy_a_producers_never(
-    tmp_path: Path,
+    db: str,
 ) -> None:
-    db = tmp_path / "jobs.db"
     abandon_type = jl.JobType("life.abandon", int)
 
     async def first_worker() -> list[str]:
@@ -391,9 +385,7 @@ def test_a_dead_workers_waiting_rows_follow_its_strategy_a_producers_never(
     assert (snaps[theirs].status, snaps[theirs].output) == ("completed", 3)
 
 
-def test_a_worker_recovered_as_dead_registers_again(tmp_path: Path) -> None:
-    db = tmp_path / "jobs.db"
-
+def test_a_worker_recovered_as_dead_registers_again(db: str) -> None:
     async def body() -> None:
         jobs = jl.JobManager(db, startup_delay=0, heartbeat_interval=0.05, poll_interval=0.02)
         async with jobs:

@@ -1,4 +1,7 @@
-"""pause() / drain_in_flight() / hold.dispose(): the write-quiesce contract (seed 001)."""
+"""pause() / drain_in_flight() / hold.dispose(): the write-quiesce contract (seed 001).
+
+Every test but the backup one (it copies the SQLite file) runs on both backends.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ import pytest
 
 import jobledger as jl
 from jobledger._runtime.lifecycle import ScheduleHooks
+from tests.conftest import db_rows
 from tests.recovery import arun, wait_for_async
 
 WORK = jl.JobType("pause.work", int)
@@ -41,7 +45,7 @@ def _disposed(hold: jl.Hold) -> bool:
 class Harness:
     """A started manager whose `pause.slow` handlers wait for `gate`, recording runs."""
 
-    def __init__(self, db: Path, **options: float) -> None:
+    def __init__(self, db: str | Path, **options: float) -> None:
         self.jobs = jl.JobManager(db, poll_interval=0.02, **options)  # type: ignore[arg-type]
         self.ran: list[int] = []
         self.gate = asyncio.Event()
@@ -70,9 +74,9 @@ class Harness:
             await asyncio.sleep(0.02)
 
 
-def test_drain_with_nothing_in_flight_is_clean(tmp_path: Path) -> None:
+def test_drain_with_nothing_in_flight_is_clean(db: str) -> None:
     async def body() -> None:
-        h = Harness(tmp_path / "jobs.db", startup_delay=0)
+        h = Harness(db, startup_delay=0)
         async with h.jobs as jobs:
             await jobs.recovery_done
             done = await jobs.enqueue(WORK, 1).finished
@@ -86,9 +90,9 @@ def test_drain_with_nothing_in_flight_is_clean(tmp_path: Path) -> None:
     arun(body)
 
 
-def test_drain_waits_for_in_flight_handlers_that_finish_in_time(tmp_path: Path) -> None:
+def test_drain_waits_for_in_flight_handlers_that_finish_in_time(db: str) -> None:
     async def body() -> None:
-        h = Harness(tmp_path / "jobs.db", startup_delay=0)
+        h = Harness(db, startup_delay=0)
         async with h.jobs as jobs:
             await jobs.recovery_done
             handle = jobs.enqueue(SLOW, 1)
@@ -105,9 +109,9 @@ def test_drain_waits_for_in_flight_handlers_that_finish_in_time(tmp_path: Path) 
     arun(body)
 
 
-def test_a_straggler_is_reported_never_aborted_and_finishes_later(tmp_path: Path) -> None:
+def test_a_straggler_is_reported_never_aborted_and_finishes_later(db: str) -> None:
     async def body() -> None:
-        h = Harness(tmp_path / "jobs.db", startup_delay=0)
+        h = Harness(db, startup_delay=0)
         async with h.jobs as jobs:
             await jobs.recovery_done
             handle = jobs.enqueue(SLOW, 7)
@@ -128,9 +132,9 @@ def test_a_straggler_is_reported_never_aborted_and_finishes_later(tmp_path: Path
     arun(body)
 
 
-def test_recovery_pending_while_a_step_runs_and_deferred_until_release(tmp_path: Path) -> None:
+def test_recovery_pending_while_a_step_runs_and_deferred_until_release(db: str) -> None:
     async def body() -> None:
-        h = Harness(tmp_path / "jobs.db", startup_delay=0)
+        h = Harness(db, startup_delay=0)
         jobs = h.jobs
         hooks = BlockedCatchUp()
         jobs._lifecycle.schedules = hooks  # the hook the scheduling layer fills
@@ -159,9 +163,9 @@ def test_recovery_pending_while_a_step_runs_and_deferred_until_release(tmp_path:
     arun(body)
 
 
-def test_work_enqueued_or_due_during_a_pause_waits_for_release(tmp_path: Path) -> None:
+def test_work_enqueued_or_due_during_a_pause_waits_for_release(db: str) -> None:
     async def body() -> None:
-        h = Harness(tmp_path / "jobs.db", startup_delay=0)
+        h = Harness(db, startup_delay=0)
         async with h.jobs as jobs:
             await jobs.recovery_done
             due = jobs.enqueue(WORK, 1, delay=0.05)
@@ -182,9 +186,9 @@ def test_work_enqueued_or_due_during_a_pause_waits_for_release(tmp_path: Path) -
     arun(body)
 
 
-def test_holds_are_refcounted_and_dispose_is_idempotent(tmp_path: Path) -> None:
+def test_holds_are_refcounted_and_dispose_is_idempotent(db: str) -> None:
     async def body() -> None:
-        h = Harness(tmp_path / "jobs.db", startup_delay=0)
+        h = Harness(db, startup_delay=0)
         async with h.jobs as jobs:
             await jobs.recovery_done
             first = jobs.pause("one")
@@ -250,9 +254,9 @@ def test_a_backup_between_drain_and_release_holds_every_committed_job(tmp_path: 
     assert sorted(set(in_backup.values())) == ["completed", "pending"]
 
 
-def test_no_api_raises_during_a_pause(tmp_path: Path) -> None:
+def test_no_api_raises_during_a_pause(db: str) -> None:
     async def body() -> None:
-        h = Harness(tmp_path / "jobs.db", startup_delay=0)
+        h = Harness(db, startup_delay=0)
         async with h.jobs as jobs:
             await jobs.recovery_done
             running = jobs.enqueue(SLOW, 1)
@@ -294,9 +298,9 @@ def test_no_api_raises_during_a_pause(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("disposed_before_stop", [True, False])
-def test_stop_with_a_hold_outstanding_is_clean(tmp_path: Path, disposed_before_stop: bool) -> None:
+def test_stop_with_a_hold_outstanding_is_clean(db: str, disposed_before_stop: bool) -> None:
     async def body() -> str:
-        h = Harness(tmp_path / "jobs.db", startup_delay=0)
+        h = Harness(db, startup_delay=0)
         jobs = h.jobs
         await jobs.start()
         await jobs.recovery_done
@@ -312,9 +316,5 @@ def test_stop_with_a_hold_outstanding_is_clean(tmp_path: Path, disposed_before_s
         return handle.id
 
     job_id = arun(body)
-    conn = sqlite3.connect(tmp_path / "jobs.db")
-    try:
-        row = conn.execute("SELECT status FROM jobs WHERE id = ?", (job_id,)).fetchone()
-    finally:
-        conn.close()
-    assert row == ("completed" if disposed_before_stop else "pending",)
+    rows = db_rows(db, "SELECT status FROM jobs WHERE id = ?", (job_id,))
+    assert rows == [("completed" if disposed_before_stop else "pending",)]

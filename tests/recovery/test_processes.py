@@ -1,14 +1,16 @@
-"""Several worker processes on one file: claims, caps, rescue and leadership across them."""
+"""Several worker processes on one database: claims, caps, rescue and leadership across
+them, on both backends (a SQLite file; a PostgreSQL schema, where the four-process run is
+the "exactly once" proof of issue 8)."""
 
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import time
 from collections import Counter
 from pathlib import Path
 
 import jobledger as jl
+from tests.conftest import db_rows
 from tests.recovery import (
     Child,
     arun,
@@ -25,26 +27,19 @@ N_CAPPED = 500
 RESCUE_BOUND = 10.0  # seconds, generous for a loaded machine; worker_timeout is 600 s
 
 
-def _running_owners(db: Path) -> Counter[str]:
-    conn = sqlite3.connect(db)
-    try:
-        rows = conn.execute("SELECT worker_id FROM jobs WHERE status = 'running'").fetchall()
-    finally:
-        conn.close()
+def _running_owners(db: str) -> Counter[str]:
+    rows = db_rows(db, "SELECT worker_id FROM jobs WHERE status = 'running'")
     return Counter(str(r[0]) for r in rows)
 
 
-def _lease(db: Path) -> tuple[str, int] | None:
-    conn = sqlite3.connect(db)
-    try:
-        row = conn.execute("SELECT worker_id, term FROM leader WHERE id = 1").fetchone()
-    finally:
-        conn.close()
-    return None if row is None else (str(row[0]), int(row[1]))
+def _lease(db: str) -> tuple[str, int] | None:
+    rows = db_rows(db, "SELECT worker_id, term FROM leader WHERE id = 1")
+    return None if not rows else (str(rows[0][0]), int(rows[0][1]))
 
 
-def test_four_processes_run_each_job_exactly_once_under_a_shared_cap(tmp_path: Path) -> None:
-    db = tmp_path / "jobs.db"
+def test_four_processes_run_each_job_exactly_once_under_a_shared_cap(
+    db: str, tmp_path: Path
+) -> None:
     producer = jl.JobManager(db)
     children: list[Child] = []
     try:
@@ -80,9 +75,9 @@ def test_four_processes_run_each_job_exactly_once_under_a_shared_cap(tmp_path: P
 
 
 def test_a_second_worker_never_resets_a_live_workers_jobs_and_rescues_them_at_its_death(
+    db: str,
     tmp_path: Path,
 ) -> None:
-    db = tmp_path / "jobs.db"
     producer = jl.JobManager(db)
     ids = [h.id for h in producer.enqueue_many(RETRY, list(range(20)))]
     arun(producer.stop)
@@ -130,18 +125,14 @@ def test_a_second_worker_never_resets_a_live_workers_jobs_and_rescues_them_at_it
     assert leads_after
     assert took < RESCUE_BOUND, f"rescue took {took:.1f}s; it must not wait for worker_timeout"
     assert status_counts(db) == {"completed": 20}
-    conn = sqlite3.connect(db)
-    try:
-        done = {r[0] for r in conn.execute("SELECT id FROM jobs WHERE status = 'completed'")}
-    finally:
-        conn.close()
+    done = {r[0] for r in db_rows(db, "SELECT id FROM jobs WHERE status = 'completed'")}
     assert done == set(ids)
 
 
 def test_exactly_one_process_leads_and_leadership_moves_when_the_leader_dies(
+    db: str,
     tmp_path: Path,
 ) -> None:
-    db = tmp_path / "jobs.db"
     opts = ("--heartbeat", "0.2", "--leader-ttl", "600")
     children = [spawn(db, "idle", tmp_path, f"w{n}", *opts) for n in range(2)]
     try:

@@ -1,6 +1,7 @@
 """A worker process for the recovery tests: `python -m tests.recovery.worker_proc DB MODE ...`.
 
-It builds a `JobManager` on DB with the handlers of MODE, starts it (`startup_delay=0`),
+It builds a `JobManager` on DB (a SQLite path or a `postgresql://` URL) with the handlers
+of MODE, starts it (`startup_delay=0`),
 and runs until SIGTERM, then stops cleanly and exits 0. It reports through files only, so
 the parent can watch it without sharing memory, and a `kill -9` loses nothing the parent
 needs:
@@ -83,8 +84,38 @@ def register_blocking(jobs: jl.JobManager, markers: Markers, concurrency: int) -
             await forever.wait()
 
 
-def register_work(jobs: jl.JobManager, markers: Markers, concurrency: int, db: str) -> None:
-    sampler = sqlite3.connect(db, timeout=5.0, isolation_level=None)
+class Sampler:
+    """A connection of its own that counts running rows, on either backend."""
+
+    def __init__(self, db: str) -> None:
+        self.pg: Any = None
+        self.sqlite: sqlite3.Connection | None = None
+        if db.startswith(("postgresql://", "postgres://")):
+            import psycopg
+
+            from jobledger._storage.open import split_schema
+
+            # The test URL's `options` put the schema on the search path.
+            self.pg = psycopg.connect(split_schema(db)[0], autocommit=True)
+        else:
+            self.sqlite = sqlite3.connect(db, timeout=5.0, isolation_level=None)
+
+    def close(self) -> None:
+        for conn in (self.pg, self.sqlite):
+            if conn is not None:
+                conn.close()
+
+    def running(self, queue: str) -> int:
+        if self.pg is not None:
+            sql = "SELECT count(*) FROM jobs WHERE status = 'running' AND queue = %s"
+            return int(self.pg.execute(sql, (queue,)).fetchone()[0])
+        assert self.sqlite is not None
+        sql = "SELECT count(*) FROM jobs WHERE status = 'running' AND queue = ?"
+        return int(self.sqlite.execute(sql, (queue,)).fetchone()[0])
+
+
+def register_work(jobs: jl.JobManager, markers: Markers, concurrency: int, db: str) -> Sampler:
+    sampler = Sampler(db)
 
     @jobs.handler(BULK, recovery="retry", concurrency=concurrency)
     async def bulk(ctx: jl.JobContext[int]) -> int:
@@ -93,13 +124,13 @@ def register_work(jobs: jl.JobManager, markers: Markers, concurrency: int, db: s
 
     @jobs.handler(CAPPED, recovery="retry", concurrency=CAPPED_CONCURRENCY)
     async def capped(ctx: jl.JobContext[int]) -> int:
-        running = sampler.execute(
-            "SELECT count(*) FROM jobs WHERE status = 'running' AND queue = ?", (CAPPED.name,)
-        ).fetchone()[0]
+        running = sampler.running(CAPPED.name)
         markers.mark(CAPPED.name, ctx.job_id, ctx.attempt, running)
         # Hold the slot across a few loop turns so other processes' claims overlap it.
         await asyncio.sleep(0.002)
         return ctx.payload
+
+    return sampler
 
 
 def write_status(path: str, jobs: jl.JobManager) -> None:
@@ -122,10 +153,11 @@ async def main(args: argparse.Namespace) -> int:
         worker_id=args.worker_id,
     )
     markers = Markers(args.markers)
+    sampler: Sampler | None = None
     if args.mode == "block":
         register_blocking(jobs, markers, args.concurrency)
     elif args.mode == "work":
-        register_work(jobs, markers, args.concurrency, args.db)
+        sampler = register_work(jobs, markers, args.concurrency, args.db)
     elif args.mode != "idle":
         raise SystemExit(f"unknown mode {args.mode!r}")
 
@@ -141,6 +173,8 @@ async def main(args: argparse.Namespace) -> int:
         except TimeoutError:
             pass
     await jobs.stop()
+    if sampler is not None:
+        sampler.close()
     return 0
 
 

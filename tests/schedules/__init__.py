@@ -1,10 +1,11 @@
 """Persistent job schedules (DESIGN §2 schedules, §7 "Schedules"; reference §5).
 
-Shared helpers for the tests in this package. Every test runs on a real SQLite file
-under `tmp_path` and, except the two-process test, on a `FakeClock`: time moves only
-through `clock.advance_async`, and `settle()` then lets the loop run the woken timers,
-fire callbacks and handlers. Nothing here sleeps on the wall clock except the bounded
-polls of `until()`, which wait for rows, never for time to pass.
+Shared helpers for the tests in this package. Every test runs on a real database (the
+`db` fixture: a SQLite file, or a PostgreSQL schema) and, except the two-process test,
+on a `FakeClock`: time moves only through `clock.advance_async`, and `settle()` then
+lets the loop run the woken timers, fire callbacks and handlers. Nothing here sleeps on
+the wall clock except the bounded polls of `until()`, which wait for rows, never for time
+to pass.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
 
 
 def make_manager(
-    path: Path,
+    path: str | Path,
     clock: FakeClock,
     *,
     handler: jl.JobHandler[Tick, Any] | None = None,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pydantic
@@ -30,9 +29,9 @@ OTHER = jl.JobType("sched.other", Tick)
 
 
 @pytest.fixture
-def jobs(tmp_path: Path) -> jl.JobManager:
+def jobs(db: str) -> jl.JobManager:
     """A never-started manager: every mutator here is synchronous and works before start."""
-    manager = make_manager(tmp_path / "db.sqlite", FakeClock(START))
+    manager = make_manager(db, FakeClock(START))
 
     @manager.handler(OTHER, recovery="abandon")
     def other(ctx: jl.JobContext[Tick]) -> None:
@@ -45,6 +44,11 @@ def _code(fn: Callable[[], object]) -> str:
     with pytest.raises(jl.JobError) as info:
         fn()
     return info.value.code
+
+
+def _sql(jobs: jl.JobManager, sql: str) -> str:
+    """`sql` with `?` placeholders in the dialect of the manager's backend."""
+    return sql.replace("?", "%s") if jobs._store.kind == "postgres" else sql
 
 
 def _rows(jobs: jl.JobManager) -> list[tuple[Any, ...]]:
@@ -365,13 +369,11 @@ class Started:
         return snap
 
 
-def started(
-    tmp_path: Path, body: Callable[[Started], Any], *, trigger: jl.Trigger | None = None
-) -> None:
+def started(db: str, body: Callable[[Started], Any], *, trigger: jl.Trigger | None = None) -> None:
     clock = FakeClock(START)
 
     async def scenario() -> None:
-        jobs = make_manager(tmp_path / "db.sqlite", clock)
+        jobs = make_manager(db, clock)
         async with jobs:
             await jobs.recovery_done
             sid = jobs.register_job_schedule(
@@ -382,16 +384,16 @@ def started(
     run(scenario())
 
 
-def test_register_arms_at_once_when_started(tmp_path: Path) -> None:
+def test_register_arms_at_once_when_started(db: str) -> None:
     async def body(s: Started) -> None:
         assert s.sched.has(s.timer)
         assert s.snap().next_run == START + timedelta(seconds=60)
         assert s.sched.get_next_run(s.timer) == START + timedelta(seconds=60)
 
-    started(tmp_path, body)
+    started(db, body)
 
 
-def test_a_payload_update_keeps_the_timer_and_its_phase(tmp_path: Path) -> None:
+def test_a_payload_update_keeps_the_timer_and_its_phase(db: str) -> None:
     async def body(s: Started) -> None:
         await advance(s.clock, 45)
         entry = s.entry()
@@ -405,10 +407,10 @@ def test_a_payload_update_keeps_the_timer_and_its_phase(tmp_path: Path) -> None:
         assert job.idempotency_key == sid_key(s.sid, START + timedelta(seconds=60))
         assert job.payload == {"n": 2}
 
-    started(tmp_path, body)
+    started(db, body)
 
 
-def test_a_trigger_update_re_arms_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_trigger_update_re_arms_once(db: str, monkeypatch: pytest.MonkeyPatch) -> None:
     async def body(s: Started) -> None:
         await advance(s.clock, 45)
         calls: list[str] = []
@@ -432,10 +434,10 @@ def test_a_trigger_update_re_arms_once(tmp_path: Path, monkeypatch: pytest.Monke
         }
         assert calls == [s.timer]  # fires do not re-register
 
-    started(tmp_path, body)
+    started(db, body)
 
 
-def test_enabled_false_disarms_and_true_re_arms(tmp_path: Path) -> None:
+def test_enabled_false_disarms_and_true_re_arms(db: str) -> None:
     async def body(s: Started) -> None:
         snap = s.jobs.update_job_schedule(s.sid, enabled=False)
         assert snap is not None
@@ -453,10 +455,10 @@ def test_enabled_false_disarms_and_true_re_arms(tmp_path: Path) -> None:
         assert (snap.trigger, snap.next_run) == (jl.Interval(seconds=7), None)
         assert not s.sched.has(s.timer)
 
-    started(tmp_path, body)
+    started(db, body)
 
 
-def test_a_rolled_back_register_tx_leaves_no_row_and_no_timer(tmp_path: Path) -> None:
+def test_a_rolled_back_register_tx_leaves_no_row_and_no_timer(db: str) -> None:
     async def body(s: Started) -> None:
         created: list[str] = []
 
@@ -479,17 +481,17 @@ def test_a_rolled_back_register_tx_leaves_no_row_and_no_timer(tmp_path: Path) ->
         assert s.jobs.list(schedule_id=sid) == []
         assert s.sched.ids() == [s.timer]
 
-    started(tmp_path, body)
+    started(db, body)
 
 
-def test_a_committed_register_tx_is_armed_by_the_sync(tmp_path: Path) -> None:
+def test_a_committed_register_tx_is_armed_by_the_sync(db: str) -> None:
     async def body(s: Started) -> None:
         with s.jobs.write_tx() as tx:
             tx.execute("CREATE TABLE subscription (schedule_id TEXT)")
             sid = s.jobs.register_job_schedule_tx(
                 tx, TICK, Tick(n=5), trigger=jl.Interval(seconds=10), name="tx"
             )
-            tx.execute("INSERT INTO subscription VALUES (?)", (sid,))
+            tx.execute(_sql(s.jobs, "INSERT INTO subscription VALUES (?)"), (sid,))
         timer = f"schedule:{sid}"
         assert not s.sched.has(timer)  # the tx variant never touches timers
         snap = s.jobs.get_job_schedule_by_id(sid)
@@ -515,10 +517,10 @@ def test_a_committed_register_tx_is_armed_by_the_sync(tmp_path: Path) -> None:
             rows = tx.execute("SELECT schedule_id FROM subscription").fetchall()
         assert rows == [(sid,)]
 
-    started(tmp_path, body)
+    started(db, body)
 
 
-def test_a_rolled_back_update_tx_keeps_the_old_row_and_the_same_timer(tmp_path: Path) -> None:
+def test_a_rolled_back_update_tx_keeps_the_old_row_and_the_same_timer(db: str) -> None:
     async def body(s: Started) -> None:
         await advance(s.clock, 45)
         entry, before = s.entry(), s.snap()
@@ -546,10 +548,10 @@ def test_a_rolled_back_update_tx_keeps_the_old_row_and_the_same_timer(tmp_path: 
         assert job.idempotency_key == sid_key(s.sid, START + timedelta(seconds=60))
         assert job.payload == {"n": 1}
 
-    started(tmp_path, body)
+    started(db, body)
 
 
-def test_a_committed_update_tx_touches_no_timer_until_the_sync(tmp_path: Path) -> None:
+def test_a_committed_update_tx_touches_no_timer_until_the_sync(db: str) -> None:
     async def body(s: Started) -> None:
         entry = s.entry()
         with s.jobs.write_tx() as tx:
@@ -564,15 +566,15 @@ def test_a_committed_update_tx_touches_no_timer_until_the_sync(tmp_path: Path) -
         s.jobs.sync_job_schedule_timer_by_id(s.sid)
         assert not s.sched.has(s.timer)
 
-    started(tmp_path, body)
+    started(db, body)
 
 
-def test_sync_never_raises(tmp_path: Path) -> None:
+def test_sync_never_raises(db: str) -> None:
     async def body(s: Started) -> None:
         # A row whose stored trigger cannot be armed any more (no future fire).
         s.jobs._store.write(
             lambda c: c.execute(
-                "UPDATE job_schedules SET trigger = ? WHERE id = ?",
+                _sql(s.jobs, "UPDATE job_schedules SET trigger = ? WHERE id = ?"),
                 ('{"kind": "cron", "expr": "0 0 30 2 *", "timezone": null, "limit": null}', s.sid),
             ),
             "test",
@@ -583,10 +585,10 @@ def test_sync_never_raises(tmp_path: Path) -> None:
         s.jobs._store.write(lambda c: c.execute("DELETE FROM job_schedules"), "test")
         s.jobs.sync_job_schedule_timer_by_id(s.sid)
 
-    started(tmp_path, body)
+    started(db, body)
 
 
-def test_mutations_from_another_thread_arm_on_the_loop(tmp_path: Path) -> None:
+def test_mutations_from_another_thread_arm_on_the_loop(db: str) -> None:
     """A web app thread beside the worker's loop: the timers follow on the loop."""
 
     async def body(s: Started) -> None:
@@ -610,7 +612,7 @@ def test_mutations_from_another_thread_arm_on_the_loop(tmp_path: Path) -> None:
         await advance(s.clock, 120)
         assert s.jobs.count(type=TICK) == 1
 
-    started(tmp_path, body)
+    started(db, body)
 
 
 def test_by_name_lookups_validate_the_name(jobs: jl.JobManager) -> None:
@@ -627,7 +629,7 @@ def test_by_name_lookups_validate_the_name(jobs: jl.JobManager) -> None:
 
 
 def test_a_once_moved_onto_a_moment_a_manual_fire_covered_is_not_re_armed(
-    tmp_path: Path,
+    db: str,
 ) -> None:
     async def body(s: Started) -> None:
         sid = s.jobs.register_job_schedule(
@@ -651,4 +653,4 @@ def test_a_once_moved_onto_a_moment_a_manual_fire_covered_is_not_re_armed(
             sid_key(sid, START + timedelta(minutes=5)): 1,
         }
 
-    started(tmp_path, body)
+    started(db, body)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -77,7 +76,7 @@ DST_EXPRS = {"nightly": "30 2 * * *", "morning": "0 9 * * *", "hourly": "0 * * *
 
 
 @pytest.mark.parametrize("season", sorted(DST_CASES))
-def test_berlin_crons_fire_at_the_right_instants_across_dst(tmp_path: Path, season: str) -> None:
+def test_berlin_crons_fire_at_the_right_instants_across_dst(db: str, season: str) -> None:
     begin, end, expected = DST_CASES[season]
     clock = FakeClock(_z(begin))
     fired: dict[str, list[tuple[str, int]]] = {}
@@ -85,7 +84,7 @@ def test_berlin_crons_fire_at_the_right_instants_across_dst(tmp_path: Path, seas
 
     async def scenario() -> None:
         # A day and a half of fake time, stepped deadline by deadline: slower chores.
-        jobs = make_manager(tmp_path / "db.sqlite", clock, poll_interval=10.0)
+        jobs = make_manager(db, clock, poll_interval=10.0)
         for name, expr in DST_EXPRS.items():
             sids[name] = jobs.register_job_schedule(
                 TICK, Tick(n=0), trigger=jl.Cron(expr, timezone=BERLIN), name=name
@@ -108,11 +107,11 @@ def test_berlin_crons_fire_at_the_right_instants_across_dst(tmp_path: Path, seas
         assert got == want, name
 
 
-def test_six_field_cron_has_seconds_first(tmp_path: Path) -> None:
+def test_six_field_cron_has_seconds_first(db: str) -> None:
     clock = FakeClock(START)
 
     async def scenario() -> list[str | None]:
-        jobs = make_manager(tmp_path / "db.sqlite", clock)
+        jobs = make_manager(db, clock)
         sid = jobs.register_job_schedule(TICK, Tick(n=0), trigger=jl.Cron("15 * * * * *"))
         async with jobs:
             await jobs.recovery_done
@@ -128,10 +127,9 @@ def test_six_field_cron_has_seconds_first(tmp_path: Path) -> None:
 
 
 def test_interval_fires_on_the_creation_grid_and_keeps_it_across_a_restart(
-    tmp_path: Path,
+    db: str,
 ) -> None:
     clock = FakeClock(START)
-    db = tmp_path / "db.sqlite"
 
     async def scenario() -> None:
         first = make_manager(db, clock)
@@ -183,9 +181,8 @@ def test_interval_fires_on_the_creation_grid_and_keeps_it_across_a_restart(
 # --- one-shots --------------------------------------------------------------------------
 
 
-def test_a_past_once_fires_exactly_once_and_not_again_after_a_restart(tmp_path: Path) -> None:
+def test_a_past_once_fires_exactly_once_and_not_again_after_a_restart(db: str) -> None:
     clock = FakeClock(START)
-    db = tmp_path / "db.sqlite"
     at = START - timedelta(hours=1)
     seen: list[int] = []
 
@@ -216,9 +213,8 @@ def test_a_past_once_fires_exactly_once_and_not_again_after_a_restart(tmp_path: 
     assert seen == [7]
 
 
-def test_a_future_once_missed_while_down_fires_at_the_next_start(tmp_path: Path) -> None:
+def test_a_future_once_missed_while_down_fires_at_the_next_start(db: str) -> None:
     clock = FakeClock(START)
-    db = tmp_path / "db.sqlite"
     at = START + timedelta(minutes=10)
 
     async def scenario() -> None:
@@ -248,9 +244,8 @@ def test_a_future_once_missed_while_down_fires_at_the_next_start(tmp_path: Path)
 # --- limits -----------------------------------------------------------------------------
 
 
-def test_cron_limit_holds_across_a_pause_and_a_restart(tmp_path: Path) -> None:
+def test_cron_limit_holds_across_a_pause_and_a_restart(db: str) -> None:
     clock = FakeClock(START)
-    db = tmp_path / "db.sqlite"
 
     async def scenario() -> None:
         first = make_manager(db, clock)
@@ -311,10 +306,9 @@ class MissedRecorder(jl.JobHandler[Tick, None]):
     ids=["after-startup", "skip-missed"],
 )
 def test_catch_up_reports_the_real_missed_count(
-    tmp_path: Path, policy: jl.CatchUpPolicy, makeups: int
+    db: str, policy: jl.CatchUpPolicy, makeups: int
 ) -> None:
     clock = FakeClock(START)
-    db = tmp_path / "db.sqlite"
     handler = MissedRecorder()
 
     async def scenario() -> tuple[str, list[Any]]:
@@ -359,9 +353,8 @@ def test_catch_up_reports_the_real_missed_count(
     assert sum(after.values()) == 2 + makeups
 
 
-def test_after_startup_minutes_delays_the_make_up_job(tmp_path: Path) -> None:
+def test_after_startup_minutes_delays_the_make_up_job(db: str) -> None:
     clock = FakeClock(START)
-    db = tmp_path / "db.sqlite"
 
     async def scenario() -> Sequence[jl.JobSnapshot]:
         first = make_manager(db, clock)
@@ -386,9 +379,8 @@ def test_after_startup_minutes_delays_the_make_up_job(tmp_path: Path) -> None:
     assert [r.status for r in rows] == [jl.JobStatus.COMPLETED]
 
 
-def test_catch_up_of_a_limited_cron_counts_only_the_fires_it_had_left(tmp_path: Path) -> None:
+def test_catch_up_of_a_limited_cron_counts_only_the_fires_it_had_left(db: str) -> None:
     clock = FakeClock(START)
-    db = tmp_path / "db.sqlite"
     handler = MissedRecorder()
 
     async def scenario() -> str:

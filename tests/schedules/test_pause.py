@@ -4,7 +4,6 @@ reference §6.3) and the per-schedule pause, manual triggers, deletion."""
 from __future__ import annotations
 
 from datetime import timedelta
-from pathlib import Path
 
 import jobledger as jl
 from jobledger.testing import FakeClock
@@ -21,11 +20,11 @@ def _snap(jobs: jl.JobManager, sid: str) -> jl.ScheduleSnapshot:
     return snap
 
 
-def test_crons_are_paused_in_the_scheduler_so_their_quota_survives(tmp_path: Path) -> None:
+def test_crons_are_paused_in_the_scheduler_so_their_quota_survives(db: str) -> None:
     clock = FakeClock(START)
 
     async def scenario() -> None:
-        jobs = make_manager(tmp_path / "db.sqlite", clock)
+        jobs = make_manager(db, clock)
         async with jobs:
             await jobs.recovery_done
             sid = jobs.register_job_schedule(
@@ -58,11 +57,11 @@ def test_crons_are_paused_in_the_scheduler_so_their_quota_survives(tmp_path: Pat
     run(scenario())
 
 
-def test_interval_fires_during_a_pause_are_no_ops_and_the_grid_holds(tmp_path: Path) -> None:
+def test_interval_fires_during_a_pause_are_no_ops_and_the_grid_holds(db: str) -> None:
     clock = FakeClock(START)
 
     async def scenario() -> None:
-        jobs = make_manager(tmp_path / "db.sqlite", clock)
+        jobs = make_manager(db, clock)
         async with jobs:
             await jobs.recovery_done
             sid = jobs.register_job_schedule(TICK, Tick(n=1), trigger=jl.Interval(seconds=60))
@@ -78,12 +77,12 @@ def test_interval_fires_during_a_pause_are_no_ops_and_the_grid_holds(tmp_path: P
     run(scenario())
 
 
-def test_a_suppressed_once_fire_is_re_armed_exactly_once_on_release(tmp_path: Path) -> None:
+def test_a_suppressed_once_fire_is_re_armed_exactly_once_on_release(db: str) -> None:
     clock = FakeClock(START)
     seen: list[int] = []
 
     async def scenario() -> None:
-        jobs = make_manager(tmp_path / "db.sqlite", clock, seen=seen)
+        jobs = make_manager(db, clock, seen=seen)
         async with jobs:
             await jobs.recovery_done
             at = START + timedelta(seconds=60)
@@ -118,11 +117,11 @@ def test_a_suppressed_once_fire_is_re_armed_exactly_once_on_release(tmp_path: Pa
     run(scenario())
 
 
-def test_a_manual_trigger_during_a_pause_enqueues_and_waits_pending(tmp_path: Path) -> None:
+def test_a_manual_trigger_during_a_pause_enqueues_and_waits_pending(db: str) -> None:
     clock = FakeClock(START)
 
     async def scenario() -> None:
-        jobs = make_manager(tmp_path / "db.sqlite", clock)
+        jobs = make_manager(db, clock)
         async with jobs:
             await jobs.recovery_done
             sid = jobs.register_job_schedule(TICK, Tick(n=4), trigger=jl.Cron("0 * * * *"))
@@ -148,11 +147,11 @@ def test_a_manual_trigger_during_a_pause_enqueues_and_waits_pending(tmp_path: Pa
     run(scenario())
 
 
-def test_a_manual_trigger_sets_last_run_and_leaves_next_run(tmp_path: Path) -> None:
+def test_a_manual_trigger_sets_last_run_and_leaves_next_run(db: str) -> None:
     clock = FakeClock(START)
 
     async def scenario() -> None:
-        jobs = make_manager(tmp_path / "db.sqlite", clock)
+        jobs = make_manager(db, clock)
         async with jobs:
             await jobs.recovery_done
             triggers: dict[str, jl.Trigger] = {
@@ -185,12 +184,12 @@ def test_a_manual_trigger_sets_last_run_and_leaves_next_run(tmp_path: Path) -> N
 
 
 def test_a_manual_fire_of_an_overdue_once_in_the_quiet_window_is_its_fire(
-    tmp_path: Path,
+    db: str,
 ) -> None:
     clock = FakeClock(START)
 
     async def scenario() -> None:
-        jobs = make_manager(tmp_path / "db.sqlite", clock, startup_delay=60)
+        jobs = make_manager(db, clock, startup_delay=60)
         at = START - timedelta(minutes=5)
         sid = jobs.register_job_schedule(TICK, Tick(n=1), trigger=jl.Once(at=at))
         async with jobs:
@@ -207,12 +206,12 @@ def test_a_manual_fire_of_an_overdue_once_in_the_quiet_window_is_its_fire(
 
 
 def test_pausing_a_schedule_clears_next_run_and_resuming_re_arms_on_the_grid(
-    tmp_path: Path,
+    db: str,
 ) -> None:
     clock = FakeClock(START)
 
     async def scenario() -> None:
-        jobs = make_manager(tmp_path / "db.sqlite", clock)
+        jobs = make_manager(db, clock)
         async with jobs:
             await jobs.recovery_done
             sid = jobs.register_job_schedule(TICK, Tick(n=1), trigger=jl.Interval(seconds=60))
@@ -236,11 +235,11 @@ def test_pausing_a_schedule_clears_next_run_and_resuming_re_arms_on_the_grid(
     run(scenario())
 
 
-def test_deleting_a_schedule_keeps_its_jobs_without_a_schedule_id(tmp_path: Path) -> None:
+def test_deleting_a_schedule_keeps_its_jobs_without_a_schedule_id(db: str) -> None:
     clock = FakeClock(START)
 
     async def scenario() -> None:
-        jobs = make_manager(tmp_path / "db.sqlite", clock)
+        jobs = make_manager(db, clock)
         async with jobs:
             await jobs.recovery_done
             sid = jobs.register_job_schedule(TICK, Tick(n=1), trigger=jl.Interval(seconds=60))

@@ -24,6 +24,7 @@ import pytest
 
 import jobledger as jl
 from jobledger.testing import FakeClock
+from tests.conftest import db_rows
 from tests.schedules import (
     START,
     TICK,
@@ -55,11 +56,10 @@ def _leads(jobs: jl.JobManager) -> bool:
 # --- in one process, on a fake clock -------------------------------------------------------
 
 
-def test_two_managers_arming_the_same_schedule_never_fire_it_twice(tmp_path: Path) -> None:
+def test_two_managers_arming_the_same_schedule_never_fire_it_twice(db: str) -> None:
     """Both arm (as in a leadership race): the idempotency key and the calendar
     compare-and-set together keep each fire to one row."""
     clock = FakeClock(START)
-    db = tmp_path / "db.sqlite"
 
     async def scenario() -> None:
         a, b = make_manager(db, clock), make_manager(db, clock)
@@ -93,11 +93,10 @@ def test_two_managers_arming_the_same_schedule_never_fire_it_twice(tmp_path: Pat
     run(scenario())
 
 
-def test_a_stale_leader_firing_late_writes_nothing(tmp_path: Path) -> None:
+def test_a_stale_leader_firing_late_writes_nothing(db: str) -> None:
     """The compare-and-set, not the idempotency key, stops a late duplicate: once the
     first job finished, its key is free again, yet a second fire of T must not land."""
     clock = FakeClock(START)
-    db = tmp_path / "db.sqlite"
 
     async def scenario() -> None:
         a, b = make_manager(db, clock), make_manager(db, clock)
@@ -122,14 +121,14 @@ def test_a_stale_leader_firing_late_writes_nothing(tmp_path: Path) -> None:
 
 
 def test_a_slow_fire_write_does_not_stall_the_schedule(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    db: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A fire whose write outlasts a period (a busy database) leaves the row's next_run
     behind the timer's calendar; later fires must still win their compare-and-set."""
     clock = FakeClock(START)
 
     async def scenario() -> None:
-        jobs = make_manager(tmp_path / "db.sqlite", clock)
+        jobs = make_manager(db, clock)
         sid = jobs.register_job_schedule(TICK, Tick(n=1), trigger=jl.Interval(seconds=60))
         async with jobs:
             await jobs.recovery_done
@@ -152,9 +151,8 @@ def test_a_slow_fire_write_does_not_stall_the_schedule(
     run(scenario())
 
 
-def test_only_the_leader_arms_and_a_follower_takes_over(tmp_path: Path) -> None:
+def test_only_the_leader_arms_and_a_follower_takes_over(db: str) -> None:
     clock = FakeClock(START)
-    db = tmp_path / "db.sqlite"
 
     async def scenario() -> None:
         a, b = make_manager(db, clock), make_manager(db, clock)
@@ -192,10 +190,9 @@ class MissedRecorder(jl.JobHandler[Tick, None]):
 
 @pytest.mark.parametrize("watcher_races", [False, True], ids=["quiet", "watcher-races"])
 def test_a_new_leader_catches_up_what_fell_due_while_nobody_led(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, watcher_races: bool
+    db: str, monkeypatch: pytest.MonkeyPatch, watcher_races: bool
 ) -> None:
     clock = FakeClock(START)
-    db = tmp_path / "db.sqlite"
     recorder = MissedRecorder()
 
     async def scenario() -> str:
@@ -242,9 +239,8 @@ def test_a_new_leader_catches_up_what_fell_due_while_nobody_led(
     ]
 
 
-def test_a_follower_starting_beside_a_paused_leader_catches_up_nothing(tmp_path: Path) -> None:
+def test_a_follower_starting_beside_a_paused_leader_catches_up_nothing(db: str) -> None:
     clock = FakeClock(START)
-    db = tmp_path / "db.sqlite"
     recorder = MissedRecorder()
 
     async def scenario() -> str:
@@ -272,9 +268,8 @@ def test_a_follower_starting_beside_a_paused_leader_catches_up_nothing(tmp_path:
     assert recorder.missed == []
 
 
-def test_the_leader_follows_schedule_changes_of_other_processes(tmp_path: Path) -> None:
+def test_the_leader_follows_schedule_changes_of_other_processes(db: str) -> None:
     clock = FakeClock(START)
-    db = tmp_path / "db.sqlite"
 
     async def scenario() -> None:
         leader = make_manager(db, clock, poll_interval=0.01)
@@ -321,7 +316,7 @@ WAIT = 20.0
 class Worker:
     """One `sched_proc` child; it reports `<worker id> <leader 0|1>` in a status file."""
 
-    def __init__(self, db: Path, tmp: Path, name: str) -> None:
+    def __init__(self, db: str, tmp: Path, name: str) -> None:
         self.status = tmp / f"{name}.status"
         self.log = open(tmp / f"{name}.log", "wb")  # noqa: SIM115 - closed in close()
         self.proc = subprocess.Popen(
@@ -362,19 +357,15 @@ def _leading(worker: Worker) -> tuple[str, bool] | None:
     return status if status is not None and status[1] else None
 
 
-def _fires(db: Path) -> list[tuple[str, str]]:
-    conn = sqlite3.connect(db)
-    try:
-        rows = conn.execute(
-            "SELECT idempotency_key, enqueued_by FROM jobs WHERE schedule_id IS NOT NULL"
-        ).fetchall()
-    finally:
-        conn.close()
+def _fires(db: str) -> list[tuple[str, str]]:
+    sql = "SELECT idempotency_key, enqueued_by FROM jobs WHERE schedule_id IS NOT NULL"
+    rows = db_rows(db, sql)
     return [(str(k), str(w)) for k, w in rows]
 
 
-def test_two_worker_processes_fire_once_and_survive_the_leader_s_death(tmp_path: Path) -> None:
-    db = tmp_path / "jobs.db"
+def test_two_worker_processes_fire_once_and_survive_the_leader_s_death(
+    db: str, tmp_path: Path
+) -> None:
     setup = jl.JobManager(db, startup_delay=0)
 
     @setup.handler(TICK, recovery="retry")
