@@ -159,7 +159,11 @@ ROWS = [*_sync_rows("NORMAL"), *_sync_rows("FULL"), *_scale_rows()]
 
 def run_case(case: Case) -> list[dict[str, Any]]:
     cmd = [sys.executable, os.path.join(HERE, case.script), *case.args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE, timeout=1800)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE, timeout=1800)
+    except subprocess.TimeoutExpired:
+        sys.stderr.write(f"!! {case.name} timed out after 1800 s\n")
+        return []
     if proc.returncode != 0:
         sys.stderr.write(f"!! {case.name} failed ({proc.returncode}):\n{proc.stderr[-3000:]}\n")
         return []
