@@ -181,6 +181,11 @@ class Queries:
     # Runs after the queue and global advisory locks were taken by earlier statements, so
     # its snapshot (taken at statement start) sees every committed claim: both counts are
     # exact. Always returns one row (the counts) even when nothing was claimed.
+    # The UPDATE names its rows by primary key only: `picked` locked them in this very
+    # statement after re-checking `status = 'pending'` on their latest version, so a
+    # status test there is redundant, and harmful: with stale statistics (a burst of
+    # enqueues since the last ANALYZE, or a fresh table) the planner drove the UPDATE
+    # from the status index and filtered every pending row on each claim.
     CLAIM = (
         "WITH counts AS (SELECT "
         "(SELECT count(*) FROM {s}.jobs WHERE status = 'running' AND queue = %(queue)s) AS in_q, "
@@ -192,7 +197,7 @@ class Queries:
         "FROM counts) FOR UPDATE SKIP LOCKED), "
         "claimed AS (UPDATE {s}.jobs j SET status = 'running', worker_id = %(worker)s, "
         "started_at = %(now)s, updated_at = %(now)s "
-        "WHERE j.id = ANY(ARRAY(SELECT id FROM picked)) AND j.status = 'pending' "
+        "WHERE j.id = ANY(ARRAY(SELECT id FROM picked)) "
         f"RETURNING {_CLAIMED}) "
         "SELECT counts.in_q, counts.total, claimed.* FROM counts LEFT JOIN claimed ON true"
     )
