@@ -17,7 +17,7 @@ import asyncio
 import sqlite3
 import sys
 from collections.abc import Callable, Coroutine, Iterator
-from contextlib import closing
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -28,6 +28,7 @@ __all__ = [
     "BACKENDS",
     "RUN_TIMEOUT",
     "db_one",
+    "db_reader",
     "db_rows",
     "is_postgres",
     "postgres_url",
@@ -89,10 +90,13 @@ def sql_for(db: str, sql: str) -> str:
     return sql.replace("?", "%s") if is_postgres(db) else sql
 
 
-def db_rows(db: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    """Rows of `sql` (with `?` placeholders), run on a fresh autocommit connection of our
-    own, so tests look at (or write, as another process would) the table itself, the
-    single source of truth, not at an engine."""
+Rows = list[tuple[Any, ...]]
+
+
+@contextmanager
+def db_reader(db: str) -> Iterator[Callable[..., Rows]]:
+    """`run(sql, params=())` on one autocommit connection of our own (for tests that
+    sample the table often: a PostgreSQL connection is a server process)."""
     if is_postgres(db):
         import psycopg
 
@@ -101,11 +105,28 @@ def db_rows(db: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, 
         # The URL's `options` put the test's schema first on the search path, so the
         # unqualified names of the SQLite tests resolve to it.
         with psycopg.connect(split_schema(db)[0], autocommit=True) as pg:
-            cur = pg.execute(sql_for(db, sql), params or None)
-            return [tuple(r) for r in cur.fetchall()] if cur.description else []
+
+            def run_pg(sql: str, params: tuple[Any, ...] = ()) -> Rows:
+                cur = pg.execute(sql_for(db, sql), params or None)
+                return [tuple(r) for r in cur.fetchall()] if cur.description else []
+
+            yield run_pg
+        return
     # Autocommit, so a test's UPDATE lands as another process's write would.
     with closing(sqlite3.connect(db, timeout=5.0, isolation_level=None)) as conn:
-        return [tuple(r) for r in conn.execute(sql, params).fetchall()]
+
+        def run_sqlite(sql: str, params: tuple[Any, ...] = ()) -> Rows:
+            return [tuple(r) for r in conn.execute(sql, params).fetchall()]
+
+        yield run_sqlite
+
+
+def db_rows(db: str, sql: str, params: tuple[Any, ...] = ()) -> Rows:
+    """Rows of `sql` (with `?` placeholders), run on a fresh autocommit connection of our
+    own, so tests look at (or write, as another process would) the table itself, the
+    single source of truth, not at an engine."""
+    with db_reader(db) as run_sql:
+        return run_sql(sql, params)
 
 
 def db_one(db: str, sql: str, params: tuple[Any, ...] = ()) -> Any:

@@ -10,7 +10,7 @@ from collections import Counter
 from pathlib import Path
 
 import jobledger as jl
-from tests.conftest import db_rows
+from tests.conftest import db_reader, db_rows
 from tests.recovery import (
     Child,
     arun,
@@ -24,6 +24,7 @@ from tests.recovery.worker_proc import BULK, CAPPED, CAPPED_CONCURRENCY, RETRY
 
 N_BULK = 4_500
 N_CAPPED = 500
+BULK_CONCURRENCY = 16  # each process's cap for rec.bulk; together they share it
 RESCUE_BOUND = 10.0  # seconds, generous for a loaded machine; worker_timeout is 600 s
 
 
@@ -44,17 +45,30 @@ def test_four_processes_run_each_job_exactly_once_under_a_shared_cap(
     children: list[Child] = []
     try:
         for n in range(4):
-            children.append(spawn(db, "work", tmp_path, f"w{n}", "--concurrency", "16"))
+            children.append(
+                spawn(db, "work", tmp_path, f"w{n}", "--concurrency", str(BULK_CONCURRENCY))
+            )
         for child in children:
             child.wait_started()
         ids = [h.id for h in producer.enqueue_many(BULK, list(range(N_BULK)))]
         ids += [h.id for h in producer.enqueue_many(CAPPED, list(range(N_CAPPED)))]
         total = N_BULK + N_CAPPED
-        wait_for(
-            lambda: status_counts(db).get("completed") == total,
-            timeout=50.0,
-            what=f"{total} jobs to complete",
-        )
+        # A witness outside every worker: the table's running rows per queue, sampled
+        # on each poll while the four processes drain the backlog.
+        peak: Counter[str] = Counter()
+        with db_reader(db) as read:
+
+            def done() -> bool:
+                completed = 0
+                sql = "SELECT status, queue, count(*) FROM jobs GROUP BY status, queue"
+                for status, queue, n in read(sql):
+                    if status == "running":
+                        peak[queue] = max(peak[queue], int(n))
+                    elif status == "completed":
+                        completed += int(n)
+                return completed == total
+
+            wait_for(done, timeout=50.0, what=f"{total} jobs to complete")
         for child in children:
             assert child.terminate() == 0, child.output()
     finally:
@@ -72,6 +86,10 @@ def test_four_processes_run_each_job_exactly_once_under_a_shared_cap(
     capped = [int(r[3]) for r in runs if r[0] == CAPPED.name]
     assert len(capped) == N_CAPPED
     assert 1 <= max(capped) <= CAPPED_CONCURRENCY
+    # The queue caps are counted in SQL, so they bind all four processes together.
+    assert set(peak) <= {BULK.name, CAPPED.name}
+    assert peak[BULK.name] <= BULK_CONCURRENCY
+    assert peak[CAPPED.name] <= CAPPED_CONCURRENCY
 
 
 def test_a_second_worker_never_resets_a_live_workers_jobs_and_rescues_them_at_its_death(
