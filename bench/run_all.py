@@ -6,6 +6,10 @@
     python bench/run_all.py --full-size     # FULL cases at 20,000 jobs too (slow)
     python bench/run_all.py --only drain    # cases whose name contains "drain"
 
+When a PostgreSQL server is reachable, the run ends with `bench_postgres.py` (jobledger
+vs procrastinate on that server, case name "pg_drain/postgres"); otherwise it says why
+it skipped it.
+
 Every case is a fresh subprocess in a fresh temporary directory (see `_common.py`); each
 prints JSON lines, collected here. The raw records and the machine description are
 written to `bench/results/<UTC time>.json` (gitignored); the markdown table goes to
@@ -260,6 +264,10 @@ def main() -> None:
         f"SQLite {info['sqlite']}, repeat={args.repeat}, {wall}s\n"
     )
     print(out)
+    pg_records, pg_table = postgres_section(args)
+    if pg_table:
+        print(f"\n{pg_table}")
+    records.extend(pg_records)
     os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(started))
     path = os.path.join(HERE, "results", f"{stamp}.json")
@@ -271,6 +279,53 @@ def main() -> None:
             indent=1,
         )  # fmt: skip
     print(f"\nraw results: {os.path.relpath(path)}")
+
+
+PG_CASE = "pg_drain/postgres"
+
+
+def postgres_section(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
+    """jobledger vs procrastinate on PostgreSQL (`bench_postgres.py`), only when a server
+    is reachable (`$JOBLEDGER_BENCH_PG_DSN`, else `$JOBLEDGER_TEST_PG_DSN`, else
+    postgres@127.0.0.1:5432/test); otherwise a note on stderr and nothing else."""
+    if args.only and not any(o in PG_CASE for o in args.only):
+        return [], ""
+    from bench_postgres import default_dsn, unavailable
+
+    reason = unavailable(default_dsn())
+    if reason is not None:
+        sys.stderr.write(f"-- PostgreSQL cases skipped: {reason}\n")
+        return [], ""
+    cmd = [sys.executable, os.path.join(HERE, "bench_postgres.py"), "--repeat", str(args.repeat)]
+    t = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE, timeout=3600)
+    except subprocess.TimeoutExpired:
+        sys.stderr.write(f"!! {PG_CASE} timed out after 3600 s\n")
+        return [], ""
+    sys.stderr.write(f"{PG_CASE}: {round(time.perf_counter() - t, 1)}s\n")
+    if proc.returncode != 0:
+        sys.stderr.write(f"!! {PG_CASE} failed ({proc.returncode}):\n{proc.stderr[-3000:]}\n")
+        return [], ""
+    records = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
+    for r in records:
+        r["case"] = PG_CASE
+    summary = next((r for r in records if r["bench"] == "pg_drain_summary"), None)
+    if summary is None or summary.get("jobledger_rate") is None:
+        return records, ""
+    rates = summary["rates"]
+    lines = [
+        f"PostgreSQL {summary['server']}: jobledger vs procrastinate "
+        f"{summary['procrastinate_version']}, drain of {summary['n']:,} no-op jobs, "
+        "one worker process, concurrency 50",
+        "",
+        "| benchmark | unit | jobledger | procrastinate | ratio |",
+        "|---|---|---:|---:|---:|",
+        f"| drain, 1 queue (c=50) | jobs/s | {_fmt(rates['jobledger'])} | "
+        f"{_fmt(rates['procrastinate'])} | "
+        f"{'' if summary['ratio'] is None else str(summary['ratio']) + 'x'} |",
+    ]
+    return records, "\n".join(lines)
 
 
 def _huey_version() -> str:
