@@ -14,8 +14,10 @@ are safe to replay.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -77,8 +79,30 @@ class SqliteStore:
         self._known_queues: set[str] = set()
         self._closed = False
         self._generation = 0  # bumped by close(): thread-local readers of older ones are stale
+        # SQLite connections must never cross fork() (a preloading server, multiprocessing
+        # "fork"): the child drops the parent's and opens its own on first use.
+        self._inherited: list[sqlite3.Connection] = []
+        ref = weakref.ref(self)
+        os.register_at_fork(after_in_child=lambda: _forked(ref))
 
     # -- plumbing -------------------------------------------------------------------
+
+    def _after_fork(self) -> None:
+        """In a forked child: abandon (never use, never close) the parent's connections.
+
+        Closing them here could run SQLite's last-connection cleanup against files the
+        parent still uses; they stay referenced until this process exits.
+        """
+        if self.memory:
+            return  # a private copy of the parent's memory: nothing is shared
+        self._inherited.append(self.conn)
+        self._inherited.extend(self._readers)
+        self.lock = threading.RLock()
+        self._readers_lock = threading.Lock()
+        self._readers = []
+        self._local = threading.local()
+        self._generation += 1
+        self._closed = True  # the next use opens a fresh writer
 
     def _reopen_if_closed(self) -> None:
         # A stopped manager stays a producer and an observer (DESIGN §4: enqueue after
@@ -539,3 +563,9 @@ def _where(flt: JobFilter) -> tuple[str, tuple[Any, ...]]:
             parts.append(f"{column} = ?")
             params.append(value)
     return (" WHERE " + " AND ".join(parts) if parts else ""), tuple(params)
+
+
+def _forked(ref: weakref.ReferenceType[SqliteStore]) -> None:
+    store = ref()
+    if store is not None:
+        store._after_fork()
