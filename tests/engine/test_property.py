@@ -13,25 +13,28 @@ table every millisecond while the loop runs:
 3. at the end every job is terminal, every handle's `finished` resolves, and each final
    status is the one its behaviour implies (or `cancelled` when a cancel aimed at it).
 
-Examples are derandomized and few, so the run is repeatable and takes seconds.
+Examples are derandomized and few, so the run is repeatable and takes seconds. The
+machine runs on both backends: a SQLite file, and (fewer examples) a fresh PostgreSQL
+schema per example from the conformance suite's schema factory.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import sqlite3
 import tempfile
-from contextlib import closing
+from contextlib import ExitStack
 from typing import Literal
 
 import pydantic
+import pytest
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule
 
 import jobledger as jl
 from jobledger._core.states import EDGES, INITIAL
+from tests.conftest import db_reader, postgres_url
 from tests.engine import make_manager
 
 Mode = Literal["succeed", "flaky", "fail", "permanent", "block"]
@@ -68,11 +71,19 @@ REACHABLE = _reachable()
 
 class EngineMachine(RuleBasedStateMachine):
     jobs_made = Bundle("jobs_made")
+    backend = "sqlite"
 
     def __init__(self) -> None:
         super().__init__()
         self.tmp = tempfile.TemporaryDirectory()
-        self.db = os.path.join(self.tmp.name, "jobs.db")
+        self.schema: str | None = None
+        if self.backend == "postgres":
+            from tests.conformance.conftest import schema_factory
+
+            self.schema = schema_factory().take()
+            self.db = postgres_url(self.schema)
+        else:
+            self.db = os.path.join(self.tmp.name, "jobs.db")
         self.loop = asyncio.new_event_loop()
         self.release = asyncio.Event()
         self.modes: dict[str, Task] = {}
@@ -88,7 +99,8 @@ class EngineMachine(RuleBasedStateMachine):
         self.jobs = make_manager(self.db, global_max_concurrency=GLOBAL_CAP)
         self._register()
         self.loop.run_until_complete(self.jobs.start())
-        self.reader = sqlite3.connect(self.db, timeout=5.0)
+        self.stack = ExitStack()
+        self.read = self.stack.enter_context(db_reader(self.db))
         self.sampler = self.loop.create_task(self._sample_forever())
 
     def _register(self) -> None:
@@ -124,7 +136,7 @@ class EngineMachine(RuleBasedStateMachine):
     # -- observation ----------------------------------------------------------------
 
     def _observe(self) -> None:
-        rows = self.reader.execute("SELECT id, status, queue FROM jobs").fetchall()
+        rows = self.read("SELECT id, status, queue FROM jobs")
         running: dict[str, int] = {}
         for job_id, status, queue in rows:
             seen = self.history.setdefault(job_id, [])
@@ -228,26 +240,28 @@ class EngineMachine(RuleBasedStateMachine):
                 pass
             self.loop.run_until_complete(self.jobs.stop())
             self.loop.close()
-            self.reader.close()
+            self.stack.close()
             self.tmp.cleanup()
+            if self.schema is not None:
+                from tests.conformance.conftest import schema_factory
+
+                schema_factory().give_back(self.schema)
 
     async def _finish(self) -> None:
         waiters = asyncio.gather(*(self._finished(h) for h in self.handles))
         try:
             snaps = await asyncio.wait_for(waiters, 20)
         except TimeoutError:
-            with closing(sqlite3.connect(self.db)) as conn:
-                stuck = conn.execute(
-                    "SELECT id, status, queue, attempt, scheduled_at, cancel_requested "
-                    "FROM jobs WHERE status NOT IN ('completed', 'failed', 'cancelled')"
-                ).fetchall()
+            stuck = self.read(
+                "SELECT id, status, queue, attempt, scheduled_at, cancel_requested "
+                "FROM jobs WHERE status NOT IN ('completed', 'failed', 'cancelled')"
+            )
             raise AssertionError(f"jobs never finished: {stuck}; active={self.active}") from None
         self._observe()
         assert self.violations == []
-        with closing(sqlite3.connect(self.db)) as conn:
-            live = conn.execute(
-                "SELECT count(*) FROM jobs WHERE status NOT IN ('completed', 'failed', 'cancelled')"
-            ).fetchone()[0]
+        [(live,)] = self.read(
+            "SELECT count(*) FROM jobs WHERE status NOT IN ('completed', 'failed', 'cancelled')"
+        )
         assert live == 0
         for snap in snaps:
             self._check_final(snap)
@@ -284,3 +298,24 @@ TestEngineStateMachine.settings = settings(
     database=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
+
+
+class PostgresEngineMachine(EngineMachine):
+    backend = "postgres"
+
+
+@pytest.mark.postgres
+class TestPostgresEngineStateMachine(PostgresEngineMachine.TestCase):  # type: ignore[misc,valid-type]
+    settings = settings(
+        max_examples=20,
+        stateful_step_count=25,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
+
+    def setUp(self) -> None:
+        from tests.conformance.conftest import require_postgres
+
+        require_postgres()
