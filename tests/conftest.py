@@ -6,8 +6,9 @@ Waiting is done on conditions (`wait_until`), never on fixed sleeps.
 
 One suite, two backends: the `db` fixture is parametrized over ["sqlite", "postgres"]
 and yields what `JobManager(...)` takes (a file path, or a `postgresql://` URL of a fresh
-schema); `db_rows`/`db_one` read either straight from the table, and `sql_for` turns a
-test's `?` placeholders into the backend's. `db_path` stays for the SQLite-only tests
+schema); `db_rows`/`db_one` (one query) and `db_reader` (one connection, many queries)
+read either straight from the table, and `sql_for` turns a test's `?` placeholders into
+the backend's. `db_path` stays for the SQLite-only tests
 that look at the file itself (PRAGMAs, lock files, backups, sqlite3 connections).
 """
 
