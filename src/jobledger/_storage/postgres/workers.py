@@ -21,7 +21,13 @@ from typing import Any
 from jobledger._storage.interface import JobRow
 from jobledger._storage.postgres import queries as pq
 from jobledger._storage.postgres.store import Conn, PostgresStore
-from jobledger._storage.sqlite.workers import RecoveryStats, WorkerRow, is_dead, pid_alive
+from jobledger._storage.sqlite.workers import (
+    RecoveryStats,
+    WorkerRow,
+    dead_workers,
+    is_dead,
+    pid_alive,
+)
 from jobledger._types import RecoveryStrategy
 
 __all__ = [
@@ -82,20 +88,6 @@ def list_workers(store: PostgresStore) -> list[WorkerRow]:
         )
         for r in rows
     ]
-
-
-def dead_workers(
-    store: PostgresStore, *, now_ms: int, timeout_ms: int, hostname: str, exclude: str
-) -> tuple[list[WorkerRow], list[WorkerRow]]:
-    """(dead, alive) registered workers, never counting `exclude` (ourselves) as dead."""
-    dead: list[WorkerRow] = []
-    alive: list[WorkerRow] = []
-    for w in list_workers(store):
-        if w.id != exclude and is_dead(w, now_ms=now_ms, timeout_ms=timeout_ms, hostname=hostname):
-            dead.append(w)
-        else:
-            alive.append(w)
-    return dead, alive
 
 
 def recover_worker(

@@ -21,7 +21,7 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from jobledger._storage.interface import JobRow
+from jobledger._storage.interface import JobRow, Store
 from jobledger._storage.sqlite import queries as q
 from jobledger._storage.sqlite.store import SqliteStore
 from jobledger._types import RecoveryStrategy
@@ -71,12 +71,16 @@ def is_dead(w: WorkerRow, *, now_ms: int, timeout_ms: int, hostname: str) -> boo
 
 
 def dead_workers(
-    store: SqliteStore, *, now_ms: int, timeout_ms: int, hostname: str, exclude: str
+    store: Store, *, now_ms: int, timeout_ms: int, hostname: str, exclude: str
 ) -> tuple[list[WorkerRow], list[WorkerRow]]:
-    """(dead, alive) registered workers, never counting `exclude` (ourselves) as dead."""
+    """(dead, alive) registered workers, never counting `exclude` (ourselves) as dead.
+
+    Backend-neutral: it reads through `store.workers.list_workers`, so the PostgreSQL
+    backend uses this same function."""
     dead: list[WorkerRow] = []
     alive: list[WorkerRow] = []
-    for w in list_workers(store):
+    workers: list[WorkerRow] = store.workers.list_workers(store)
+    for w in workers:
         if w.id != exclude and is_dead(w, now_ms=now_ms, timeout_ms=timeout_ms, hostname=hostname):
             dead.append(w)
         else:
