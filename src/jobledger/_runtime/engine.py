@@ -223,8 +223,7 @@ class Engine:
         )
         self.inflight[job.id] = attempt
         qu.running += 1
-        runner = self._run_async if spec.is_async else self._run_sync
-        task = self.loop.create_task(runner(attempt, job))
+        task = self.loop.create_task(self._run(attempt, job))
         attempt.task = task
 
         def ensure_outcome(t: asyncio.Task[None]) -> None:
@@ -236,7 +235,8 @@ class Engine:
 
         task.add_done_callback(ensure_outcome)
 
-    async def _run_async(self, attempt: Attempt, job: ClaimedJob) -> None:
+    async def _run(self, attempt: Attempt, job: ClaimedJob) -> None:
+        """One attempt: decode, call the handler, classify, hand the outcome to finalize."""
         spec = attempt.spec
         try:
             payload = spec.job_type.decode(job.payload)
@@ -244,36 +244,19 @@ class Engine:
             self._submit(self._failed(attempt, job, "JOB_PAYLOAD_INVALID", str(exc), False))
             return
         ctx: JobContext[Any] = JobContext(attempt, payload, attempt.metadata)
-        timer = self._arm_timeout(attempt, job.timeout_ms, cancel_task=True)
+        # Async handlers are also cancelled on timeout; plain ones only see the token.
+        timer = self._arm_timeout(attempt, job.timeout_ms, cancel_task=spec.is_async)
         try:
-            result = await spec.execute(ctx)
-        except asyncio.CancelledError:
-            attempt.token.fire("shutdown", "the job's task was cancelled")
-            outcome = self._interrupted(attempt, job)
-        except Exception as exc:
-            outcome = self._from_exception(attempt, job, exc)
-        else:
-            outcome = self._completed(attempt, job, result)
-        finally:
-            if timer is not None:
-                timer.cancel()
-        self._submit(outcome)
-
-    async def _run_sync(self, attempt: Attempt, job: ClaimedJob) -> None:
-        spec = attempt.spec
-        try:
-            payload = spec.job_type.decode(job.payload)
-        except Exception as exc:
-            self._submit(self._failed(attempt, job, "JOB_PAYLOAD_INVALID", str(exc), False))
-            return
-        ctx: JobContext[Any] = JobContext(attempt, payload, attempt.metadata)
-        timer = self._arm_timeout(attempt, job.timeout_ms, cancel_task=False)
-        assert self.loop is not None
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self._pool_size, thread_name_prefix="jobledger")
-        try:
-            # Shielded: a cancel of this task must not abandon the thread's result.
-            result = await asyncio.shield(self.loop.run_in_executor(self._pool, spec.execute, ctx))
+            if spec.is_async:
+                result = await spec.execute(ctx)
+            else:
+                assert self.loop is not None
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(self._pool_size, thread_name_prefix="jobledger")
+                # Shielded: a cancel of this task must not abandon the thread's result.
+                result = await asyncio.shield(
+                    self.loop.run_in_executor(self._pool, spec.execute, ctx)
+                )
         except asyncio.CancelledError:
             attempt.token.fire("shutdown", "the job's task was cancelled")
             outcome = self._interrupted(attempt, job)
