@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from jobledger._storage.interface import JobFilter, OutcomeKind
+from jobledger._runtime.ids import new_id
+from jobledger._storage.interface import JobFilter, NewJob, OutcomeKind
 from tests.conformance import Backend, ConformantStore, claim, col, new_job, outcome, q
 
 
@@ -34,11 +35,18 @@ def test_terminal_among_takes_many_ids(store: ConformantStore) -> None:
     assert sorted(r[q.C_ID] for r in store.terminal_among(ids)) == [j.id for j in jobs]
 
 
+def _made_at(ms: int) -> NewJob:
+    # The runtime makes every id from its row's created_at (`new_id`), which is what lets
+    # SQLite list by id alone; PostgreSQL orders by (created_at, id): the same order.
+    return new_job(id=new_id(ms), created_at=ms)
+
+
 def test_list_is_newest_first_then_by_id(store: ConformantStore) -> None:
-    a = new_job(created_at=100)
-    b = new_job(created_at=300)
-    c = new_job(created_at=200)
-    d = new_job(created_at=300)  # same time as b, larger id
+    a = _made_at(100)
+    b = _made_at(300)
+    c = _made_at(200)
+    d = _made_at(300)  # same time as b, larger id
+    assert d.id > b.id
     store.enqueue([a, b, c, d])
     rows = store.list(JobFilter(), limit=10, offset=0)
     assert [r[q.C_ID] for r in rows] == [d.id, b.id, c.id, a.id]

@@ -7,6 +7,7 @@ from typing import Any
 import httpx
 import pytest
 
+from jobledger._storage.sqlite.migrate import SCHEMA_VERSION
 from tests.http.conftest import Populated
 
 
@@ -135,7 +136,10 @@ def test_queues_schedules_workers_health(base_url: str, populated: Populated) ->
     assert workers["items"][0]["handlers"] == ["http.child", "http.fail", "http.work"]
     assert workers["leader"] is None or workers["leader"]["valid"] is False
 
-    assert _get(base_url, "/api/health").json() == {"status": "ok", "schema_version": 1}
+    assert _get(base_url, "/api/health").json() == {
+        "status": "ok",
+        "schema_version": SCHEMA_VERSION,
+    }
 
 
 def test_security_headers(base_url: str) -> None:

@@ -22,8 +22,10 @@ from typing import Any
 
 import pytest
 
+from jobledger._runtime.ids import new_id
 from jobledger._storage.lease import WriterLease, acquire_writer_lease, writer_lock_path_for
 from jobledger._storage.sqlite import migrate as migrate_module
+from jobledger._storage.sqlite import queries as q
 from jobledger._storage.sqlite.migrate import (
     SCHEMA_VERSION,
     Migration,
@@ -132,6 +134,41 @@ def test_schema_version_is_the_highest_migration() -> None:
     assert [m.number for m in migrations] == list(range(1, len(migrations) + 1))
     assert migrations[-1].number == SCHEMA_VERSION
     assert f"-- user_version = {SCHEMA_VERSION}\n" in _schema_file()
+
+
+def test_a_version_1_file_with_jobs_upgrades_in_place(db: str) -> None:
+    conn = _open(db)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        migrate_module._apply(conn, load_migrations()[0])
+        conn.execute("COMMIT")
+        for i, status in enumerate(["completed", "failed", "pending", "cancelled"]):
+            conn.execute(
+                "INSERT INTO jobs (id, type, status, queue, payload, scheduled_at, created_at, "
+                "updated_at) VALUES (?, 't', ?, 'q', '{}', 0, ?, ?)",
+                (new_id(1_000 + i), status, 1_000 + i, 1_000 + i),
+            )
+    finally:
+        conn.close()
+
+    assert migrate(db) == SCHEMA_VERSION
+    conn = _open(db)
+    try:
+        assert dump_schema(conn) == _schema_file()
+        statuses = [
+            r[0]
+            for r in conn.execute(
+                q.JobsWhere().list_sql(limit=10, offset=0)[0].replace(q.JOB_COLUMNS, "status"),
+                (10, 0),
+            )
+        ]
+        assert statuses == ["cancelled", "pending", "failed", "completed"]
+        sql, params = q.JobsWhere(("failed",)).list_sql(limit=10, offset=0)
+        plan = " ".join(r[3] for r in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params))
+        assert "jobs_failed_idx" in plan
+        assert [r[2] for r in conn.execute(sql, params)] == ["failed"]
+    finally:
+        conn.close()
 
 
 @pytest.mark.parametrize("wal", [True, False], ids=["wal", "rollback-journal"])

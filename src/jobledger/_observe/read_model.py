@@ -125,22 +125,8 @@ class JobQuery:
     schedule_id: str | None = None
     parent_id: str | None = None
 
-    def where(self) -> tuple[str, tuple[Any, ...]]:
-        parts: list[str] = []
-        params: list[Any] = []
-        if self.status:
-            parts.append(f"status IN ({','.join('?' * len(self.status))})")
-            params.extend(self.status)
-        for column, value in (
-            ("queue", self.queue),
-            ("type", self.type),
-            ("schedule_id", self.schedule_id),
-            ("parent_id", self.parent_id),
-        ):
-            if value is not None:
-                parts.append(f"{column} = ?")
-                params.append(value)
-        return (" WHERE " + " AND ".join(parts) if parts else ""), tuple(params)
+    def where(self) -> q.JobsWhere:
+        return q.JobsWhere(self.status, self.queue, self.type, self.schedule_id, self.parent_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -347,17 +333,12 @@ class ReadModel:
 
     def list_jobs(self, query: JobQuery, *, limit: int, offset: int = 0) -> list[JobSnapshot]:
         """Newest first (created_at, then id), like `JobManager.list`."""
-        where, params = query.where()
-        sql = (
-            f"SELECT {q.JOB_COLUMNS} FROM jobs{where} "
-            "ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?"
-        )
-        rows = self._read(lambda c: c.execute(sql, (*params, limit, offset)).fetchall())
+        sql, params = query.where().list_sql(limit=limit, offset=offset)
+        rows = self._read(lambda c: c.execute(sql, params).fetchall())
         return [snapshot_from_row(r) for r in rows]
 
     def count_jobs(self, query: JobQuery) -> int:
-        where, params = query.where()
-        sql = f"SELECT count(*) FROM jobs{where}"
+        sql, params = query.where().count_sql()
         return int(self._read(lambda c: c.execute(sql, params).fetchone()[0]))
 
     def count_finished_before(self, cutoff_ms: int) -> int:

@@ -7,6 +7,8 @@ written into the SQL, never bound as parameters, on the hot paths.
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
+from typing import Any
 
 JOB_COLUMNS = (
     "id, type, status, queue, priority, payload, output, error, attempt, max_attempts, "
@@ -42,8 +44,8 @@ def claim_sql(n_types: int) -> str:
     """Claim up to `?` rows of one queue, restricted to the job types this worker runs.
 
     The outer compare-and-set is spelled `+status`: the unary plus keeps the planner from
-    driving the UPDATE through `jobs_status_created_idx` (every pending row, O(backlog)
-    per claim) instead of the primary key lookup of the few ids the subquery chose.
+    driving the UPDATE through an index on status (every pending row, O(backlog) per
+    claim; schema version 1 had one) instead of the id lookup of the few ids chosen.
     """
     return (
         "UPDATE jobs SET status = 'running', worker_id = ?, started_at = ?, updated_at = ? "
@@ -116,6 +118,72 @@ CANCEL_REQUESTED_AMONG = (
 )
 
 GET_JOB = f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?"
+_STATUSES = frozenset(("pending", "delayed", "running", "completed", "failed", "cancelled"))
+# Statuses with a partial index of their own; a listing of only these reads those indexes
+# (few rows, sorted) instead of walking every row by id. `failed` and `cancelled` are
+# indexed by id, so a listing of one of them needs no sort at all.
+_INDEXED = frozenset(("delayed", "running", "failed", "cancelled"))
+_BY_ID = frozenset(("failed", "cancelled"))
+
+
+@dataclass(frozen=True, slots=True)
+class JobsWhere:
+    """A job listing's filters as SQL: `list_sql` and `count_sql` take `params` in order."""
+
+    status: tuple[str, ...] = ()
+    queue: str | None = None
+    type_name: str | None = None
+    schedule_id: str | None = None
+    parent_id: str | None = None
+
+    def _clause(self) -> tuple[str, list[Any], str]:
+        parts: list[str] = []
+        params: list[Any] = []
+        order = "id DESC"
+        statuses = sorted(set(self.status))
+        if statuses:
+            unknown = [s for s in statuses if s not in _STATUSES]
+            if unknown:  # matches nothing; bound, never spliced into the SQL
+                parts.append(f"status IN ({','.join('?' * len(statuses))})")
+                params.extend(statuses)
+            elif len(statuses) == 1:
+                # Known statuses are literals: a partial index serves only a query that
+                # names its status in the SQL text.
+                parts.append(f"status = '{statuses[0]}'")
+                if statuses[0] in _INDEXED and statuses[0] not in _BY_ID:
+                    order = "+id DESC"  # keeps the planner on the partial index
+            elif all(s in _INDEXED for s in statuses):
+                union = " UNION ALL ".join(
+                    f"SELECT rowid FROM jobs WHERE status = '{s}'" for s in statuses
+                )
+                parts.append(f"rowid IN ({union})")
+                order = "+id DESC"
+            else:
+                literals = ", ".join(f"'{s}'" for s in statuses)
+                parts.append(f"status IN ({literals})")
+        for column, value in (
+            ("queue", self.queue),
+            ("type", self.type_name),
+            ("schedule_id", self.schedule_id),
+            ("parent_id", self.parent_id),
+        ):
+            if value is not None:
+                parts.append(f"{column} = ?")
+                params.append(value)
+        return (" WHERE " + " AND ".join(parts) if parts else ""), params, order
+
+    def list_sql(self, *, limit: int, offset: int) -> tuple[str, tuple[Any, ...]]:
+        """Newest first. Ids carry `created_at`'s millisecond in their top bits, so
+        `id DESC` is the contract's `created_at DESC, id DESC` (schema 0002)."""
+        where, params, order = self._clause()
+        sql = f"SELECT {JOB_COLUMNS} FROM jobs{where} ORDER BY {order} LIMIT ? OFFSET ?"
+        return sql, (*params, limit, offset)
+
+    def count_sql(self) -> tuple[str, tuple[Any, ...]]:
+        where, params, _ = self._clause()
+        return f"SELECT count(*) FROM jobs{where}", tuple(params)
+
+
 TERMINAL_AMONG = (
     f"SELECT {JOB_COLUMNS} FROM jobs WHERE id IN ({{ids}}) "
     "AND status IN ('completed', 'failed', 'cancelled')"

@@ -2,20 +2,20 @@
 -- After adding a migration, regenerate it from the repository root with
 --   python -m jobledger._storage.sqlite.migrate \
 --       > src/jobledger/_storage/sqlite/schema.sql
--- user_version = 1
+-- user_version = 2
 
 CREATE INDEX job_schedules_enabled_next_run_idx ON job_schedules (enabled, next_run);
 
 CREATE UNIQUE INDEX job_schedules_type_name_uq ON job_schedules (type, name);
 
+CREATE INDEX jobs_cancelled_idx ON jobs (id) WHERE status = 'cancelled';
+
 CREATE INDEX jobs_claim_idx ON jobs (queue, priority, scheduled_at, id)
     WHERE status = 'pending' AND cancel_requested = 0;
 
-CREATE INDEX jobs_created_idx ON jobs (created_at, id);
-
 CREATE INDEX jobs_delayed_idx ON jobs (scheduled_at) WHERE status = 'delayed';
 
-CREATE INDEX jobs_enqueued_by_idx ON jobs (enqueued_by) WHERE status IN ('pending', 'delayed');
+CREATE INDEX jobs_failed_idx ON jobs (id) WHERE status = 'failed';
 
 CREATE INDEX jobs_finished_idx ON jobs (finished_at) WHERE finished_at IS NOT NULL;
 
@@ -27,8 +27,6 @@ CREATE INDEX jobs_parent_idx ON jobs (parent_id) WHERE parent_id IS NOT NULL;
 CREATE INDEX jobs_running_idx ON jobs (queue, worker_id) WHERE status = 'running';
 
 CREATE INDEX jobs_schedule_idx ON jobs (schedule_id, finished_at) WHERE schedule_id IS NOT NULL;
-
-CREATE INDEX jobs_status_created_idx ON jobs (status, created_at);
 
 CREATE TABLE job_schedules (
     id          TEXT PRIMARY KEY,

@@ -481,20 +481,12 @@ class SqliteStore:
         return self.read(lambda c: c.execute(sql, params).fetchall())
 
     def list(self, flt: JobFilter, *, limit: int, offset: int) -> list[JobRow]:
-        where, params = _where(flt)
-        sql = (
-            f"SELECT {q.JOB_COLUMNS} FROM jobs{where} "
-            "ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?"
-        )
-        return self.read(lambda c: c.execute(sql, (*params, limit, offset)).fetchall())
+        sql, params = _where(flt).list_sql(limit=limit, offset=offset)
+        return self.read(lambda c: c.execute(sql, params).fetchall())
 
     def count(self, flt: JobFilter) -> int:
-        where, params = _where(flt)
-        return int(
-            self.read(
-                lambda c: c.execute(f"SELECT count(*) FROM jobs{where}", params).fetchone()[0]
-            )
-        )
+        sql, params = _where(flt).count_sql()
+        return int(self.read(lambda c: c.execute(sql, params).fetchone()[0]))
 
     def gc(self, before_ms: int, *, batch: int = 1000) -> int:
         total = 0
@@ -547,22 +539,8 @@ def _where_queue_type(queue: str | None, type_name: str | None) -> tuple[str, tu
     return " AND ".join(parts), tuple(params)
 
 
-def _where(flt: JobFilter) -> tuple[str, tuple[Any, ...]]:
-    parts: list[str] = []
-    params: list[Any] = []
-    if flt.status:
-        parts.append(f"status IN ({','.join('?' * len(flt.status))})")
-        params.extend(flt.status)
-    for column, value in (
-        ("queue", flt.queue),
-        ("type", flt.type),
-        ("schedule_id", flt.schedule_id),
-        ("parent_id", flt.parent_id),
-    ):
-        if value is not None:
-            parts.append(f"{column} = ?")
-            params.append(value)
-    return (" WHERE " + " AND ".join(parts) if parts else ""), tuple(params)
+def _where(flt: JobFilter) -> q.JobsWhere:
+    return q.JobsWhere(flt.status, flt.queue, flt.type, flt.schedule_id, flt.parent_id)
 
 
 def _forked(ref: weakref.ReferenceType[SqliteStore]) -> None:
