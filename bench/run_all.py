@@ -90,6 +90,10 @@ def cases(args: argparse.Namespace) -> list[Case]:
         for system in ("jobledger", "huey"):
             out.append(Case(f"latency/{system}/{sync}", "latency.py", [*s, "--system", system]))
     for system in ("jobledger", "huey"):
+        out.append(
+            Case(f"latency_xproc/{system}", "latency.py", ["--system", system, "--cross-process"])
+        )
+    for system in ("jobledger", "huey"):
         out.append(Case(f"claim_10k/{system}", "claim_scale.py", ["--system", system]))
         out.append(
             Case(f"claim_1M/{system}", "claim_scale.py",
@@ -116,6 +120,18 @@ def _latency_rows(sync: str) -> list[Row]:
         Row(f"latency {what} -> handler start, {p}", sync, "ms", ("latency", "jobledger"),
             ("latency", "huey"), higher_is_better=False, fields=[f"{key}_{p}_ms"])
         for what, key in (("enqueue call", "call"), ("commit", "return"))
+        for p in ("p50", "p99")
+    ]  # fmt: skip
+
+
+XPROC_NOTE = "worker in another process; both at default polling (0.05 s vs huey's 0.1 s)"
+
+
+def _xproc_latency_rows() -> list[Row]:
+    return [
+        Row(f"latency across processes, enqueue call -> handler start, {p}", "NORMAL", "ms",
+            ("latency_xproc", "jobledger"), ("latency_xproc", "huey"), higher_is_better=False,
+            fields=[f"call_{p}_ms"], note=XPROC_NOTE if p == "p50" else "")
         for p in ("p50", "p99")
     ]  # fmt: skip
 
@@ -158,7 +174,7 @@ def _scale_rows() -> list[Row]:
     return rows
 
 
-ROWS = [*_sync_rows("NORMAL"), *_sync_rows("FULL"), *_scale_rows()]
+ROWS = [*_sync_rows("NORMAL"), *_sync_rows("FULL"), *_xproc_latency_rows(), *_scale_rows()]
 
 
 def run_case(case: Case) -> list[dict[str, Any]]:
