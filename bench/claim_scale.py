@@ -30,6 +30,7 @@ from _common import (
     make_manager,
     peak_rss_mb,
     rate,
+    settle,
     wait_completed,
 )
 
@@ -98,6 +99,7 @@ def _populate(path: str, total: int) -> None:
     conn.execute("COMMIT")
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     conn.close()
+    settle(path)
 
 
 async def _jobledger(path: str, sync: str, n: int) -> tuple[float, float]:
@@ -133,6 +135,7 @@ def _huey(path: str, sync: str, n: int, pending: int) -> tuple[float, float, flo
         )
     conn.execute("COMMIT")
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    settle(path)
     fill = watch.elapsed()
     worker = huey_worker(huey)
     watch = Stopwatch()
