@@ -182,6 +182,39 @@ def test_an_outcome_nobody_waits_on_reports_only_that_it_applied(store: Conforma
     assert (col(row, q.C_STATUS), col(row, q.C_OUTPUT)) == ("completed", "7")
 
 
+def test_a_batch_of_outcomes_applies_each_under_its_own_fence(store: ConformantStore) -> None:
+    jobs = [new_job() for _ in range(6)]
+    store.enqueue(jobs)
+    assert len(claim(store, limit=6).jobs) == 6
+    a, b, c, d, e, f = (j.id for j in jobs)
+    answers = store.finalize(
+        [
+            outcome(a, output='{"n":1}', progress=40.0, progress_detail="x", want_row=False),
+            outcome(b, "failed", error='{"code":"E"}', want_row=False),
+            outcome(c, attempt=3, want_row=False),  # stale attempt: no match
+            outcome(d, worker="w2", want_row=False),  # another worker's claim: no match
+            outcome(e, "cancelled", want_row=False),
+            outcome(f, output="2"),  # someone waits on this one: its row comes back
+            outcome(e, want_row=False),  # the same job twice: the second finds it done
+        ],
+        20_000,
+    )
+    assert answers[:5] == [APPLIED, APPLIED, None, None, APPLIED]
+    assert answers[5] == store.get(f)
+    assert answers[6] is None
+    rows = {j.id: store.get(j.id) for j in jobs}
+    assert (col(rows[a], q.C_STATUS), col(rows[a], q.C_OUTPUT)) == ("completed", '{"n":1}')
+    assert (col(rows[a], q.C_PROGRESS), col(rows[a], q.C_PROGRESS_DETAIL)) == (40.0, "x")
+    assert col(rows[a], q.C_FINISHED_AT) == 20_000
+    assert (col(rows[b], q.C_STATUS), col(rows[b], q.C_ERROR)) == ("failed", '{"code":"E"}')
+    assert [col(rows[x], q.C_STATUS) for x in (c, d, e, f)] == [
+        "running",
+        "running",
+        "cancelled",
+        "completed",
+    ]
+
+
 def test_a_retry_of_a_cancel_requested_row_is_a_cancel(store: ConformantStore) -> None:
     job = _running(store)
     store.request_cancel(job.id, "user asked", "{}", 15_000)

@@ -18,6 +18,7 @@ import os
 import sqlite3
 import threading
 import weakref
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -290,11 +291,37 @@ class SqliteStore:
         An outcome with `want_row=False` that applied answers `APPLIED` (its row unread).
         """
 
+        # Outcomes nobody reads back and that hold no locks (the common case) go in one
+        # statement; the others one by one, in the same transaction.
+        # (A job listed twice, e.g. a stale attempt beside its re-claim, goes one by one:
+        # RETURNING names rows, not outcomes.)
+        seen = Counter(o.job_id for o in outcomes)
+        batch = [
+            o
+            for o in outcomes
+            if not o.want_row and not o.release_locks and o.kind != "retry" and seen[o.job_id] == 1
+        ]
+        if len(batch) < 2:
+            batch = []
+        batched = {o.job_id for o in batch}
+        arg = json.dumps(
+            [
+                [o.job_id, o.worker_id, o.attempt, o.kind, o.output, o.error, o.progress,
+                 o.progress_detail]
+                for o in batch
+            ]
+        )  # fmt: skip
+
         def work(conn: sqlite3.Connection) -> list[JobRow | None]:
+            applied: set[str] = set()
+            if batch:
+                applied = {r[0] for r in conn.execute(q.FINISH_MANY, (arg, now_ms))}
             results: list[JobRow | None] = []
             for o in outcomes:
                 row: JobRow | None
-                if o.kind == "retry":
+                if o.job_id in batched:
+                    row = APPLIED if o.job_id in applied else None
+                elif o.kind == "retry":
                     row = conn.execute(
                         q.RETRY, (o.error, o.retry_at, now_ms, o.job_id, o.worker_id, o.attempt)
                     ).fetchone()
