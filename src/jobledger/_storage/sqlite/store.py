@@ -36,11 +36,12 @@ from jobledger._storage.interface import (
 from jobledger._storage.sqlite import queries as q
 from jobledger._storage.sqlite.connections import Synchronous, open_reader, open_writer
 from jobledger._storage.sqlite.migrate import migrate, migrate_connection
-from jobledger.errors import JobNotFound
+from jobledger.errors import JobNotFound, StorageError
 
 __all__ = ["SqliteStore"]
 
 T = TypeVar("T")
+MIN_SQLITE = (3, 35, 0)
 _LIVE = ("pending", "delayed", "running")
 
 
@@ -52,6 +53,14 @@ class SqliteStore:
         synchronous: Synchronous = "NORMAL",
         busy_timeout: float = 1.0,
     ) -> None:
+        if sqlite3.sqlite_version_info < MIN_SQLITE:
+            # RETURNING (3.35) is on every write path; UPDATE ... FROM (3.33) in finalize.
+            raise StorageError(
+                f"jobledger needs SQLite {'.'.join(map(str, MIN_SQLITE))} or newer; this "
+                f"Python uses {sqlite3.sqlite_version}",
+                code="DB_SQLITE_TOO_OLD",
+                params={"sqlite_version": sqlite3.sqlite_version},
+            )
         self.path = path
         # What the runtime needs to know of this backend, the same names on every store.
         from jobledger._storage.sqlite import leader as leader_ops
