@@ -183,12 +183,13 @@ def test_an_outcome_nobody_waits_on_reports_only_that_it_applied(store: Conforma
 
 
 def test_a_batch_of_outcomes_applies_each_under_its_own_fence(store: ConformantStore) -> None:
-    jobs = [new_job() for _ in range(6)]
+    jobs = [new_job() for _ in range(7)]
     store.enqueue(jobs)
-    assert len(claim(store, limit=6).jobs) == 6
-    a, b, c, d, e, f = (j.id for j in jobs)
+    assert len(claim(store, limit=7).jobs) == 7
+    a, b, c, d, e, f, g = (j.id for j in jobs)
     answers = store.finalize(
         [
+            outcome(g, release_locks=True, want_row=False),  # written on its own, first
             outcome(a, output='{"n":1}', progress=40.0, progress_detail="x", want_row=False),
             outcome(b, "failed", error='{"code":"E"}', want_row=False),
             outcome(c, attempt=3, want_row=False),  # stale attempt: no match
@@ -199,9 +200,10 @@ def test_a_batch_of_outcomes_applies_each_under_its_own_fence(store: ConformantS
         ],
         20_000,
     )
-    assert answers[:5] == [APPLIED, APPLIED, None, None, APPLIED]
-    assert answers[5] == store.get(f)
-    assert answers[6] is None
+    assert answers[:6] == [APPLIED, APPLIED, APPLIED, None, None, APPLIED]
+    assert answers[6] == store.get(f)
+    assert answers[7] is None
+    assert col(store.get(g), q.C_STATUS) == "completed"
     rows = {j.id: store.get(j.id) for j in jobs}
     assert (col(rows[a], q.C_STATUS), col(rows[a], q.C_OUTPUT)) == ("completed", '{"n":1}')
     assert (col(rows[a], q.C_PROGRESS), col(rows[a], q.C_PROGRESS_DETAIL)) == (40.0, "x")

@@ -322,14 +322,14 @@ class SqliteStore:
         )  # fmt: skip
 
         def work(conn: sqlite3.Connection) -> list[JobRow | None]:
-            applied: set[str] = set()
+            matched: set[str] = set()
             if batch:
-                applied = {r[0] for r in conn.execute(q.FINISH_MANY, (arg, now_ms))}
+                matched = {r[0] for r in conn.execute(q.FINISH_MANY, (arg, now_ms))}
             results: list[JobRow | None] = []
             for o in outcomes:
                 row: JobRow | None
                 if o.job_id in batched:
-                    row = APPLIED if o.job_id in applied else None
+                    row = APPLIED if o.job_id in matched else None
                 elif o.kind == "retry":
                     row = conn.execute(
                         q.RETRY, (o.error, o.retry_at, now_ms, o.job_id, o.worker_id, o.attempt)
