@@ -75,9 +75,14 @@ class JobType(Generic[P]):
 
     def encode(self, payload: Any, *, max_bytes: int = MAX_PAYLOAD_BYTES) -> tuple[P, str]:
         """Validate `payload` against the type; return the value and its JSON text."""
+        adapter = self._adapter
+        if adapter is None:
+            adapter = self.adapter
         try:
-            value = self.adapter.validate_python(payload)
-            text = self.adapter.dump_json(value).decode()
+            # The adapter's own validator and serializer, called with the defaults of
+            # `validate_python`/`dump_json`: the same result without their wrappers.
+            value = adapter.validator.validate_python(payload)
+            text = adapter.serializer.to_json(value).decode()
         except ValidationError as exc:
             raise JobValidationError(
                 f"payload for {self.name!r} is invalid: {_short(exc)}",
