@@ -387,6 +387,64 @@ def test_enqueue_many_with_an_invalid_entry_writes_nothing(db: str) -> None:
     run(jobs.stop())
 
 
+def test_enqueue_many_rows_are_the_rows_written(db: str) -> None:
+    # More entries than one multi-row INSERT takes, and not a multiple of it; a queue
+    # resolver and a JobSpec among them.
+    jobs = make_manager(db)
+
+    @jobs.handler(ITEM, recovery="retry", queue=lambda item: f"q{item.n % 3}")
+    async def work(ctx: jl.JobContext[Item]) -> None:
+        return None
+
+    entries: list[Item | jl.JobSpec[Item]] = [Item(n=i) for i in range(75)]
+    entries[40] = jl.JobSpec(Item(n=40), priority=7, delay=60)
+    handles = jobs.enqueue_many(ITEM, entries, metadata={"m": 1}, max_attempts=2)
+    assert len({h.id for h in handles}) == 75
+    assert [h.id for h in handles] == sorted(h.id for h in handles)  # ids in entry order
+    for i, h in enumerate(handles):
+        assert h.snapshot == jobs.get(h.id)
+        assert h.snapshot.queue == f"q{i % 3}"
+        assert h.snapshot.payload == {"n": i}
+    assert handles[40].snapshot.status == "delayed"
+    assert handles[40].snapshot.priority == 7
+    assert [s.id for s in reversed(jobs.list(limit=100))] == [h.id for h in handles]
+    assert sql_one(db, "SELECT count(*) FROM queues WHERE name IN ('q0', 'q1', 'q2')") == 3
+    run(jobs.stop())
+
+
+def test_enqueue_many_with_invalid_shared_options_reports_every_entry(db: str) -> None:
+    jobs, _ = registered(db)
+    wrong: Any = {"n": "x"}
+    bad_priority: Any = "high"
+    entries: list[Item | jl.JobSpec[Item]] = [
+        Item(n=0),
+        wrong,
+        jl.JobSpec(Item(n=2), priority=1),  # its own priority is valid
+    ]
+    with pytest.raises(jl.JobValidationError) as info:
+        jobs.enqueue_many(ITEM, entries, priority=bad_priority)
+    # The payload is validated first, so entry 1 reports its payload.
+    assert [(e["index"], e["code"]) for e in info.value.params["entries"]] == [
+        (0, "JOB_INVALID_OPTION"),
+        (1, "JOB_PAYLOAD_INVALID"),
+    ]
+    assert jobs.count() == 0
+    run(jobs.stop())
+
+
+def test_an_idempotency_hit_does_not_count_as_registering_its_queue(db: str) -> None:
+    jobs, _ = registered(db)
+    first = jobs.enqueue(ITEM, Item(n=1), idempotency_key="k", queue="home")
+    hit = jobs.enqueue(ITEM, Item(n=2), idempotency_key="k", queue="elsewhere")
+    assert hit.id == first.id
+    assert sql_one(db, "SELECT count(*) FROM queues WHERE name = 'elsewhere'") == 0
+    # The first row really written to the queue registers it (other processes learn
+    # their queues from that table).
+    jobs.enqueue(ITEM, Item(n=3), queue="elsewhere")
+    assert sql_one(db, "SELECT count(*) FROM queues WHERE name = 'elsewhere'") == 1
+    run(jobs.stop())
+
+
 # -- ordering and producers -----------------------------------------------------------
 
 

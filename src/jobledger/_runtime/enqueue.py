@@ -1,4 +1,4 @@
-"""Turning an `enqueue` call into a validated `NewJob`, before anything is written.
+"""Turning an `enqueue` call into a validated row (or `NewJob`), before anything is written.
 
 Validation order: job type, payload (against its type, then its JSON size), max_attempts,
 timeout, idempotency key, priority, run_at/delay, metadata, queue. Any failure raises a
@@ -8,19 +8,19 @@ timeout, idempotency key, priority, run_at/delay, metadata, queue. Any failure r
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
 
 from jobledger._core.backoff import validate_max_attempts
 from jobledger._core.registry import HandlerSpec, JobType, dumps, validate_timeout
-from jobledger._runtime.ids import new_id
-from jobledger._storage.interface import NewJob
+from jobledger._runtime.ids import new_id, new_ids
+from jobledger._storage.interface import JobRow, NewJob
 from jobledger.clock import to_ms
-from jobledger.errors import JobValidationError
+from jobledger.errors import JobError, JobValidationError
 
-__all__ = ["UNSET", "EnqueueOptions", "JobSpec", "prepare"]
+__all__ = ["UNSET", "EnqueueOptions", "JobSpec", "prepare", "prepare_row", "prepare_rows"]
 
 P = TypeVar("P")
 
@@ -90,12 +90,197 @@ def prepare(
     enqueued_by: str,
     max_payload_bytes: int,
 ) -> NewJob:
-    value, text = job_type.encode(payload, max_bytes=max_payload_bytes)
-    max_attempts = validate_max_attempts(
-        opts.max_attempts
-        if opts.max_attempts is not None
-        else (spec.retry.max_attempts if spec is not None else 3)
+    r = prepare_row(  # positions as in `interface.fresh_row`
+        job_type,
+        spec,
+        payload,
+        opts,
+        now_ms=now_ms,
+        enqueued_by=enqueued_by,
+        max_payload_bytes=max_payload_bytes,
     )
+    return NewJob(
+        id=r[0],
+        type=r[1],
+        status=r[2],
+        queue=r[3],
+        priority=r[4],
+        payload=r[5],
+        max_attempts=r[9],
+        timeout_ms=r[10],
+        idempotency_key=r[11],
+        parent_id=r[12],
+        schedule_id=r[13],
+        metadata=r[14],
+        enqueued_by=r[24],
+        scheduled_at=r[19],
+        created_at=r[22],
+    )
+
+
+def prepare_row(
+    job_type: JobType[Any],
+    spec: HandlerSpec[Any] | None,
+    payload: Any,
+    opts: EnqueueOptions,
+    *,
+    now_ms: int,
+    enqueued_by: str,
+    max_payload_bytes: int,
+    job_id: str | None = None,
+) -> JobRow:
+    """One validated entry as the row it inserts (`interface.fresh_row`'s shape)."""
+    value, text = job_type.encode(payload, max_bytes=max_payload_bytes)
+    status, queue, priority, max_attempts, timeout_ms, key, metadata, scheduled_at = _options(
+        job_type, spec, opts, now_ms
+    )
+    if queue is None:
+        queue = spec.queue_for(value) if spec is not None else job_type.name
+    return (
+        new_id(now_ms) if job_id is None else job_id,
+        job_type.name,
+        status,
+        queue,
+        priority,
+        text,
+        None,
+        None,
+        0,
+        max_attempts,
+        timeout_ms,
+        key,
+        opts.parent_id,
+        opts.schedule_id,
+        metadata,
+        None,
+        None,
+        0,
+        None,
+        scheduled_at,
+        None,
+        None,
+        now_ms,
+        now_ms,
+        enqueued_by,
+    )
+
+
+def prepare_rows(
+    job_type: JobType[Any],
+    spec: HandlerSpec[Any] | None,
+    entries: Sequence[Any],
+    opts: EnqueueOptions,
+    *,
+    now_ms: int,
+    enqueued_by: str,
+    max_payload_bytes: int,
+) -> list[JobRow]:
+    """`prepare_row` of every entry (payloads or `JobSpec`s); ids in entry order.
+
+    Any invalid entry raises JOB_BATCH_INVALID listing every invalid entry. The call's
+    own options are validated once, not per entry; only when they are invalid does each
+    entry go through `prepare_row`, so every entry reports the error it always did
+    (its payload's first, as validation order says).
+    """
+    if isinstance(entries, str | bytes) or not isinstance(entries, Sequence):
+        raise JobValidationError(
+            "enqueue_many takes a sequence of payloads",
+            code="JOB_BATCH_INVALID",
+            params={"entries": []},
+        )
+    ids = new_ids(now_ms, len(entries))
+    try:
+        shared: _Options | None = _options(job_type, spec, opts, now_ms)
+    except JobError:
+        shared = None
+    rows: list[JobRow] = []
+    errors: list[dict[str, Any]] = []
+    if shared is not None:  # the names bound here are only read when `shared` is set
+        status, queue, priority, max_attempts, timeout_ms, key, metadata, scheduled_at = shared
+        if queue is None and (spec is None or not callable(spec.queue)):
+            queue = spec.queue_for(None) if spec is not None else job_type.name
+        parent_id = opts.parent_id
+        schedule_id = opts.schedule_id
+        name = job_type.name
+        encode = job_type.encode
+        resolver = None if queue is not None or spec is None else spec.queue_for
+    for index, entry in enumerate(entries):
+        try:
+            if shared is None or isinstance(entry, JobSpec):
+                entry_opts, payload = (
+                    (opts.merged(entry), entry.payload)
+                    if isinstance(entry, JobSpec)
+                    else (opts, entry)
+                )
+                rows.append(
+                    prepare_row(
+                        job_type,
+                        spec,
+                        payload,
+                        entry_opts,
+                        now_ms=now_ms,
+                        enqueued_by=enqueued_by,
+                        max_payload_bytes=max_payload_bytes,
+                        job_id=ids[index],
+                    )
+                )
+                continue
+            value, text = encode(entry, max_bytes=max_payload_bytes)
+            rows.append(
+                (
+                    ids[index],
+                    name,
+                    status,
+                    queue if resolver is None else resolver(value),
+                    priority,
+                    text,
+                    None,
+                    None,
+                    0,
+                    max_attempts,
+                    timeout_ms,
+                    key,
+                    parent_id,
+                    schedule_id,
+                    metadata,
+                    None,
+                    None,
+                    0,
+                    None,
+                    scheduled_at,
+                    None,
+                    None,
+                    now_ms,
+                    now_ms,
+                    enqueued_by,
+                )
+            )
+        except JobError as exc:
+            errors.append({"index": index, "code": exc.code, "message": exc.message})
+    if errors:
+        raise JobValidationError(
+            f"{len(errors)} of {len(entries)} entries are invalid; nothing was written",
+            code="JOB_BATCH_INVALID",
+            params={"entries": errors},
+        )
+    return rows
+
+
+# status, queue (None: the handler's, per payload), priority, max_attempts, timeout_ms,
+# idempotency_key, metadata JSON, scheduled_at
+_Options = tuple[str, str | None, int, int, int | None, str | None, str, int]
+
+
+def _options(
+    job_type: JobType[Any], spec: HandlerSpec[Any] | None, opts: EnqueueOptions, now_ms: int
+) -> _Options:
+    """Validate everything but the payload, in the documented order."""
+    max_attempts = opts.max_attempts
+    if max_attempts is None:
+        # The handler's policy was validated when it was registered.
+        max_attempts = spec.retry.max_attempts if spec is not None else 3
+    elif type(max_attempts) is not int or max_attempts < 1:
+        max_attempts = validate_max_attempts(max_attempts)
     timeout = (
         (spec.timeout if spec is not None else None)
         if opts.timeout is UNSET
@@ -115,7 +300,10 @@ def prepare(
             code="JOB_INVALID_OPTION",
             params={"priority": repr(priority)},
         )
-    scheduled_at = _scheduled_at(opts.run_at, opts.delay, now_ms)
+    if opts.run_at is None and opts.delay is None:
+        scheduled_at = now_ms
+    else:
+        scheduled_at = _scheduled_at(opts.run_at, opts.delay, now_ms)
     metadata = "{}"
     if opts.metadata is not None:
         if not isinstance(opts.metadata, Mapping):
@@ -127,29 +315,20 @@ def prepare(
                 f"metadata must be JSON: {exc}", code="JOB_INVALID_OPTION"
             ) from None
     queue = opts.queue
-    if queue is None:
-        queue = spec.queue_for(value) if spec is not None else job_type.name
-    elif not isinstance(queue, str) or not queue or len(queue) > 200:
+    if queue is not None and (not isinstance(queue, str) or not queue or len(queue) > 200):
         raise JobValidationError(
             f"queue must be a non-empty string of at most 200 characters, not {queue!r}",
             code="JOB_INVALID_OPTION",
         )
-    return NewJob(
-        id=new_id(now_ms),
-        type=job_type.name,
-        status="delayed" if scheduled_at > now_ms else "pending",
-        queue=queue,
-        priority=priority,
-        payload=text,
-        max_attempts=max_attempts,
-        timeout_ms=None if timeout is None else max(1, round(timeout * 1000)),
-        idempotency_key=key,
-        parent_id=opts.parent_id,
-        schedule_id=opts.schedule_id,
-        metadata=metadata,
-        enqueued_by=enqueued_by,
-        scheduled_at=scheduled_at,
-        created_at=now_ms,
+    return (
+        "delayed" if scheduled_at > now_ms else "pending",
+        queue,
+        priority,
+        max_attempts,
+        None if timeout is None else max(1, round(timeout * 1000)),
+        key,
+        metadata,
+        scheduled_at,
     )
 
 

@@ -38,14 +38,14 @@ from jobledger._core.registry import (
 )
 from jobledger._runtime.context import JobContext
 from jobledger._runtime.engine import Engine
-from jobledger._runtime.enqueue import UNSET, EnqueueOptions, JobSpec, prepare
+from jobledger._runtime.enqueue import UNSET, EnqueueOptions, JobSpec, prepare_row, prepare_rows
 from jobledger._runtime.events import EventBus, JobEvent
 from jobledger._runtime.handle import JobHandle
 from jobledger._runtime.lifecycle import Hold, Lifecycle
 from jobledger._runtime.timers import wait_with_timeout
 from jobledger._scheduling.job_schedules import snapshot_of
 from jobledger._scheduling.triggers import CatchUpPolicy, SkipMissed, Trigger
-from jobledger._storage.interface import JobFilter, JobRow, NewJob, Store
+from jobledger._storage.interface import JobFilter, JobRow, NewJob, Store, fresh_row
 from jobledger._storage.open import open_store
 from jobledger._storage.rows import error_to_json, snapshot_from_row
 from jobledger._storage.sqlite import queries as q
@@ -71,6 +71,13 @@ P = TypeVar("P")
 R = TypeVar("R")
 MAX_REASON = 500
 LIST_CAP = 1000
+_ID, _TYPE, _STATUS, _QUEUE, _SCHEDULED_AT = (
+    q.C_ID,
+    q.C_TYPE,
+    q.C_STATUS,
+    q.C_QUEUE,
+    q.C_SCHEDULED_AT,
+)
 
 
 class WriteTx:
@@ -295,9 +302,9 @@ class JobManager:
             metadata,
             parent_id,
         )
-        job = self._prepare(job_type, payload, opts)
-        row = self._store.enqueue([job])[0]
-        self._after_enqueue([job], [row])
+        new = self._prepare(job_type, payload, opts)
+        row = self._store.enqueue_rows((new,))[0]
+        self._after_one(new, row)
         return JobHandle(self, row)
 
     def enqueue_many(
@@ -327,11 +334,20 @@ class JobManager:
             metadata,
             parent_id,
         )
-        jobs = self._prepare_many(job_type, payloads, opts)
-        if not jobs:
+        jt, spec = self._resolve(job_type)
+        new = prepare_rows(
+            jt,
+            spec,
+            payloads,
+            opts,
+            now_ms=self._engine.now_ms(),
+            enqueued_by=self.worker_id,
+            max_payload_bytes=self.max_payload_bytes,
+        )
+        if not new:
             return []
-        rows = self._store.enqueue(jobs)
-        self._after_enqueue(jobs, rows)
+        rows = self._store.enqueue_rows(new)
+        self._after_rows(new, rows)
         return [JobHandle(self, row) for row in rows]
 
     @contextmanager
@@ -382,14 +398,14 @@ class JobManager:
             metadata,
             parent_id,
         )
-        job = self._prepare(job_type, payload, opts)
-        row = self._store.enqueue([job], conn=tx.conn)[0]
-        tx.after_commit(lambda: self._after_enqueue([job], [row]))
+        new = self._prepare(job_type, payload, opts)
+        row = self._store.enqueue_rows((new,), conn=tx.conn)[0]
+        tx.after_commit(lambda: self._after_one(new, row))
         return JobHandle(self, row)
 
-    def _prepare(self, job_type: JobType[Any] | str, payload: Any, opts: EnqueueOptions) -> NewJob:
+    def _prepare(self, job_type: JobType[Any] | str, payload: Any, opts: EnqueueOptions) -> JobRow:
         jt, spec = self._resolve(job_type)
-        return prepare(
+        return prepare_row(
             jt,
             spec,
             payload,
@@ -399,63 +415,40 @@ class JobManager:
             max_payload_bytes=self.max_payload_bytes,
         )
 
-    def _prepare_many(
-        self, job_type: JobType[Any] | str, payloads: Sequence[Any], opts: EnqueueOptions
-    ) -> list[NewJob]:
-        jt, spec = self._resolve(job_type)
-        if isinstance(payloads, str | bytes) or not isinstance(payloads, Sequence):
-            raise JobValidationError(
-                "enqueue_many takes a sequence of payloads",
-                code="JOB_BATCH_INVALID",
-                params={"entries": []},
-            )
-        now = self._engine.now_ms()
-        jobs: list[NewJob] = []
-        errors: list[dict[str, Any]] = []
-        for index, entry in enumerate(payloads):
-            entry_opts, payload = (
-                (opts.merged(entry), entry.payload) if isinstance(entry, JobSpec) else (opts, entry)
-            )
-            try:
-                jobs.append(
-                    prepare(
-                        jt,
-                        spec,
-                        payload,
-                        entry_opts,
-                        now_ms=now,
-                        enqueued_by=self.worker_id,
-                        max_payload_bytes=self.max_payload_bytes,
-                    )
-                )
-            except JobError as exc:
-                errors.append({"index": index, "code": exc.code, "message": exc.message})
-        if errors:
-            raise JobValidationError(
-                f"{len(errors)} of {len(payloads)} entries are invalid; nothing was written",
-                code="JOB_BATCH_INVALID",
-                params={"entries": errors},
-            )
-        return jobs
-
     def _after_enqueue(self, jobs: Sequence[NewJob], rows: Sequence[JobRow]) -> None:
-        """After COMMIT: remember queues, then dispatch or arm promotion (if started)."""
-        self._store.remember_queues([j.queue for j in jobs])
-        engine = self._engine
+        """`_after_rows` for entries given as `NewJob`s (the schedules' path)."""
+        self._after_rows([fresh_row(job) for job in jobs], rows)
+
+    def _after_rows(self, new: Sequence[JobRow], rows: Sequence[JobRow]) -> None:
+        """After COMMIT: remember queues, then dispatch or arm promotion (if started).
+
+        `new` are the entries as prepared, `rows` what the store answered for each: the
+        same id means the entry was inserted; another, that it hit a live idempotency key.
+        """
+        if len(new) == 1 and len(rows) == 1:
+            self._after_one(new[0], rows[0])
+            return
         delayed_at: int | None = None
         kicks: dict[str, str] = {}
-        for job, row in zip(jobs, rows, strict=True):
-            if row[q.C_ID] != job.id:
-                continue  # an idempotency hit: nothing new to dispatch
-            if job.status == "pending":
-                kicks[job.queue] = job.type
+        queues: set[str] = set()
+        for entry, row in zip(new, rows, strict=True):
+            if row is not entry and row[_ID] != entry[_ID]:
+                continue  # an idempotency hit: nothing new to dispatch or register
+            queue = entry[_QUEUE]
+            if entry[_STATUS] == "pending":
+                kicks[queue] = entry[_TYPE]
             else:
-                delayed_at = (
-                    job.scheduled_at if delayed_at is None else min(delayed_at, job.scheduled_at)
-                )
+                queues.add(queue)
+                at = entry[_SCHEDULED_AT]
+                if delayed_at is None or at < delayed_at:
+                    delayed_at = at
+        # Only inserted entries registered their queue; a hit's queue may not exist.
+        queues.update(kicks)
+        self._store.remember_queues(list(queues))
         with self._touched_lock:
             self._touched_queues.update(kicks)
         if self._started and not self._stopping:
+            engine = self._engine
             for name, type_name in kicks.items():
                 engine.kick_threadsafe(name, type_name)
             if delayed_at is not None:
@@ -463,6 +456,24 @@ class JobManager:
         if self._events._all:
             for row in rows:
                 self._publish_threadsafe(row)
+
+    def _after_one(self, new: JobRow, row: JobRow) -> None:
+        """`_after_rows` of one entry, without the batch's bookkeeping."""
+        if row is new or row[_ID] == new[_ID]:
+            queue, type_name = new[_QUEUE], new[_TYPE]
+            self._store.remember_queues((queue,))
+            pending = new[_STATUS] == "pending"
+            # Read without the lock: the common case (already touched) writes nothing.
+            if pending and self._touched_queues.get(queue) != type_name:
+                with self._touched_lock:
+                    self._touched_queues[queue] = type_name
+            if self._started and not self._stopping:
+                if pending:
+                    self._engine.kick_threadsafe(queue, type_name)
+                else:
+                    self._on_delayed_threadsafe(new[_SCHEDULED_AT])
+        if self._events._all:
+            self._publish_threadsafe(row)
 
     def _publish_threadsafe(self, row: JobRow) -> None:
         loop = self._loop

@@ -28,6 +28,7 @@ __all__ = [
     "Outcome",
     "OutcomeKind",
     "Store",
+    "fresh_row",
 ]
 
 T = TypeVar("T")
@@ -55,6 +56,37 @@ class NewJob:
     enqueued_by: str
     scheduled_at: int
     created_at: int
+
+
+def fresh_row(job: NewJob) -> JobRow:
+    """The row `job` becomes when inserted (`JOB_COLUMNS` order; defaults filled in)."""
+    return (
+        job.id,
+        job.type,
+        job.status,
+        job.queue,
+        job.priority,
+        job.payload,
+        None,
+        None,
+        0,
+        job.max_attempts,
+        job.timeout_ms,
+        job.idempotency_key,
+        job.parent_id,
+        job.schedule_id,
+        job.metadata,
+        None,
+        None,
+        0,
+        None,
+        job.scheduled_at,
+        None,
+        None,
+        job.created_at,
+        job.created_at,
+        job.enqueued_by,
+    )
 
 
 @dataclass(slots=True)
@@ -138,6 +170,8 @@ class Store(Protocol):
     def close(self) -> None: ...
     def data_version(self) -> int: ...
     def enqueue(self, jobs: Sequence[NewJob], conn: Any | None = None) -> list[JobRow]: ...
+    # `enqueue` of rows already in `JobRow` form (`fresh_row`'s shape): the runtime's path.
+    def enqueue_rows(self, rows: Sequence[JobRow], conn: Any | None = None) -> list[JobRow]: ...
     def remember_queues(self, names: Sequence[str]) -> None: ...
     def queues_since(self, seq: int) -> list[tuple[int, str, str]]: ...
     def claim(

@@ -412,6 +412,10 @@ class PostgresStore:
         except _EnqueueMissed:
             return self._tx(lambda c: self._enqueue_in(c, jobs), "enqueue", piped=True)
 
+    def enqueue_rows(self, rows: Sequence[JobRow], conn: Conn | None = None) -> list[JobRow]:
+        """`enqueue` of entries in `fresh_row` form (the runtime's path on both backends)."""
+        return self.enqueue([_job_of(row) for row in rows], conn)
+
     def _send_enqueue(self, conn: Conn, jobs: Sequence[NewJob]) -> Callable[[], list[JobRow]]:
         """The common case in one round trip: every entry inserts or hits a live key."""
         q = self.q
@@ -812,6 +816,26 @@ class PostgresStore:
             total += n
             if n < batch:
                 return total
+
+
+def _job_of(row: JobRow) -> NewJob:
+    return NewJob(
+        id=row[Queries.C_ID],
+        type=row[Queries.C_TYPE],
+        status=row[Queries.C_STATUS],
+        queue=row[Queries.C_QUEUE],
+        priority=row[Queries.C_PRIORITY],
+        payload=row[Queries.C_PAYLOAD],
+        max_attempts=row[Queries.C_MAX_ATTEMPTS],
+        timeout_ms=row[Queries.C_TIMEOUT],
+        idempotency_key=row[Queries.C_KEY],
+        parent_id=row[Queries.C_PARENT],
+        schedule_id=row[Queries.C_SCHEDULE],
+        metadata=row[Queries.C_METADATA],
+        enqueued_by=row[Queries.C_ENQUEUED_BY],
+        scheduled_at=row[Queries.C_SCHEDULED_AT],
+        created_at=row[Queries.C_CREATED_AT],
+    )
 
 
 def _enqueue_params(job: NewJob) -> dict[str, Any]:

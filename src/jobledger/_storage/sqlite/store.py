@@ -13,7 +13,9 @@ are safe to replay.
 
 from __future__ import annotations
 
+import itertools
 import json
+import operator
 import os
 import sqlite3
 import threading
@@ -32,6 +34,7 @@ from jobledger._storage.interface import (
     JobRow,
     NewJob,
     Outcome,
+    fresh_row,
 )
 from jobledger._storage.sqlite import queries as q
 from jobledger._storage.sqlite.connections import Synchronous, open_reader, open_writer
@@ -43,6 +46,30 @@ __all__ = ["SqliteStore"]
 T = TypeVar("T")
 MIN_SQLITE = (3, 35, 0)
 _LIVE = ("pending", "delayed", "running")
+_TYPE, _QUEUE, _KEY, _PARENT, _CREATED = q.C_TYPE, q.C_QUEUE, q.C_KEY, q.C_PARENT, q.C_CREATED_AT
+# A fresh row's values in `q.INSERT_JOB`'s parameter order, picked in C.
+_insert_params = operator.itemgetter(
+    q.C_ID,
+    q.C_TYPE,
+    q.C_STATUS,
+    q.C_QUEUE,
+    q.C_PRIORITY,
+    q.C_PAYLOAD,
+    q.C_MAX_ATTEMPTS,
+    q.C_TIMEOUT,
+    q.C_KEY,
+    q.C_PARENT,
+    q.C_SCHEDULE,
+    q.C_METADATA,
+    q.C_ENQUEUED_BY,
+    q.C_SCHEDULED_AT,
+    q.C_CREATED_AT,
+    q.C_UPDATED_AT,
+)
+# 32 rows of 16 parameters: within SQLite's oldest bound-parameter limit (999).
+_CHUNK = 32
+_INSERT_HEAD, _INSERT_VALUES = q.INSERT_JOB.rsplit(" VALUES ", 1)
+_INSERT_CHUNK = f"{_INSERT_HEAD} VALUES {', '.join([_INSERT_VALUES] * _CHUNK)}"
 
 
 class SqliteStore:
@@ -186,21 +213,42 @@ class SqliteStore:
         row built from the entry otherwise, without reading it back). With `conn`, runs
         inside the caller's open transaction.
         """
-        if conn is not None:
-            return self._enqueue_in(conn, jobs)
-        return self.write(lambda c: self._enqueue_in(c, jobs), "enqueue")
+        return self.enqueue_rows([fresh_row(job) for job in jobs], conn)
 
-    def _enqueue_in(self, conn: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[JobRow]:
+    def enqueue_rows(
+        self, rows: Sequence[JobRow], conn: sqlite3.Connection | None = None
+    ) -> list[JobRow]:
+        """`enqueue` of entries already in row form; returns the entry itself when inserted."""
+        if conn is not None:
+            return self._enqueue_in(conn, rows)
+        return self.write(lambda c: self._enqueue_in(c, rows), "enqueue")
+
+    def _enqueue_in(self, conn: sqlite3.Connection, rows: Sequence[JobRow]) -> list[JobRow]:
+        known = self._known_queues
+        new_queues: dict[str, tuple[str, str, int]] = {}
+        for row in rows:
+            if row[_KEY] is not None or row[_PARENT] is not None:
+                return self._enqueue_checked(conn, rows)
+            queue = row[_QUEUE]
+            if queue not in known and queue not in new_queues:
+                new_queues[queue] = (queue, row[_TYPE], row[_CREATED])
+        # No keys, no parents: every entry inserts, as given.
+        if new_queues:
+            conn.executemany(q.REGISTER_QUEUE, new_queues.values())
+        _insert(conn, rows)
+        return list(rows)
+
+    def _enqueue_checked(self, conn: sqlite3.Connection, rows: Sequence[JobRow]) -> list[JobRow]:
         # The lookups (live keys, parents) only ever concern rows written before this
         # batch (a sibling's key is answered from `batch_keys`; a parent cannot be a
-        # sibling), so the inserts can all go at the end, in one executemany.
+        # sibling), so the inserts can all go together at the end.
         out: list[JobRow] = []
-        inserts: list[tuple[Any, ...]] = []
+        inserts: list[JobRow] = []
         new_queues: dict[str, tuple[str, str, int]] = {}
         batch_keys: dict[str, JobRow] = {}
         parents_seen: set[str] = set()
-        for job in jobs:
-            key = job.idempotency_key
+        for row in rows:
+            key = row[_KEY]
             if key is not None:
                 hit = batch_keys.get(key)
                 if hit is None:
@@ -208,45 +256,23 @@ class SqliteStore:
                 if hit is not None:
                     out.append(hit)
                     continue
-            if job.parent_id is not None and job.parent_id not in parents_seen:
-                if conn.execute(q.PARENT_EXISTS, (job.parent_id,)).fetchone() is None:
+            parent = row[_PARENT]
+            if parent is not None and parent not in parents_seen:
+                if conn.execute(q.PARENT_EXISTS, (parent,)).fetchone() is None:
                     raise JobNotFound(
-                        f"parent job {job.parent_id!r} does not exist",
-                        params={"parent_id": job.parent_id},
+                        f"parent job {parent!r} does not exist", params={"parent_id": parent}
                     )
-                parents_seen.add(job.parent_id)
-            if job.queue not in self._known_queues and job.queue not in new_queues:
-                new_queues[job.queue] = (job.queue, job.type, job.created_at)
-            inserts.append(
-                (
-                    job.id,
-                    job.type,
-                    job.status,
-                    job.queue,
-                    job.priority,
-                    job.payload,
-                    job.max_attempts,
-                    job.timeout_ms,
-                    key,
-                    job.parent_id,
-                    job.schedule_id,
-                    job.metadata,
-                    job.enqueued_by,
-                    job.scheduled_at,
-                    job.created_at,
-                    job.created_at,
-                )
-            )
-            row = _row_of(job)
+                parents_seen.add(parent)
+            queue = row[_QUEUE]
+            if queue not in self._known_queues and queue not in new_queues:
+                new_queues[queue] = (queue, row[_TYPE], row[_CREATED])
+            inserts.append(row)
             if key is not None:
                 batch_keys[key] = row
             out.append(row)
         if new_queues:
             conn.executemany(q.REGISTER_QUEUE, new_queues.values())
-        if len(inserts) == 1:
-            conn.execute(q.INSERT_JOB, inserts[0])
-        elif inserts:
-            conn.executemany(q.INSERT_JOB, inserts)
+        _insert(conn, inserts)
         return out
 
     def remember_queues(self, names: Iterator[str] | Sequence[str]) -> None:
@@ -533,34 +559,31 @@ class SqliteStore:
                 return total
 
 
-def _row_of(job: NewJob) -> JobRow:
-    return (
-        job.id,
-        job.type,
-        job.status,
-        job.queue,
-        job.priority,
-        job.payload,
-        None,
-        None,
-        0,
-        job.max_attempts,
-        job.timeout_ms,
-        job.idempotency_key,
-        job.parent_id,
-        job.schedule_id,
-        job.metadata,
-        None,
-        None,
-        0,
-        None,
-        job.scheduled_at,
-        None,
-        None,
-        job.created_at,
-        job.created_at,
-        job.enqueued_by,
-    )
+_row_of = fresh_row  # the name `job_schedules` imports
+
+
+def _insert(conn: sqlite3.Connection, rows: Sequence[JobRow]) -> None:
+    """INSERT fresh rows, in order: `_CHUNK` rows per statement, the rest one by one.
+
+    One statement per row pays for opening a cursor on the table and on every index for
+    each row; a multi-row VALUES opens them once per chunk (about a third less time per
+    row for a large batch).
+    """
+    n = len(rows)
+    if n == 1:
+        conn.execute(q.INSERT_JOB, _insert_params(rows[0]))
+        return
+    full = n - n % _CHUNK
+    if full:
+        conn.executemany(
+            _INSERT_CHUNK,
+            (
+                tuple(itertools.chain.from_iterable(map(_insert_params, rows[i : i + _CHUNK])))
+                for i in range(0, full, _CHUNK)
+            ),
+        )
+    if full < n:
+        conn.executemany(q.INSERT_JOB, map(_insert_params, rows[full:]))
 
 
 def _where_queue_type(queue: str | None, type_name: str | None) -> tuple[str, tuple[str, ...]]:
