@@ -412,6 +412,29 @@ def test_enqueue_many_rows_are_the_rows_written(db: str) -> None:
     run(jobs.stop())
 
 
+def test_enqueue_many_stores_each_payload_text_exactly_as_a_single_enqueue(db: str) -> None:
+    # A batch of rows that differ only in id and payload is expanded by SQLite from one
+    # JSON document; the text it stores must be the text a single enqueue stores.
+    jobs = make_manager(db)
+    texts = [
+        "plain",
+        'quote " and backslash \\ and slash /',
+        "new\nline\ttab\r\x00nul\x1fctl",
+        "accents é ü, CJK 漢字, emoji 😀🎉, RTL עברית",
+        "\u2028\u2029 line separators",
+        "",
+        '{"looks": ["like", "json"]}',
+        "\ud7ff\ue000\uffff",
+    ]
+    handles = jobs.enqueue_many(TEXT, texts)
+    singles = [jobs.enqueue(TEXT, t) for t in texts]
+    stored = [sql_one(db, "SELECT payload FROM jobs WHERE id = ?", (h.id,)) for h in handles]
+    expected = [sql_one(db, "SELECT payload FROM jobs WHERE id = ?", (h.id,)) for h in singles]
+    assert stored == expected
+    assert [jobs.get(h.id).payload for h in handles] == texts  # type: ignore[union-attr]
+    run(jobs.stop())
+
+
 def test_enqueue_many_with_invalid_shared_options_reports_every_entry(db: str) -> None:
     jobs, _ = registered(db)
     wrong: Any = {"n": "x"}

@@ -66,6 +66,23 @@ _insert_params = operator.itemgetter(
     q.C_CREATED_AT,
     q.C_UPDATED_AT,
 )
+# Every INSERT_JOB parameter but id and payload, in `q.INSERT_SHARED`'s order.
+_shared_params = operator.itemgetter(
+    q.C_TYPE,
+    q.C_STATUS,
+    q.C_QUEUE,
+    q.C_PRIORITY,
+    q.C_MAX_ATTEMPTS,
+    q.C_TIMEOUT,
+    q.C_KEY,
+    q.C_PARENT,
+    q.C_SCHEDULE,
+    q.C_METADATA,
+    q.C_ENQUEUED_BY,
+    q.C_SCHEDULED_AT,
+    q.C_CREATED_AT,
+    q.C_UPDATED_AT,
+)
 # 32 rows of 16 parameters: within SQLite's oldest bound-parameter limit (999).
 _CHUNK = 32
 _INSERT_HEAD, _INSERT_VALUES = q.INSERT_JOB.rsplit(" VALUES ", 1)
@@ -563,7 +580,9 @@ _row_of = fresh_row  # the name `job_schedules` imports
 
 
 def _insert(conn: sqlite3.Connection, rows: Sequence[JobRow]) -> None:
-    """INSERT fresh rows, in order: `_CHUNK` rows per statement, the rest one by one.
+    """INSERT fresh rows, in order. Rows that differ only in id and payload (one
+    `enqueue_many` call) go in one statement, expanded by SQLite from JSON; others go
+    `_CHUNK` rows per statement, the rest one by one.
 
     One statement per row pays for opening a cursor on the table and on every index for
     each row; a multi-row VALUES opens them once per chunk (about a third less time per
@@ -572,6 +591,11 @@ def _insert(conn: sqlite3.Connection, rows: Sequence[JobRow]) -> None:
     n = len(rows)
     if n == 1:
         conn.execute(q.INSERT_JOB, _insert_params(rows[0]))
+        return
+    shared = _shared_params(rows[0])
+    if all(_shared_params(row) == shared for row in rows):
+        pairs = json.dumps([(row[q.C_ID], row[q.C_PAYLOAD]) for row in rows], ensure_ascii=False)
+        conn.execute(q.INSERT_SHARED, (pairs, *shared))
         return
     full = n - n % _CHUNK
     if full:
