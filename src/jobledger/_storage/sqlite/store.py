@@ -589,8 +589,9 @@ def _insert(conn: sqlite3.Connection, rows: Sequence[JobRow]) -> None:
     row for a large batch).
     """
     n = len(rows)
-    if n == 1:
-        conn.execute(q.INSERT_JOB, _insert_params(rows[0]))
+    if n <= 1:
+        if rows:
+            conn.execute(q.INSERT_JOB, _insert_params(rows[0]))
         return
     shared = _shared_params(rows[0])
     if all(_shared_params(row) == shared for row in rows):
