@@ -34,6 +34,32 @@ PROGRESS_INTERVAL = 0.25
 log = logging.getLogger("jobledger.engine")
 
 
+class Done:
+    """`asyncio.Event`'s set/is_set/wait, with the Event made only for a waiter: every
+    attempt has one, and only a shutdown or a cancel ever waits on it."""
+
+    __slots__ = ("_event", "_set")
+
+    def __init__(self) -> None:
+        self._set = False
+        self._event: asyncio.Event | None = None
+
+    def set(self) -> None:
+        self._set = True
+        if self._event is not None:
+            self._event.set()
+
+    def is_set(self) -> bool:
+        return self._set
+
+    async def wait(self) -> bool:
+        if self._set:
+            return True
+        if self._event is None:
+            self._event = asyncio.Event()
+        return await self._event.wait()
+
+
 class Attempt:
     __slots__ = (
         "_engine",
@@ -81,7 +107,7 @@ class Attempt:
         self.task: asyncio.Future[Any] | None = None
         self.submitted = False
         # Set once the outcome is committed and on_settled has run (the seed's "executed").
-        self.done: asyncio.Event = asyncio.Event()
+        self.done = Done()
         self.progress: float | None = None
         self.progress_detail: str | None = None
         self.progress_dirty = False

@@ -47,14 +47,17 @@ DONE = Done()
 class CancelToken:
     """Fires once, from any thread; remembers why."""
 
-    __slots__ = ("_event", "_lock", "_loop", "_waiters", "message", "reason")
+    __slots__ = ("_event", "_loop", "_waiters", "message", "reason")
+
+    # One lock for every token: a token is made per attempt and most are never fired
+    # nor waited on, and what the lock guards (a flag and a waiter list) is brief.
+    _lock = threading.Lock()
 
     def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
         # Made by the first `wait_sync` only: one token per attempt, and most never block.
         self._event: threading.Event | None = None
-        self._lock = threading.Lock()
         self._loop = loop
-        self._waiters: list[asyncio.Future[None]] = []
+        self._waiters: list[asyncio.Future[None]] | None = None
         self.reason: CancelReason | None = None
         self.message: str | None = None
 
@@ -70,7 +73,7 @@ class CancelToken:
             self.reason = reason
             if self._event is not None:
                 self._event.set()
-            waiters, self._waiters = self._waiters, []
+            waiters, self._waiters = self._waiters or [], None
         for fut in waiters:
             loop = fut.get_loop()
             if not loop.is_closed():
@@ -83,6 +86,8 @@ class CancelToken:
             if self.reason is not None:
                 return self.reason
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            if self._waiters is None:
+                self._waiters = []
             self._waiters.append(fut)
         await fut
         return cast(CancelReason, self.reason)  # fire() set it before waking us
