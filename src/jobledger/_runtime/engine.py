@@ -9,6 +9,16 @@ Dispatch follows seed 001, per queue:
 3. commit, release the lock, start the handlers outside it, and re-kick the queue when
    the batch filled (to fill the next slots).
 
+With several processes on one queue, the caps are usually held by one of them, which
+finalizes a batch and claims the next one right after: between those two commits the
+slots look free. A process that holds nothing in the queue and whose last claim there
+came back empty (not for the global cap) therefore confirms what it sees: its next claim
+waits `CONFIRM_DELAY` first, by which time the busy process has claimed again if it was
+going to. Without it, idle processes woken by every commit elsewhere kept taking the
+batch over in those gaps (four processes drained slower than one). A global-cap refusal
+is never delayed (another queue holds the slots; this one must get its turn), nor is a
+kick from a local enqueue.
+
 A finishing job kicks its queue; when the global cap was what blocked, it kicks every
 queue, and the queues the cap turned away go first ("passing the turn"): kicked in a
 fixed order, the first few queues would take every freed slot and the others would
@@ -52,11 +62,27 @@ __all__ = ["DispatchQueue", "Engine"]
 
 log = logging.getLogger("jobledger.engine")
 
+# Long enough for a busy process to commit its next claim after its finalize (~1-2 ms
+# apart), short beside the cross-process wake-up itself (`poll_interval`). While another
+# writer is still inside a transaction, the wait is renewed, at most MAX_DEFERRALS times.
+CONFIRM_DELAY = 0.005
+MAX_DEFERRALS = 4
+
 
 class DispatchQueue:
     """A queue's in-memory view: its name, its cap, a lock. It holds no jobs."""
 
-    __slots__ = ("concurrency", "kick_pending", "lock", "name", "running")
+    __slots__ = (
+        "concurrency",
+        "confirm_armed",
+        "confirmed",
+        "deferrals",
+        "kick_pending",
+        "lock",
+        "name",
+        "running",
+        "turned_away",
+    )
 
     def __init__(self, name: str, concurrency: int) -> None:
         self.name = name
@@ -64,6 +90,11 @@ class DispatchQueue:
         self.lock = threading.Lock()
         self.kick_pending = False
         self.running = 0
+        # Holding nothing here, the last claim came back empty (not for the global cap).
+        self.turned_away = False
+        self.confirm_armed = False  # a confirming kick is scheduled
+        self.confirmed = False  # the next dispatch is that kick
+        self.deferrals = 0  # confirming kicks since the last claim
 
 
 class Engine:
@@ -144,7 +175,9 @@ class Engine:
             return
 
         def go() -> None:
-            if self.ensure_queue(name, type_name) is not None:
+            qu = self.ensure_queue(name, type_name)
+            if qu is not None:
+                qu.turned_away = False  # our own new job: claim it now
                 self.kick(name)
 
         if _on_loop(loop):
@@ -164,6 +197,10 @@ class Engine:
             self.global_blocked = True
             self._denied[qu.name] = None
             return
+        if qu.turned_away and qu.running == 0 and self._hold_back(qu):
+            return
+        qu.confirmed = False
+        qu.deferrals = 0
         limit = min(free, global_free, self.claim_batch)
         with qu.lock:
             if self._gate_closed():  # re-checked under the lock (seed 001)
@@ -185,10 +222,39 @@ class Engine:
         if result.global_blocked:
             self.global_blocked = True
             self._denied[qu.name] = None
+        qu.turned_away = not result.jobs and not result.global_blocked and qu.running == 0
         for job in result.jobs:
             self._start(qu, job)
         if len(result.jobs) == limit:
             self.kick(qu.name)
+
+    def _hold_back(self, qu: DispatchQueue) -> bool:
+        """Whether a turned-away queue's claim waits a little longer (see the docstring)."""
+        if self.loop is None or (
+            qu.confirmed and (qu.deferrals >= MAX_DEFERRALS or not self._writers_busy())
+        ):
+            return False
+        if not qu.confirm_armed:
+            qu.confirm_armed = True
+            qu.confirmed = False
+            qu.deferrals += 1
+            # Real time, not the injected clock: a scheduling detail, which a test's
+            # FakeClock must not stall.
+            self.loop.call_later(CONFIRM_DELAY, self._confirm, qu)
+        return True
+
+    def _writers_busy(self) -> bool:
+        # A write in progress is most likely the busy process's next claim.
+        probe: Callable[[], bool] | None = getattr(self.store, "writer_busy", None)
+        try:
+            return probe is not None and probe()
+        except Exception:
+            return False
+
+    def _confirm(self, qu: DispatchQueue) -> None:
+        qu.confirm_armed = False
+        qu.confirmed = True
+        self.kick(qu.name)
 
     def _gate_closed(self) -> bool:
         return not self.accepting or self.paused

@@ -33,9 +33,12 @@ import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, TypeVar
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 from jobledger.errors import DatabaseBusy, DatabaseFull, StorageError, WriteTransactionFailed
+
+if TYPE_CHECKING:
+    from jobledger._storage.sqlite.connections import WriteGate
 
 __all__ = [
     "NestedTransactionError",
@@ -54,6 +57,9 @@ Phase = Literal["begin", "work", "commit"]
 
 SQLITE_BUSY = 5
 SQLITE_FULL = 13
+# A gate wait shorter than this leaves SQLite's busy timeout as it is (not worth two
+# PRAGMAs); a longer one shortens it for the BEGIN that follows.
+_GATE_SLACK = 0.005
 _DIAG_ATTR = "jobledger_tx"
 
 
@@ -119,40 +125,82 @@ class write_transaction:
 
     BEGIN IMMEDIATE on enter, COMMIT on a clean exit; any exception (in the body or in
     COMMIT) goes through the guarded cleanup and is re-raised with diagnostics.
+
+    A connection that carries a write gate (`connections.WriteGate`, the writer's) holds
+    it from before BEGIN to after COMMIT or ROLLBACK. Waiting for the gate counts
+    against the busy timeout: what is left of it is what BEGIN may still wait in SQLite,
+    so a writer still gets DB_BUSY after about `busy_timeout`, never twice that. A gate
+    that could not be taken in time is skipped: BEGIN then meets SQLite's lock as before.
     """
 
-    __slots__ = ("_conn", "_label", "_phase")
+    __slots__ = ("_conn", "_gate", "_label", "_phase")
 
     def __init__(self, conn: sqlite3.Connection, label: str = "write") -> None:
         self._conn = conn
         self._label = label
         self._phase: Phase = "begin"
+        self._gate: WriteGate | None = None
 
     def __enter__(self) -> sqlite3.Connection:
-        if _transaction_state(self._conn):
+        conn = self._conn
+        if _transaction_state(conn):
             raise NestedTransactionError(
                 f"write tx {self._label!r}: the connection is already inside a transaction"
             )
+        gate: WriteGate | None = getattr(conn, "write_gate", None)
         try:
-            self._conn.execute("BEGIN IMMEDIATE")
+            if gate is None:
+                conn.execute("BEGIN IMMEDIATE")
+            else:
+                self._begin_gated(conn, gate)
         except BaseException as exc:
-            self._cleanup(exc)
+            try:
+                self._cleanup(exc)
+            finally:
+                self._release_gate()
             raise
         self._phase = "work"
-        return self._conn
+        return conn
+
+    def _begin_gated(self, conn: sqlite3.Connection, gate: WriteGate) -> None:
+        try:
+            left = gate.acquire()
+        except OSError:
+            left = gate.timeout  # an unusable gate costs the fast wake-up, nothing else
+        if gate.held:
+            self._gate = gate
+        if left >= gate.timeout - _GATE_SLACK:
+            conn.execute("BEGIN IMMEDIATE")
+            return
+        conn.execute(f"PRAGMA busy_timeout = {int(left * 1000)}")
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {int(gate.timeout * 1000)}")
+
+    def _release_gate(self) -> None:
+        gate, self._gate = self._gate, None
+        if gate is not None:
+            try:
+                gate.release()
+            except OSError:
+                pass  # the descriptor is gone, and its lock with it
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
     ) -> None:
-        if exc is not None:
-            self._cleanup(exc)
-            return  # the with-statement re-raises the original exception
-        self._phase = "commit"
         try:
-            self._conn.execute("COMMIT")
-        except BaseException as commit_exc:
-            self._cleanup(commit_exc)
-            raise
+            if exc is not None:
+                self._cleanup(exc)
+                return  # the with-statement re-raises the original exception
+            self._phase = "commit"
+            try:
+                self._conn.execute("COMMIT")
+            except BaseException as commit_exc:
+                self._cleanup(commit_exc)
+                raise
+        finally:
+            self._release_gate()
 
     def _cleanup(self, exc: BaseException) -> None:
         conn = self._conn

@@ -37,7 +37,12 @@ from jobledger._storage.interface import (
     fresh_row,
 )
 from jobledger._storage.sqlite import queries as q
-from jobledger._storage.sqlite.connections import Synchronous, open_reader, open_writer
+from jobledger._storage.sqlite.connections import (
+    Synchronous,
+    WriteGate,
+    open_reader,
+    open_writer,
+)
 from jobledger._storage.sqlite.migrate import migrate, migrate_connection
 from jobledger.errors import JobNotFound, StorageError
 
@@ -46,6 +51,11 @@ __all__ = ["SqliteStore"]
 T = TypeVar("T")
 MIN_SQLITE = (3, 35, 0)
 _LIVE = ("pending", "delayed", "running")
+# One statement, so one snapshot: the claim's two counts and whether anything is due.
+_CLAIM_PRECHECK = (
+    f"SELECT ({q.COUNT_RUNNING_IN_QUEUE}), ({q.COUNT_RUNNING}), EXISTS (SELECT 1 FROM jobs "
+    "WHERE status = 'pending' AND cancel_requested = 0 AND queue = ? AND scheduled_at <= ?)"
+)
 _TYPE, _QUEUE, _KEY, _PARENT, _CREATED = q.C_TYPE, q.C_QUEUE, q.C_KEY, q.C_PARENT, q.C_CREATED_AT
 # A fresh row's values in `q.INSERT_JOB`'s parameter order, picked in C.
 _insert_params = operator.itemgetter(
@@ -313,6 +323,15 @@ class SqliteStore:
         types: tuple[str, ...],
     ) -> ClaimResult:
         claim_sql = q.claim_sql(len(types))
+        if not self.memory:
+            # Decided from a WAL read, without the write lock, when the claim would take
+            # nothing (caps full, nothing due): idle processes woken by every commit
+            # elsewhere would otherwise queue for the lock behind the busy ones. Taking
+            # nothing on a committed state is what the transaction would have answered
+            # then; a claim that may take rows re-counts everything inside it.
+            blocked = self._nothing_to_claim(queue, queue_cap, global_cap, now_ms)
+            if blocked is not None:
+                return ClaimResult([], blocked)
 
         def work(conn: sqlite3.Connection) -> ClaimResult:
             in_queue = conn.execute(q.COUNT_RUNNING_IN_QUEUE, (queue,)).fetchone()[0]
@@ -334,6 +353,28 @@ class SqliteStore:
             return ClaimResult(jobs, limited_by_global and len(jobs) == n)
 
         return self.write(work, "claim")
+
+    def writer_busy(self) -> bool:
+        """Whether a jobledger writer, in any process, is inside a write transaction on
+        this file now (a hint for dispatch; False when it cannot tell)."""
+        with self.lock:
+            gate: WriteGate | None = (
+                None if self._closed else getattr(self.conn, "write_gate", None)
+            )
+            return gate is not None and gate.busy()
+
+    def _nothing_to_claim(
+        self, queue: str, queue_cap: int, global_cap: int, now_ms: int
+    ) -> bool | None:
+        """None if a claim may take rows, else its `global_blocked` answer."""
+        in_queue, running, due = self.read(
+            lambda c: c.execute(_CLAIM_PRECHECK, (queue, queue, now_ms)).fetchone()
+        )
+        if in_queue >= queue_cap:
+            return False
+        if running >= global_cap:
+            return True
+        return None if due else False
 
     def finalize(
         self, outcomes: Sequence[Outcome], now_ms: int, *, label: str = "finalize"
