@@ -392,17 +392,30 @@ def test_a_process_turned_away_by_the_queue_cap_claims_once_slots_stay_free(
     asyncio.run(asyncio.wait_for(main(), 60))
 
 
-def test_a_local_enqueue_is_claimed_without_the_confirming_wait(db_path: str) -> None:
+def test_only_a_queue_cap_held_elsewhere_turns_a_queue_away(db_path: str) -> None:
+    """An empty queue is not a reason to wait (the next cross-process job would start
+    later for nothing); a cap held by another worker is, and a local enqueue clears it."""
+
     async def main() -> None:
         a, b, ran, release = _pair(db_path)
-        release.set()
         async with b:
-            await b.enqueue(NOOP, {}).finished  # b's claims see an empty queue afterwards
-            await _until(lambda: _queue(b).turned_away)
-            b.enqueue(NOOP, {})
-            assert not _queue(b).turned_away, "a local enqueue clears it before the kick"
-            await _until(lambda: ran.count("b") == 2)
-        a._store.close()
+            release.set()
+            await b.enqueue(NOOP, {}).finished
+            await _until(lambda: b._engine.queues[NOOP.name].running == 0)
+            b._engine.kick(NOOP.name)  # a claim on the empty queue
+            await asyncio.sleep(0.05)
+            assert not _queue(b).turned_away
+            release.clear()
+            async with a:
+                held = [a.enqueue(NOOP, {}) for _ in range(CAP)]
+                await _until(lambda: ran.count("a") == CAP)
+                b._engine.kick(NOOP.name)
+                await _until(lambda: _queue(b).turned_away)
+                mine = b.enqueue(NOOP, {})
+                assert not _queue(b).turned_away, "a local enqueue clears it before the kick"
+                release.set()
+                for h in [*held, mine]:
+                    assert (await h.finished).status == "completed"
 
     asyncio.run(asyncio.wait_for(main(), 60))
 

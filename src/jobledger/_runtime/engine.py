@@ -9,15 +9,15 @@ Dispatch follows seed 001, per queue:
 3. commit, release the lock, start the handlers outside it, and re-kick the queue when
    the batch filled (to fill the next slots).
 
-With several processes on one queue, the caps are usually held by one of them, which
+With several processes on one queue, its cap is usually held by one of them, which
 finalizes a batch and claims the next one right after: between those two commits the
 slots look free. A process that holds nothing in the queue and whose last claim there
-came back empty (not for the global cap) therefore confirms what it sees: its next claim
-waits `CONFIRM_DELAY` first, by which time the busy process has claimed again if it was
-going to. Without it, idle processes woken by every commit elsewhere kept taking the
-batch over in those gaps (four processes drained slower than one). A global-cap refusal
-is never delayed (another queue holds the slots; this one must get its turn), nor is a
-kick from a local enqueue.
+was refused by the queue's cap (`ClaimResult.queue_full`) therefore confirms what it
+sees: its next claim waits `CONFIRM_DELAY` first, by which time the busy process has
+claimed again if it was going to. Without it, idle processes woken by every commit
+elsewhere kept taking the batch over in those gaps (four processes drained slower than
+one). A global-cap refusal is never delayed (another queue holds the slots; this one
+must get its turn), nor is an empty queue's next claim, nor a kick from a local enqueue.
 
 A finishing job kicks its queue; when the global cap was what blocked, it kicks every
 queue, and the queues the cap turned away go first ("passing the turn"): kicked in a
@@ -63,10 +63,13 @@ __all__ = ["DispatchQueue", "Engine"]
 log = logging.getLogger("jobledger.engine")
 
 # Long enough for a busy process to commit its next claim after its finalize (~1-2 ms
-# apart), short beside the cross-process wake-up itself (`poll_interval`). While another
-# writer is still inside a transaction, the wait is renewed, at most MAX_DEFERRALS times.
+# apart), short beside the cross-process wake-up itself (`poll_interval`). The claim goes
+# ahead once QUIET_CHECKS checks in a row, CONFIRM_DELAY apart, found no writer inside a
+# transaction (the busy process's gap between two writes is ~0.5 ms, so one check alone
+# still landed in it about one time in ten), or after MAX_DEFERRALS checks in any case.
 CONFIRM_DELAY = 0.005
-MAX_DEFERRALS = 4
+QUIET_CHECKS = 2
+MAX_DEFERRALS = 6
 
 
 class DispatchQueue:
@@ -80,6 +83,7 @@ class DispatchQueue:
         "kick_pending",
         "lock",
         "name",
+        "quiet",
         "running",
         "turned_away",
     )
@@ -90,11 +94,12 @@ class DispatchQueue:
         self.lock = threading.Lock()
         self.kick_pending = False
         self.running = 0
-        # Holding nothing here, the last claim came back empty (not for the global cap).
+        # Holding nothing here, the last claim was refused by the queue's cap.
         self.turned_away = False
         self.confirm_armed = False  # a confirming kick is scheduled
         self.confirmed = False  # the next dispatch is that kick
         self.deferrals = 0  # confirming kicks since the last claim
+        self.quiet = 0  # of them, the last ones in a row that found no writer busy
 
 
 class Engine:
@@ -200,7 +205,7 @@ class Engine:
         if qu.turned_away and qu.running == 0 and self._hold_back(qu):
             return
         qu.confirmed = False
-        qu.deferrals = 0
+        qu.deferrals = qu.quiet = 0
         limit = min(free, global_free, self.claim_batch)
         with qu.lock:
             if self._gate_closed():  # re-checked under the lock (seed 001)
@@ -222,7 +227,7 @@ class Engine:
         if result.global_blocked:
             self.global_blocked = True
             self._denied[qu.name] = None
-        qu.turned_away = not result.jobs and not result.global_blocked and qu.running == 0
+        qu.turned_away = result.queue_full and qu.running == 0
         for job in result.jobs:
             self._start(qu, job)
         if len(result.jobs) == limit:
@@ -230,13 +235,15 @@ class Engine:
 
     def _hold_back(self, qu: DispatchQueue) -> bool:
         """Whether a turned-away queue's claim waits a little longer (see the docstring)."""
-        if self.loop is None or (
-            qu.confirmed and (qu.deferrals >= MAX_DEFERRALS or not self._writers_busy())
-        ):
+        if self.loop is None:
             return False
+        if qu.confirmed:
+            qu.confirmed = False
+            qu.quiet = 0 if self._writers_busy() else qu.quiet + 1
+            if qu.quiet >= QUIET_CHECKS or qu.deferrals >= MAX_DEFERRALS:
+                return False
         if not qu.confirm_armed:
             qu.confirm_armed = True
-            qu.confirmed = False
             qu.deferrals += 1
             # Real time, not the injected clock: a scheduling detail, which a test's
             # FakeClock must not stall.

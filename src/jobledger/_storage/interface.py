@@ -110,6 +110,9 @@ class ClaimedJob:
 class ClaimResult:
     jobs: list[ClaimedJob]
     global_blocked: bool
+    # Nothing taken because the queue's own cap is full (a hint for dispatch; a backend
+    # may leave it False).
+    queue_full: bool = False
 
 
 OutcomeKind = Literal["completed", "failed", "cancelled", "retry"]

@@ -329,15 +329,15 @@ class SqliteStore:
             # elsewhere would otherwise queue for the lock behind the busy ones. Taking
             # nothing on a committed state is what the transaction would have answered
             # then; a claim that may take rows re-counts everything inside it.
-            blocked = self._nothing_to_claim(queue, queue_cap, global_cap, now_ms)
-            if blocked is not None:
-                return ClaimResult([], blocked)
+            nothing = self._nothing_to_claim(queue, queue_cap, global_cap, now_ms)
+            if nothing is not None:
+                return nothing
 
         def work(conn: sqlite3.Connection) -> ClaimResult:
             in_queue = conn.execute(q.COUNT_RUNNING_IN_QUEUE, (queue,)).fetchone()[0]
             free = queue_cap - in_queue
             if free <= 0:
-                return ClaimResult([], False)
+                return ClaimResult([], False, queue_full=True)
             running = conn.execute(q.COUNT_RUNNING).fetchone()[0]
             global_free = global_cap - running
             if global_free <= 0:
@@ -365,16 +365,16 @@ class SqliteStore:
 
     def _nothing_to_claim(
         self, queue: str, queue_cap: int, global_cap: int, now_ms: int
-    ) -> bool | None:
-        """None if a claim may take rows, else its `global_blocked` answer."""
+    ) -> ClaimResult | None:
+        """None if a claim may take rows, else the empty answer the claim would give."""
         in_queue, running, due = self.read(
             lambda c: c.execute(_CLAIM_PRECHECK, (queue, queue, now_ms)).fetchone()
         )
         if in_queue >= queue_cap:
-            return False
+            return ClaimResult([], False, queue_full=True)
         if running >= global_cap:
-            return True
-        return None if due else False
+            return ClaimResult([], True)
+        return None if due else ClaimResult([], False)
 
     def finalize(
         self, outcomes: Sequence[Outcome], now_ms: int, *, label: str = "finalize"
