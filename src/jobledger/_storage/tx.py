@@ -201,6 +201,9 @@ class write_transaction:
                 raise
         finally:
             self._release_gate()
+        checkpoint = getattr(self._conn, "checkpoint_if_due", None)
+        if checkpoint is not None:  # a gated writer: its checkpoint runs after the gate
+            checkpoint()
 
     def _cleanup(self, exc: BaseException) -> None:
         conn = self._conn

@@ -59,6 +59,12 @@ READER_BUSY_TIMEOUT = 5.0
 # ~140 enqueues; 4000 pages (a WAL of up to ~16 MB) makes that four times rarer
 # (single enqueue +20-40% on the bench machine, see docs/benchmarks.md).
 WAL_AUTOCHECKPOINT_PAGES = 4000
+# A gated writer checkpoints itself instead, after its gate is released: SQLite's
+# automatic checkpoint runs inside COMMIT (50-90 ms on the bench machine), which would
+# hold the gate, and so every other writer, through it. Rows changed stand in for pages
+# (a single-row commit appends ~3.5 pages, a batch far fewer per row), so this is at
+# most about the automatic threshold above.
+CHECKPOINT_EVERY_CHANGES = 1000
 
 
 def write_gate_path_for(db_path: str) -> str:
@@ -233,6 +239,21 @@ class WriterConnection(sqlite3.Connection):
     """The writer's connection: a plain connection that also carries its `WriteGate`."""
 
     write_gate: WriteGate | None = None
+    _checkpointed_at = 0  # total_changes at the last checkpoint_if_due
+
+    def checkpoint_if_due(self) -> None:
+        """A PASSIVE checkpoint once CHECKPOINT_EVERY_CHANGES rows changed since the last.
+
+        Called outside any transaction and outside the gate. PASSIVE never waits for
+        readers or writers; whatever it cannot copy now, a later one will."""
+        changes = self.total_changes
+        if self.write_gate is None or changes - self._checkpointed_at < CHECKPOINT_EVERY_CHANGES:
+            return
+        self._checkpointed_at = changes
+        try:
+            self.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        except sqlite3.Error:
+            log.debug("checkpoint failed; the next one will catch up", exc_info=True)
 
     def close(self) -> None:
         try:
@@ -304,6 +325,8 @@ def open_writer(
             conn.write_gate = WriteGate(write_gate_path_for(path), busy_timeout)
         except OSError:
             log.debug("no write gate for %s; writers wait in SQLite", path, exc_info=True)
+        else:
+            conn.execute("PRAGMA wal_autocheckpoint = 0")  # see CHECKPOINT_EVERY_CHANGES
     return conn
 
 
