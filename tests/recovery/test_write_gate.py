@@ -469,30 +469,28 @@ async def _until(pred: Callable[[], object], timeout: float = 10.0) -> None:
         await asyncio.sleep(0.005)
 
 
-def test_a_gated_writer_checkpoints_after_the_gate_never_inside_commit(tmp_path: Path) -> None:
+def test_a_gated_writer_checkpoints_on_its_own_thread_never_inside_commit(
+    tmp_path: Path,
+) -> None:
     path = str(tmp_path / "jobs.db")
     conn = open_writer(path)
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("CREATE TABLE t (n INTEGER)")
-    gate = conn.write_gate
-    assert gate is not None
+    checkpointer = conn.checkpointer
+    assert checkpointer is not None
     assert conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
-    seen: list[tuple[bool, bool]] = []  # (gate held, in a transaction) at each checkpoint
-
-    def trace(sql: str) -> None:
-        if "wal_checkpoint" in sql:
-            seen.append((gate.held, conn.in_transaction))
-
-    conn.set_trace_callback(trace)
     try:
         for n in range(CHECKPOINT_EVERY_CHANGES - 1):
             with write_transaction(conn, "one row"):
                 conn.execute("INSERT INTO t VALUES (?)", (n,))
-        assert seen == []
+        assert checkpointer.done == 0
         with write_transaction(conn, "the row that makes it due"):
             conn.execute("INSERT INTO t VALUES (0)")
-        assert seen == [(False, False)]
+        wait_for(lambda: checkpointer.done == 1)
         frames, copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1:]
         assert frames == copied > 0  # everything the checkpoint found was copied
     finally:
         conn.close()
+    thread = checkpointer._thread
+    assert thread is not None
+    assert not thread.is_alive()  # close() stopped it
