@@ -11,12 +11,12 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from jobledger._core.backoff import validate_max_attempts
 from jobledger._core.registry import HandlerSpec, JobType, dumps, validate_timeout
 from jobledger._runtime.ids import new_id, new_ids
-from jobledger._storage.interface import JobRow, NewJob
+from jobledger._storage.interface import JobRow, NewJob, new_row
 from jobledger.clock import to_ms
 from jobledger.errors import JobError, JobValidationError
 
@@ -136,32 +136,22 @@ def prepare_row(
     )
     if queue is None:
         queue = spec.queue_for(value) if spec is not None else job_type.name
-    return (
+    return new_row(
         new_id(now_ms) if job_id is None else job_id,
         job_type.name,
         status,
         queue,
         priority,
         text,
-        None,
-        None,
-        0,
         max_attempts,
         timeout_ms,
         key,
         opts.parent_id,
         opts.schedule_id,
         metadata,
-        None,
-        None,
-        0,
-        None,
-        scheduled_at,
-        None,
-        None,
-        now_ms,
-        now_ms,
         enqueued_by,
+        scheduled_at,
+        now_ms,
     )
 
 
@@ -227,32 +217,23 @@ def prepare_rows(
                 continue
             value, text = encode(entry, max_bytes=max_payload_bytes)
             rows.append(
-                (
+                new_row(
                     ids[index],
                     name,
                     status,
-                    queue if resolver is None else resolver(value),
+                    # `resolver` is None exactly when the call fixed the queue.
+                    cast(str, queue) if resolver is None else resolver(value),
                     priority,
                     text,
-                    None,
-                    None,
-                    0,
                     max_attempts,
                     timeout_ms,
                     key,
                     parent_id,
                     schedule_id,
                     metadata,
-                    None,
-                    None,
-                    0,
-                    None,
-                    scheduled_at,
-                    None,
-                    None,
-                    now_ms,
-                    now_ms,
                     enqueued_by,
+                    scheduled_at,
+                    now_ms,
                 )
             )
         except JobError as exc:
