@@ -25,6 +25,7 @@ import pytest
 
 import jobledger as jl
 from jobledger._runtime.engine import DispatchQueue
+from jobledger._storage.sqlite import connections
 from jobledger._storage.sqlite.connections import (
     CHECKPOINT_EVERY_CHANGES,
     WriteGate,
@@ -494,3 +495,55 @@ def test_a_gated_writer_checkpoints_on_its_own_thread_never_inside_commit(
     thread = checkpointer._thread
     assert thread is not None
     assert not thread.is_alive()  # close() stopped it
+
+
+def _wal_frames(path: str) -> int:
+    """Frames in the WAL now (a PASSIVE checkpoint reports them; it copies them too)."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        return int(conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1])
+    finally:
+        conn.close()
+
+
+def test_a_checkpoint_beside_a_busy_writer_lets_the_wal_start_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # SQLite reuses the WAL from its first frame only when a writer finds every frame
+    # copied. A checkpoint running beside the writers always missed the frames of the
+    # transaction in flight as it ended, so the WAL grew for as long as writes went on.
+    # Here another writer's transaction is open while the bulk copy runs; the copy under
+    # the gate must take its frames too, so that the next write starts the WAL over.
+    path = str(tmp_path / "jobs.db")
+    conn = open_writer(path)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("CREATE TABLE t (n INTEGER)")
+    other = open_writer(path)
+    copies: list[str] = []
+    real = connections._checkpoint
+
+    def bulk_beside_a_transaction(ckpt: sqlite3.Connection) -> None:
+        copies.append("copy")
+        if len(copies) > 1:
+            real(ckpt)
+            return
+        # The bulk copy: a writer's transaction is open while it runs, and commits after.
+        with write_transaction(other, "in flight"):
+            other.execute("INSERT INTO t VALUES (-1)")
+            real(ckpt)
+
+    monkeypatch.setattr(connections, "_checkpoint", bulk_beside_a_transaction)
+    checkpointer = conn.checkpointer
+    assert checkpointer is not None
+    try:
+        for n in range(CHECKPOINT_EVERY_CHANGES):
+            with write_transaction(conn, "one row"):
+                conn.execute("INSERT INTO t VALUES (?)", (n,))
+        wait_for(lambda: checkpointer.done == 1)
+        assert copies == ["copy", "copy"]  # the bulk, then the tail under the gate
+        with write_transaction(conn, "the first write after the checkpoint"):
+            conn.execute("INSERT INTO t VALUES (0)")
+        assert _wal_frames(path) == 1  # started over: only that write's page
+    finally:
+        other.close()
+        conn.close()
