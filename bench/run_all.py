@@ -3,7 +3,7 @@
     python bench/run_all.py                 # what `make bench` runs (a few minutes)
     python bench/run_all.py --repeat 3      # each case 3 times, interleaved; median [min-max]
     python bench/run_all.py --big           # adds the 1M-pending claim case (slow, ~2 min)
-    python bench/run_all.py --full-size     # FULL cases at 20,000 jobs too (slow)
+    python bench/run_all.py --full-size     # FULL per-commit cases at 20,000 jobs (slow)
     python bench/run_all.py --only drain    # cases whose name contains "drain"
 
 When a PostgreSQL server is reachable, the run ends with `bench_postgres.py` (jobledger
@@ -16,8 +16,16 @@ written to `bench/results/<UTC time>.json` (gitignored); the markdown table goes
 stdout.
 
 At `synchronous=FULL` every commit waits for an fsync, so the per-commit paths (single
-enqueue, and huey's one-commit-per-task drain) are run with 2,000 jobs by default: their
-rate is flat in `n`, and 20,000 of them would take minutes. `--full-size` runs 20,000.
+enqueue, and huey's one-commit-per-task drain) are run with 10,000 jobs by default;
+20,000 of them take minutes on a slow disk. Not fewer: until the first checkpoint lets
+the WAL start over (about 1,000 commits here, fewer for huey) every commit appends to a
+growing file, whose fdatasync also writes the file's size, so a short run measures
+mostly that start. `--full-size` runs 20,000.
+
+The process cases drain 60,000 jobs: the producer beside the workers enqueues its 500
+jobs one every 2 ms, so no run can be shorter than about 1.2 s; at 20,000 jobs a fast
+machine measured that floor for both 1 and 4 processes. Their records carry
+`producer_seconds` so that a reader can see when it binds.
 """
 
 from __future__ import annotations
@@ -39,7 +47,8 @@ sys.path.insert(0, HERE)
 from _common import machine  # noqa: E402
 
 N = 20_000
-FULL_PER_COMMIT_N = 2_000
+FULL_PER_COMMIT_N = 10_000
+PROCS_N = 60_000
 
 
 @dataclass
@@ -103,7 +112,7 @@ def cases(args: argparse.Namespace) -> list[Case]:
         for system in ("jobledger", "huey"):
             out.append(
                 Case(f"procs_{procs}/{system}", "multiproc.py",
-                     ["--system", system, "--procs", procs, "-n", str(N)])
+                     ["--system", system, "--procs", procs, "-n", str(PROCS_N)])
             )  # fmt: skip
     chosen = [c for c in out if args.big or not c.big]
     if args.only:
