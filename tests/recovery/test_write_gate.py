@@ -547,3 +547,35 @@ def test_a_checkpoint_beside_a_busy_writer_lets_the_wal_start_over(
     finally:
         other.close()
         conn.close()
+
+
+def test_an_unexpected_error_in_a_checkpoint_does_not_end_the_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = str(tmp_path / "jobs.db")
+    conn = open_writer(path)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("CREATE TABLE t (n INTEGER)")
+    real = connections._checkpoint
+    calls: list[int] = []
+
+    def fails_once(ckpt: sqlite3.Connection) -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("a bug in the checkpoint")
+        real(ckpt)
+
+    monkeypatch.setattr(connections, "_checkpoint", fails_once)
+    checkpointer = conn.checkpointer
+    assert checkpointer is not None
+    try:
+        checkpointer.request()
+        wait_for(lambda: len(calls) == 1)
+        checkpointer.request()
+        wait_for(lambda: checkpointer.done == 1)
+        thread = checkpointer._thread
+        assert thread is not None
+        assert thread.is_alive()
+    finally:
+        conn.close()
+    assert "a bug in the checkpoint" in caplog.text

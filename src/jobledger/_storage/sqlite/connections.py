@@ -309,6 +309,8 @@ class Checkpointer:
                     self.done += 1
                 except (sqlite3.Error, OSError):
                     log.debug("checkpoint failed; the next one will catch up", exc_info=True)
+                except Exception:  # a bug must not end the thread: the WAL would grow
+                    log.warning("checkpoint failed; the next one will try again", exc_info=True)
         finally:
             if gate is not None:
                 gate.close()
