@@ -3,7 +3,6 @@
     python bench/run_all.py                 # what `make bench` runs (a few minutes)
     python bench/run_all.py --repeat 3      # each case 3 times, interleaved; median [min-max]
     python bench/run_all.py --big           # adds the 1M-pending claim case (slow, ~2 min)
-    python bench/run_all.py --full-size     # FULL per-commit cases at 20,000 jobs (slow)
     python bench/run_all.py --only drain    # cases whose name contains "drain"
 
 When a PostgreSQL server is reachable, the run ends with `bench_postgres.py` (jobledger
@@ -15,12 +14,11 @@ prints JSON lines, collected here. The raw records and the machine description a
 written to `bench/results/<UTC time>.json` (gitignored); the markdown table goes to
 stdout.
 
-At `synchronous=FULL` every commit waits for an fsync, so the per-commit paths (single
-enqueue, and huey's one-commit-per-task drain) are run with 10,000 jobs by default;
-20,000 of them take minutes on a slow disk. Not fewer: until the first checkpoint lets
-the WAL start over (about 1,000 commits here, fewer for huey) every commit appends to a
-growing file, whose fdatasync also writes the file's size, so a short run measures
-mostly that start. `--full-size` runs 20,000.
+Every case runs 20,000 jobs, the per-commit ones at `synchronous=FULL` too (single
+enqueue, and huey's one-commit-per-task drain; about 10 s each on a slow disk). Not
+fewer: until the first checkpoint lets the WAL start over (about 1,000 commits here,
+fewer for huey) every commit appends to a growing file, whose fdatasync also writes the
+file's size, so a short run measures mostly that start.
 
 The process cases drain 60,000 jobs: the producer beside the workers enqueues its 500
 jobs one every 2 ms, so no run can be shorter than about 1.2 s; at 20,000 jobs a fast
@@ -47,7 +45,6 @@ sys.path.insert(0, HERE)
 from _common import machine  # noqa: E402
 
 N = 20_000
-FULL_PER_COMMIT_N = 10_000
 PROCS_N = 60_000
 
 
@@ -76,13 +73,11 @@ class Row:
 def cases(args: argparse.Namespace) -> list[Case]:
     out: list[Case] = []
     for sync in ("NORMAL", "FULL"):
-        small = sync == "FULL" and not args.full_size
-        per_commit_n = str(FULL_PER_COMMIT_N if small else N)
         s = ["--sync", sync]
         for system in ("jobledger", "huey"):
             out.append(
                 Case(f"enqueue_single/{system}/{sync}", "enqueue.py",
-                     [*s, "--system", system, "--mode", "single", "-n", per_commit_n])
+                     [*s, "--system", system, "--mode", "single", "-n", str(N)])
             )  # fmt: skip
         for system in ("jobledger", "sqlite-raw"):
             out.append(
@@ -90,9 +85,7 @@ def cases(args: argparse.Namespace) -> list[Case]:
                      [*s, "--system", system, "--mode", "many", "-n", str(N)])
             )  # fmt: skip
         out.append(Case(f"drain/jobledger/{sync}", "drain.py", [*s, "-n", str(N)]))
-        out.append(
-            Case(f"drain/huey/{sync}", "drain.py", [*s, "--system", "huey", "-n", per_commit_n])
-        )
+        out.append(Case(f"drain/huey/{sync}", "drain.py", [*s, "--system", "huey", "-n", str(N)]))
         out.append(
             Case(f"drain_10q/jobledger/{sync}", "drain.py", [*s, "-n", str(N), "--queues", "10"])
         )
@@ -266,7 +259,6 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--big", action="store_true", help="add the 1M-pending claim case")
-    p.add_argument("--full-size", action="store_true", help="FULL per-commit cases at 20,000")
     p.add_argument("--only", action="append", help="run cases whose name contains this")
     args = p.parse_args()
     chosen = cases(args)
