@@ -52,6 +52,7 @@ T = TypeVar("T")
 MIN_SQLITE = (3, 35, 0)
 _LIVE = ("pending", "delayed", "running")
 # One statement, so one snapshot: the claim's two counts and whether anything is due.
+_RUNNING_COUNTS = f"SELECT ({q.COUNT_RUNNING_IN_QUEUE}), ({q.COUNT_RUNNING})"
 _CLAIM_PRECHECK = (
     f"SELECT ({q.COUNT_RUNNING_IN_QUEUE}), ({q.COUNT_RUNNING}), EXISTS (SELECT 1 FROM jobs "
     "WHERE status = 'pending' AND cancel_requested = 0 AND queue = ? AND scheduled_at <= ?)"
@@ -333,12 +334,11 @@ class SqliteStore:
             if nothing is not None:
                 return nothing
 
-        def work(conn: sqlite3.Connection) -> ClaimResult:
-            in_queue = conn.execute(q.COUNT_RUNNING_IN_QUEUE, (queue,)).fetchone()[0]
+        def work(conn: sqlite3.Connection) -> ClaimResult | tuple[list[Any], bool]:
+            in_queue, running = conn.execute(_RUNNING_COUNTS, (queue,)).fetchone()
             free = queue_cap - in_queue
             if free <= 0:
                 return ClaimResult([], False, queue_full=True)
-            running = conn.execute(q.COUNT_RUNNING).fetchone()[0]
             global_free = global_cap - running
             if global_free <= 0:
                 return ClaimResult([], True)
@@ -346,13 +346,19 @@ class SqliteStore:
             rows = conn.execute(
                 claim_sql, (worker_id, now_ms, now_ms, queue, now_ms, *types, n)
             ).fetchall()
-            jobs = [ClaimedJob(*r) for r in rows]
-            # RETURNING order is unspecified; run them in claim order.
-            jobs.sort(key=lambda j: (j.priority, j.scheduled_at, j.id))
             limited_by_global = global_free < min(free, limit)
-            return ClaimResult(jobs, limited_by_global and len(jobs) == n)
+            return rows, limited_by_global and len(rows) == n
 
-        return self.write(work, "claim")
+        # The claimed rows become objects after COMMIT: every process waits for the
+        # write gate while a transaction is open.
+        taken = self.write(work, "claim")
+        if isinstance(taken, ClaimResult):
+            return taken
+        rows, global_blocked = taken
+        jobs = [ClaimedJob(*r) for r in rows]
+        # RETURNING order is unspecified; run them in claim order.
+        jobs.sort(key=lambda j: (j.priority, j.scheduled_at, j.id))
+        return ClaimResult(jobs, global_blocked)
 
     def writer_busy(self) -> bool:
         """Whether a jobledger writer, in any process, is inside a write transaction on
