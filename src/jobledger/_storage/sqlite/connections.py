@@ -261,11 +261,7 @@ class Checkpointer:
     """
 
     def __init__(
-        self,
-        path: str,
-        synchronous: Synchronous,
-        busy_timeout: float,
-        gate_path: str | None = None,
+        self, path: str, synchronous: Synchronous, busy_timeout: float, gate_path: str
     ) -> None:
         self.path = path
         self.synchronous = synchronous
@@ -302,7 +298,7 @@ class Checkpointer:
                     if conn is None:
                         conn = _connect(self.path, busy_timeout=self.busy_timeout)
                         conn.execute(f"PRAGMA synchronous = {self.synchronous}")
-                    if gate is None and self.gate_path is not None:
+                    if gate is None:
                         gate = WriteGate(self.gate_path, self.busy_timeout)
                     _checkpoint(conn)  # the bulk, beside the writers
                     self._tail(conn, gate)
@@ -317,14 +313,12 @@ class Checkpointer:
             if conn is not None:
                 conn.close()
 
-    def _tail(self, conn: sqlite3.Connection, gate: WriteGate | None) -> None:
+    def _tail(self, conn: sqlite3.Connection, gate: WriteGate) -> None:
         """Copy what the writers appended during the bulk copy, with them held back.
 
         Always under the gate: a bulk copy that found every frame copied may have ended
         while a writer was inside a transaction, whose frames came after it.
         """
-        if gate is None:
-            return
         gate.acquire()
         if not gate.held:
             return  # the writers kept the gate all along; the next checkpoint catches up

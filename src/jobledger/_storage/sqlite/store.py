@@ -51,8 +51,9 @@ __all__ = ["SqliteStore"]
 T = TypeVar("T")
 MIN_SQLITE = (3, 35, 0)
 _LIVE = ("pending", "delayed", "running")
-# One statement, so one snapshot: the claim's two counts and whether anything is due.
+# Inside the claim: the running rows of its queue and of all queues, in one statement.
 _RUNNING_COUNTS = f"SELECT ({q.COUNT_RUNNING_IN_QUEUE}), ({q.COUNT_RUNNING})"
+# One statement, so one snapshot: the claim's two counts and whether anything is due.
 _CLAIM_PRECHECK = (
     f"SELECT ({q.COUNT_RUNNING_IN_QUEUE}), ({q.COUNT_RUNNING}), EXISTS (SELECT 1 FROM jobs "
     "WHERE status = 'pending' AND cancel_requested = 0 AND queue = ? AND scheduled_at <= ?)"

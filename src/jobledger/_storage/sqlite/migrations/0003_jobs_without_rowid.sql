@@ -2,7 +2,7 @@
 -- The jobs table keyed by its id (issue 7). A rowid table kept the id in a separate
 -- index, so every enqueue wrote three B-trees (the row, the id index, the claim index)
 -- and every claim and finalize found its row through the id index first. WITHOUT ROWID
--- stores the row in the id's own B-tree: a single enqueue appends ~2.6 WAL pages
+-- stores the row in the id's own B-tree: a single enqueue appends ~2.8 WAL pages
 -- instead of ~3.5, and a lookup by id is one descent. Ids are UUIDv7-shaped, so new
 -- rows land at the right edge of the tree, as they did with rowids.
 --
