@@ -179,9 +179,9 @@ class JobsWhere:
                     order = "+id DESC"  # keeps the planner on the partial index
             elif all(s in _INDEXED for s in statuses):
                 union = " UNION ALL ".join(
-                    f"SELECT id FROM jobs WHERE status = '{s}'" for s in statuses
+                    f"SELECT rowid FROM jobs WHERE status = '{s}'" for s in statuses
                 )
-                parts.append(f"id IN ({union})")
+                parts.append(f"rowid IN ({union})")
                 order = "+id DESC"
             else:
                 literals = ", ".join(f"'{s}'" for s in statuses)
@@ -214,7 +214,7 @@ TERMINAL_AMONG = (
     "AND status IN ('completed', 'failed', 'cancelled')"
 )
 GC_TERMINAL = (
-    "DELETE FROM jobs WHERE id IN (SELECT id FROM jobs WHERE finished_at IS NOT NULL "
+    "DELETE FROM jobs WHERE rowid IN (SELECT rowid FROM jobs WHERE finished_at IS NOT NULL "
     "AND finished_at < ? AND status IN ('completed', 'failed', 'cancelled') LIMIT ?)"
 )
 

@@ -2,7 +2,7 @@
 -- After adding a migration, regenerate it from the repository root with
 --   python -m jobledger._storage.sqlite.migrate \
 --       > src/jobledger/_storage/sqlite/schema.sql
--- user_version = 3
+-- user_version = 2
 
 CREATE INDEX job_schedules_enabled_next_run_idx ON job_schedules (enabled, next_run);
 
@@ -44,7 +44,7 @@ CREATE TABLE job_schedules (
     updated_at  INTEGER NOT NULL
 );
 
-CREATE TABLE "jobs" (
+CREATE TABLE jobs (
     id               TEXT PRIMARY KEY,
     type             TEXT NOT NULL,
     status           TEXT NOT NULL CHECK (status IN
@@ -72,7 +72,7 @@ CREATE TABLE "jobs" (
     finished_at      INTEGER,
     created_at       INTEGER NOT NULL,
     updated_at       INTEGER NOT NULL
-) WITHOUT ROWID;
+);
 
 CREATE TABLE leader (
     id          INTEGER PRIMARY KEY CHECK (id = 1),
