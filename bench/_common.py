@@ -151,9 +151,11 @@ def make_manager(
     concurrency: int = 50,
     global_cap: int = 50,
     counter: Counter | None = None,
+    output_bytes: int = 0,
     **options: Any,
 ) -> jl.JobManager:
-    """A manager with the no-op async handler registered (quiet window off)."""
+    """A manager with the no-op async handler registered (quiet window off); with
+    `output_bytes`, the handler returns a string of that many characters."""
     jobs = jl.JobManager(
         path,
         startup_delay=0,
@@ -162,11 +164,13 @@ def make_manager(
         **options,
     )
     hit = counter.hit if counter is not None else None
+    output = "y" * output_bytes if output_bytes else None
 
     @jobs.handler(NOOP, recovery="retry", concurrency=concurrency)
-    async def noop(ctx: jl.JobContext[dict[str, Any]]) -> None:
+    async def noop(ctx: jl.JobContext[dict[str, Any]]) -> str | None:
         if hit is not None:
             hit()
+        return output
 
     return jobs
 
@@ -181,23 +185,31 @@ async def wait_completed(jobs: jl.JobManager, counter: Counter, n: int) -> None:
         await asyncio.sleep(0.001)
 
 
-def prefill(path: str, n: int, *, queues: int = 1, chunk: int = 1000) -> None:
+def bench_payload(payload_bytes: int) -> dict[str, Any]:
+    """`{}`, or a payload whose one string has `payload_bytes` characters."""
+    return {"blob": "x" * payload_bytes} if payload_bytes else {}
+
+
+def prefill(
+    path: str, n: int, *, queues: int = 1, chunk: int = 1000, payload_bytes: int = 0
+) -> None:
     """Write `n` pending no-op jobs (round-robin over `queues` queues) before a timed run.
 
     The rows are exactly what `enqueue` writes; they are written with `enqueue_many` in
     chunks only to keep the suite short (the writes are not what is being timed).
     """
     producer = jl.JobManager(path, startup_delay=0)
+    payload = bench_payload(payload_bytes)
     try:
         for start in range(0, n, chunk):
             size = min(chunk, n - start)
             if queues == 1:
-                producer.enqueue_many(NOOP, [{} for _ in range(size)])
+                producer.enqueue_many(NOOP, [payload] * size)
             else:
                 for qi in range(queues):
                     count = len(range(start + qi, start + size, queues))
                     if count:
-                        producer.enqueue_many(NOOP, [{} for _ in range(count)], queue=f"q{qi}")
+                        producer.enqueue_many(NOOP, [payload] * count, queue=f"q{qi}")
     finally:
         producer._store.close()
 
@@ -253,9 +265,9 @@ def huey_worker(
     return Worker(huey, threading.Event(), delay, max_delay, backoff)
 
 
-def huey_prefill(huey: Any, task: Any, n: int) -> None:
-    """Insert `n` serialized task messages, the rows `huey.enqueue(task())` writes."""
-    data = [(huey.name, huey.serialize_task(task.s()), 0) for _ in range(n)]
+def huey_prefill(huey: Any, task: Any, n: int, *args: Any) -> None:
+    """Insert `n` serialized task messages, the rows `huey.enqueue(task(*args))` writes."""
+    data = [(huey.name, huey.serialize_task(task.s(*args)), 0) for _ in range(n)]
     conn = huey.storage.conn
     with huey.storage.lock:
         conn.execute("BEGIN")

@@ -10,17 +10,24 @@ huey: one `SqliteHuey` queue, its consumer's `Worker.loop()` driven in this proc
 main thread (one worker thread's work, no consumer process around it), from the first
 dequeue until the last task has executed. huey has one queue per instance, so it only
 runs `--queues 1`; `run_all.py` compares the 10-queue row against it too.
+
+`--payload-bytes N`: each payload holds a string of N characters and each handler
+returns one (jobledger writes it to the row's `output`; huey stores a non-None result),
+so a row is about 2N bytes when it ends. At N=1500 a row no longer fits the ~1 KB that an
+index B-tree (a `WITHOUT ROWID` table) keeps on its page; see `docs/design/storage.md`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+from typing import Any
 
 from _common import (
     Counter,
     Stopwatch,
     base_parser,
+    bench_payload,
     emit,
     fresh_dir,
     huey_prefill,
@@ -37,22 +44,26 @@ def main() -> None:
     p = base_parser(__doc__ or "")
     p.add_argument("-n", type=int, default=20_000)
     p.add_argument("--queues", type=int, default=1)
+    p.add_argument("--payload-bytes", type=int, default=0)
     args = p.parse_args()
+    size = args.payload_bytes
     bench = "drain" if args.queues == 1 else f"drain_{args.queues}q"
+    if size:
+        bench += f"_{size}b"
     with fresh_dir() as d:
         if args.system == "jobledger":
             path = os.path.join(d, "jobs.db")
-            seconds = asyncio.run(_jobledger(path, args.sync, args.n, args.queues))
+            seconds = asyncio.run(_jobledger(path, args.sync, args.n, args.queues, size))
         else:
             if args.queues != 1:
                 raise SystemExit("huey runs one queue per instance")
-            seconds = _huey(os.path.join(d, "huey.db"), args.sync, args.n)
+            seconds = _huey(os.path.join(d, "huey.db"), args.sync, args.n, size)
     emit(bench, args.system, args.sync, n=args.n, queues=args.queues,
          seconds=round(seconds, 4), rate=rate(args.n, seconds))  # fmt: skip
 
 
-async def _jobledger(path: str, sync: str, n: int, queues: int) -> float:
-    prefill(path, n, queues=queues)
+async def _jobledger(path: str, sync: str, n: int, queues: int, size: int) -> float:
+    prefill(path, n, queues=queues, payload_bytes=size)
     counter = Counter()
     jobs = make_manager(
         path,
@@ -60,6 +71,7 @@ async def _jobledger(path: str, sync: str, n: int, queues: int) -> float:
         concurrency=50 if queues == 1 else 10,
         global_cap=50,
         counter=counter,
+        output_bytes=size,
     )
     watch = Stopwatch()
     await jobs.start()
@@ -69,16 +81,18 @@ async def _jobledger(path: str, sync: str, n: int, queues: int) -> float:
     return seconds
 
 
-def _huey(path: str, sync: str, n: int) -> float:
+def _huey(path: str, sync: str, n: int, size: int) -> float:
     huey = make_huey(path, sync)
     ran = 0
+    output = "y" * size if size else None
 
     @huey.task()  # type: ignore[untyped-decorator]
-    def noop() -> None:
+    def noop(payload: dict[str, Any] | None = None) -> str | None:
         nonlocal ran
         ran += 1
+        return output  # huey stores a non-None result: its counterpart of our output
 
-    huey_prefill(huey, noop, n)
+    huey_prefill(huey, noop, n, *([bench_payload(size)] if size else []))
     worker = huey_worker(huey)
     watch = Stopwatch()
     while ran < n:

@@ -89,6 +89,12 @@ def cases(args: argparse.Namespace) -> list[Case]:
         out.append(
             Case(f"drain_10q/jobledger/{sync}", "drain.py", [*s, "-n", str(N), "--queues", "10"])
         )
+        if sync == "NORMAL":
+            for system in ("jobledger", "huey"):
+                out.append(
+                    Case(f"drain_1500b/{system}/{sync}", "drain.py",
+                         [*s, "--system", system, "-n", str(N), "--payload-bytes", "1500"])
+                )  # fmt: skip
         for system in ("jobledger", "huey"):
             out.append(Case(f"latency/{system}/{sync}", "latency.py", [*s, "--system", system]))
     for system in ("jobledger", "huey"):
@@ -148,6 +154,8 @@ def _sync_rows(sync: str) -> list[Row]:
             ("enqueue_many", "sqlite-raw"), None,
             note="the ceiling for enqueue_many on this machine"),
         Row("drain, 1 queue (c=50)", sync, "jobs/s", ("drain", jl_), ("drain", hy)),
+        Row("drain, 1.5 KB payloads and outputs", sync, "jobs/s", ("drain_1500b", jl_),
+            ("drain_1500b", hy)),
         Row("drain, 10 queues (c=10 each, global 50)", sync, "jobs/s", ("drain_10q", jl_),
             ("drain", hy), note=ONE_QUEUE),
         *_latency_rows(sync),
