@@ -29,6 +29,7 @@ from jobledger._storage.sqlite import connections
 from jobledger._storage.sqlite.connections import (
     CHECKPOINT_EVERY_CHANGES,
     WriteGate,
+    WriterConnection,
     open_writer,
     write_gate_path_for,
 )
@@ -470,13 +471,19 @@ async def _until(pred: Callable[[], object], timeout: float = 10.0) -> None:
         await asyncio.sleep(0.005)
 
 
+def _gated_writer(path: str) -> WriterConnection:
+    """A gated writer on a fresh WAL file with one table `t (n)`."""
+    conn = open_writer(path)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("CREATE TABLE t (n INTEGER)")
+    return conn
+
+
 def test_a_gated_writer_checkpoints_on_its_own_thread_never_inside_commit(
     tmp_path: Path,
 ) -> None:
     path = str(tmp_path / "jobs.db")
-    conn = open_writer(path)
-    conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("CREATE TABLE t (n INTEGER)")
+    conn = _gated_writer(path)
     checkpointer = conn.checkpointer
     assert checkpointer is not None
     assert conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
@@ -515,9 +522,7 @@ def test_a_checkpoint_beside_a_busy_writer_lets_the_wal_start_over(
     # Here another writer's transaction is open while the bulk copy runs; the copy under
     # the gate must take its frames too, so that the next write starts the WAL over.
     path = str(tmp_path / "jobs.db")
-    conn = open_writer(path)
-    conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("CREATE TABLE t (n INTEGER)")
+    conn = _gated_writer(path)
     other = open_writer(path)
     copies: list[str] = []
     real = connections._checkpoint
@@ -553,9 +558,7 @@ def test_an_unexpected_error_in_a_checkpoint_does_not_end_the_thread(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     path = str(tmp_path / "jobs.db")
-    conn = open_writer(path)
-    conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("CREATE TABLE t (n INTEGER)")
+    conn = _gated_writer(path)
     real = connections._checkpoint
     calls: list[int] = []
 
