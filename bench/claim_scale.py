@@ -78,7 +78,7 @@ def _rows(total: int) -> Iterator[tuple[Any, ...]]:
 
     now = int(time.time() * 1000) - 1000
     for _ in range(total):
-        yield (new_id(now), NOOP.name, "pending", NOOP.name, 0, "{}", 3, None, None, None,
+        yield (new_id(now), "{}", NOOP.name, "pending", NOOP.name, 0, 3, None, None, None,
                None, "{}", None, now, now, now)  # fmt: skip
 
 

@@ -22,18 +22,26 @@ C_ATTEMPT, C_MAX_ATTEMPTS, C_TIMEOUT, C_KEY, C_PARENT, C_SCHEDULE, C_METADATA = 
 C_PROGRESS, C_PROGRESS_DETAIL, C_CANCEL, C_WORKER, C_SCHEDULED_AT = range(15, 20)
 C_STARTED_AT, C_FINISHED_AT, C_CREATED_AT, C_UPDATED_AT, C_ENQUEUED_BY = range(20, 25)
 
-INSERT_JOB = (
-    "INSERT INTO jobs (id, type, status, queue, priority, payload, max_attempts, timeout_ms, "
+# The columns a fresh row sets: id and payload, then those every row of one
+# `enqueue_many` call shares (`SHARED_COLUMNS`, positions in JOB_COLUMNS).
+SHARED_COLUMNS = (
+    C_TYPE, C_STATUS, C_QUEUE, C_PRIORITY, C_MAX_ATTEMPTS, C_TIMEOUT, C_KEY, C_PARENT,
+    C_SCHEDULE, C_METADATA, C_ENQUEUED_BY, C_SCHEDULED_AT, C_CREATED_AT, C_UPDATED_AT,
+)  # fmt: skip
+_INSERT_COLUMNS = (
+    "id, payload, type, status, queue, priority, max_attempts, timeout_ms, "
     "idempotency_key, parent_id, schedule_id, metadata, enqueued_by, scheduled_at, "
-    "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "created_at, updated_at"
+)
+INSERT_JOB = (
+    f"INSERT INTO jobs ({_INSERT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 # A batch whose rows differ only in id and payload (what one `enqueue_many` call writes):
 # ?1 is a JSON array of [id, payload] pairs, ?2.. the shared columns. SQLite expands it
 # in C; binding 16 values per row from Python cost more than the B-tree inserts.
 INSERT_SHARED = (
-    "INSERT INTO jobs (id, payload, type, status, queue, priority, max_attempts, timeout_ms, "
-    "idempotency_key, parent_id, schedule_id, metadata, enqueued_by, scheduled_at, "
-    "created_at, updated_at) SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), "
+    f"INSERT INTO jobs ({_INSERT_COLUMNS}) "
+    "SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), "
     "?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15 FROM json_each(?1)"
 )
 FIND_LIVE_BY_KEY = (

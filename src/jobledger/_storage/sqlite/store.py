@@ -59,42 +59,10 @@ _CLAIM_PRECHECK = (
     "WHERE status = 'pending' AND cancel_requested = 0 AND queue = ? AND scheduled_at <= ?)"
 )
 _TYPE, _QUEUE, _KEY, _PARENT, _CREATED = q.C_TYPE, q.C_QUEUE, q.C_KEY, q.C_PARENT, q.C_CREATED_AT
-# A fresh row's values in `q.INSERT_JOB`'s parameter order, picked in C.
-_insert_params = operator.itemgetter(
-    q.C_ID,
-    q.C_TYPE,
-    q.C_STATUS,
-    q.C_QUEUE,
-    q.C_PRIORITY,
-    q.C_PAYLOAD,
-    q.C_MAX_ATTEMPTS,
-    q.C_TIMEOUT,
-    q.C_KEY,
-    q.C_PARENT,
-    q.C_SCHEDULE,
-    q.C_METADATA,
-    q.C_ENQUEUED_BY,
-    q.C_SCHEDULED_AT,
-    q.C_CREATED_AT,
-    q.C_UPDATED_AT,
-)
-# Every INSERT_JOB parameter but id and payload, in `q.INSERT_SHARED`'s order.
-_shared_params = operator.itemgetter(
-    q.C_TYPE,
-    q.C_STATUS,
-    q.C_QUEUE,
-    q.C_PRIORITY,
-    q.C_MAX_ATTEMPTS,
-    q.C_TIMEOUT,
-    q.C_KEY,
-    q.C_PARENT,
-    q.C_SCHEDULE,
-    q.C_METADATA,
-    q.C_ENQUEUED_BY,
-    q.C_SCHEDULED_AT,
-    q.C_CREATED_AT,
-    q.C_UPDATED_AT,
-)
+# A fresh row's values in `q.INSERT_JOB`'s parameter order, picked in C; and all but
+# the id and payload, in `q.INSERT_SHARED`'s.
+_insert_params = operator.itemgetter(q.C_ID, q.C_PAYLOAD, *q.SHARED_COLUMNS)
+_shared_params = operator.itemgetter(*q.SHARED_COLUMNS)
 # 32 rows of 16 parameters: within SQLite's oldest bound-parameter limit (999).
 _CHUNK = 32
 _INSERT_HEAD, _INSERT_VALUES = q.INSERT_JOB.rsplit(" VALUES ", 1)
