@@ -171,6 +171,143 @@ def test_a_version_1_file_with_jobs_upgrades_in_place(db: str) -> None:
         conn.close()
 
 
+def _version_2_file_with_references(db: str) -> list[tuple[Any, ...]]:
+    """A schema-2 file: a schedule, a parent, its child, and an orphan written with
+    foreign keys off (another program's row). Returns every job row with its rowid."""
+    conn = _open(db)
+    try:
+        for migration in load_migrations()[:2]:
+            conn.execute("BEGIN IMMEDIATE")
+            migrate_module._apply(conn, migration)
+            conn.execute("COMMIT")
+        conn.execute(
+            "INSERT INTO job_schedules (id, type, trigger, payload, catch_up, created_at, "
+            "updated_at) VALUES ('s1', 't', '{}', '{}', 'latest', 0, 0)"
+        )
+        insert = (
+            "INSERT INTO jobs (rowid, id, type, status, queue, payload, output, parent_id, "
+            "schedule_id, scheduled_at, created_at, updated_at) "
+            "VALUES (?, ?, 't', ?, 'q', ?, ?, ?, ?, 0, ?, ?)"
+        )
+        parent, child, orphan = new_id(1_000), new_id(1_001), new_id(1_002)
+        # Rowids out of id order, as a file whose rows were deleted and reused could be.
+        conn.execute(insert, (7, parent, "completed", '{"n": 1}', '"out"', None, "s1", 1, 1))
+        conn.execute(insert, (3, child, "pending", '{"n": 2}', None, parent, "s1", 2, 2))
+        conn.execute(insert, (5, orphan, "failed", "{}", None, "no-such-job", None, 3, 3))
+        return conn.execute(f"SELECT rowid, {q.JOB_COLUMNS} FROM jobs ORDER BY id").fetchall()
+    finally:
+        conn.close()
+
+
+def test_a_version_2_file_is_rebuilt_keeping_every_row_rowid_and_reference(db: str) -> None:
+    before = _version_2_file_with_references(db)
+    assert migrate(db) == SCHEMA_VERSION
+    conn = _open(db)
+    try:
+        assert dump_schema(conn) == _schema_file()
+        # Dropping the old table with foreign keys on would have run ON DELETE SET NULL.
+        rows = conn.execute(f"SELECT rowid, {q.JOB_COLUMNS} FROM jobs ORDER BY id").fetchall()
+        assert rows == before
+        assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        sql, params = q.JobsWhere(("failed", "cancelled")).list_sql(limit=10, offset=0)
+        assert [r[q.C_ID] for r in conn.execute(sql, params)] == [before[2][1 + q.C_ID]]
+    finally:
+        conn.close()
+
+
+def test_the_status_check_still_refuses_an_unknown_status(db: str) -> None:
+    migrate(db)
+    conn = _open(db)
+    try:
+        insert = (
+            "INSERT INTO jobs (id, type, status, queue, payload, scheduled_at, created_at, "
+            "updated_at) VALUES (?, 't', ?, 'q', '{}', 0, 0, 0)"
+        )
+        statuses = ("pending", "delayed", "running", "completed", "failed", "cancelled")
+        for i, status in enumerate(statuses):
+            conn.execute(insert, (f"ok-{i}", status))
+        for bad in ("done", "Pending", ""):
+            with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+                conn.execute(insert, (f"bad-{bad}", bad))
+        with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+            conn.execute("UPDATE jobs SET status = 'finished' WHERE id = 'ok-0'")
+    finally:
+        conn.close()
+
+
+def test_no_status_test_builds_a_temporary_table_per_execution(db: str) -> None:
+    """SQLite turns `x IN (a, b, c, ...)` (three values or more) into a temporary B-tree
+    that it builds on every execution; in the status CHECK that was a quarter of an
+    enqueue's SQLite work. A row's insert and its finalize must build none, and the
+    live-key lookup must still find its partial index."""
+    migrate(db)
+    conn = _open(db)
+    try:
+        for sql in (q.INSERT_JOB, q.FINISH_NO_ROW):
+            ops = {r[1] for r in conn.execute(f"EXPLAIN {sql}", (None,) * sql.count("?"))}
+            assert "OpenEphemeral" not in ops, sql
+        plan = conn.execute(f"EXPLAIN QUERY PLAN {q.FIND_LIVE_BY_KEY}", ("k",)).fetchall()
+        assert "jobs_idempotency_key_uq" in plan[0][3]
+    finally:
+        conn.close()
+
+
+def test_a_rebuild_leaves_the_connection_enforcing_foreign_keys(db: str) -> None:
+    _version_2_file_with_references(db)
+    conn = _open(db)
+    try:
+        conn.execute("PRAGMA foreign_keys = ON")
+        assert migrate_connection(conn) == SCHEMA_VERSION
+        assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+        with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
+            conn.execute(
+                "INSERT INTO jobs (id, type, status, queue, payload, parent_id, scheduled_at, "
+                "created_at, updated_at) VALUES ('j', 't', 'pending', 'q', '{}', 'nope', 0, 0, 0)"
+            )
+        conn.execute("DELETE FROM job_schedules")  # ON DELETE SET NULL runs again
+        assert (
+            conn.execute("SELECT count(*) FROM jobs WHERE schedule_id IS NOT NULL").fetchone()[0]
+            == 0
+        )
+    finally:
+        conn.close()
+
+
+def test_a_rebuild_that_would_break_a_reference_is_refused(
+    db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    migrate(db)
+    conn = _open(db)
+    try:
+        conn.execute(
+            "INSERT INTO job_schedules (id, type, trigger, payload, catch_up, created_at, "
+            "updated_at) VALUES ('s1', 't', '{}', '{}', 'latest', 0, 0)"
+        )
+        conn.execute(
+            "INSERT INTO jobs (id, type, status, queue, payload, schedule_id, scheduled_at, "
+            "created_at, updated_at) VALUES ('j1', 't', 'pending', 'q', '{}', 's1', 0, 0, 0)"
+        )
+    finally:
+        conn.close()
+    careless = Migration(
+        SCHEMA_VERSION + 1,
+        "careless_rebuild",
+        "-- jobledger: foreign_keys=off\nDELETE FROM job_schedules;\n",
+    )
+    monkeypatch.setattr(migrate_module, "load_migrations", lambda: (*load_migrations(), careless))
+    monkeypatch.setattr(migrate_module, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
+
+    with pytest.raises(SchemaError, match="foreign key") as info:
+        migrate(db)
+    assert info.value.params["violations"] == 1
+    conn = _open(db)
+    try:
+        assert schema_version(conn) == SCHEMA_VERSION
+        assert conn.execute("SELECT id FROM job_schedules").fetchall() == [("s1",)]
+    finally:
+        conn.close()
+
+
 @pytest.mark.parametrize("wal", [True, False], ids=["wal", "rollback-journal"])
 def test_a_newer_database_raises_schema_error_and_is_left_alone(db: str, wal: bool) -> None:
     conn = _open(db)

@@ -21,6 +21,10 @@ Invariants:
   `executescript`, which would COMMIT the open transaction first.
 * A file from a newer library (`user_version > SCHEMA_VERSION`) raises `SchemaError` and
   is left untouched.
+* A migration whose first line is `-- jobledger: foreign_keys=off` (a table rebuild) runs
+  with foreign keys off, since the pragma cannot change inside a transaction, and must
+  not add a `foreign_key_check` violation before it commits; the connection's setting
+  is restored after it.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ import functools
 import os
 import re
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
 
@@ -56,6 +62,7 @@ __all__ = [
 
 _PACKAGE = "jobledger._storage.sqlite"
 _NAME_RE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+_FOREIGN_KEYS_OFF = "-- jobledger: foreign_keys=off"
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +70,10 @@ class Migration:
     number: int
     name: str
     sql: str
+
+    @property
+    def foreign_keys_off(self) -> bool:
+        return self.sql.startswith(_FOREIGN_KEYS_OFF)
 
 
 @functools.cache
@@ -135,12 +146,30 @@ def migrate_connection(conn: sqlite3.Connection) -> int:
     for migration in load_migrations():
         if migration.number <= current:
             continue
-        with_write_tx(
-            conn,
-            functools.partial(_apply, conn, migration),
-            f"migrate:{migration.number:04d}_{migration.name}",
-        )
+        with _foreign_keys_off(conn, migration.foreign_keys_off):
+            with_write_tx(
+                conn,
+                functools.partial(_apply, conn, migration),
+                f"migrate:{migration.number:04d}_{migration.name}",
+            )
     return schema_version(conn)
+
+
+@contextmanager
+def _foreign_keys_off(conn: sqlite3.Connection, off: bool) -> Iterator[None]:
+    was_on = bool(conn.execute("PRAGMA foreign_keys").fetchone()[0])
+    if not (off and was_on):
+        yield
+        return
+    conn.execute("PRAGMA foreign_keys = OFF")
+    try:
+        yield
+    finally:
+        conn.execute("PRAGMA foreign_keys = ON")
+
+
+def _foreign_key_violations(conn: sqlite3.Connection) -> int:
+    return len(conn.execute("PRAGMA foreign_key_check").fetchall())
 
 
 def _apply(conn: sqlite3.Connection, migration: Migration) -> None:
@@ -150,8 +179,19 @@ def _apply(conn: sqlite3.Connection, migration: Migration) -> None:
         raise _too_new(version)
     if version >= migration.number:
         return
+    # Rows that broke a foreign key before (written with enforcement off, by another
+    # program) are not this migration's to fix; only new violations stop it.
+    before = _foreign_key_violations(conn) if migration.foreign_keys_off else 0
     for statement in split_statements(migration.sql):
         conn.execute(statement)
+    if migration.foreign_keys_off:
+        after = _foreign_key_violations(conn)
+        if after > before:
+            raise SchemaError(
+                f"migration {migration.number:04d}_{migration.name} would break "
+                f"{after - before} foreign key reference(s); nothing was changed",
+                params={"migration": migration.number, "violations": after - before},
+            )
     conn.execute(f"PRAGMA user_version = {migration.number:d}")
 
 

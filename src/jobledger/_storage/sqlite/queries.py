@@ -44,9 +44,11 @@ INSERT_SHARED = (
     "SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), "
     "?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15 FROM json_each(?1)"
 )
+# The status test repeats jobs_idempotency_key_uq's condition exactly (SQLite uses a
+# partial index only for a query whose WHERE contains that condition's terms).
 FIND_LIVE_BY_KEY = (
     f"SELECT {JOB_COLUMNS} FROM jobs WHERE idempotency_key = ? "
-    "AND status IN ('pending', 'delayed', 'running')"
+    "AND (status = 'pending' OR status = 'delayed' OR status = 'running')"
 )
 PARENT_EXISTS = "SELECT 1 FROM jobs WHERE id = ?"
 REGISTER_QUEUE = "INSERT OR IGNORE INTO queues (name, type, created_at) VALUES (?, ?, ?)"

@@ -2,7 +2,7 @@
 -- After adding a migration, regenerate it from the repository root with
 --   python -m jobledger._storage.sqlite.migrate \
 --       > src/jobledger/_storage/sqlite/schema.sql
--- user_version = 2
+-- user_version = 3
 
 CREATE INDEX job_schedules_enabled_next_run_idx ON job_schedules (enabled, next_run);
 
@@ -20,7 +20,8 @@ CREATE INDEX jobs_failed_idx ON jobs (id) WHERE status = 'failed';
 CREATE INDEX jobs_finished_idx ON jobs (finished_at) WHERE finished_at IS NOT NULL;
 
 CREATE UNIQUE INDEX jobs_idempotency_key_uq ON jobs (idempotency_key)
-    WHERE idempotency_key IS NOT NULL AND status IN ('pending', 'delayed', 'running');
+    WHERE idempotency_key IS NOT NULL
+        AND (status = 'pending' OR status = 'delayed' OR status = 'running');
 
 CREATE INDEX jobs_parent_idx ON jobs (parent_id) WHERE parent_id IS NOT NULL;
 
@@ -44,11 +45,12 @@ CREATE TABLE job_schedules (
     updated_at  INTEGER NOT NULL
 );
 
-CREATE TABLE jobs (
+CREATE TABLE "jobs" (
     id               TEXT PRIMARY KEY,
     type             TEXT NOT NULL,
-    status           TEXT NOT NULL CHECK (status IN
-                        ('pending', 'delayed', 'running', 'completed', 'failed', 'cancelled')),
+    status           TEXT NOT NULL CHECK (status = 'pending' OR status = 'delayed'
+                        OR status = 'running' OR status = 'completed'
+                        OR status = 'failed' OR status = 'cancelled'),
     queue            TEXT NOT NULL,
     priority         INTEGER NOT NULL DEFAULT 0,
     payload          TEXT NOT NULL,
