@@ -190,6 +190,10 @@ ROWS = [*_sync_rows("NORMAL"), *_sync_rows("FULL"), *_xproc_latency_rows(), *_sc
 
 def run_case(case: Case) -> list[dict[str, Any]]:
     cmd = [sys.executable, os.path.join(HERE, case.script), *case.args]
+    # The previous case's files are deleted, but their dirty pages may still be on their
+    # way to the disk; a FULL case started under that writeback waited on it in every
+    # fsync (one run measured 1,815 vs 3,030 jobs/s for the same single enqueue).
+    os.sync()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE, timeout=1800)
     except subprocess.TimeoutExpired:
