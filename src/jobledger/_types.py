@@ -107,7 +107,10 @@ class JobSnapshot:
         """The snapshot as JSON-ready values (ISO-8601 UTC times)."""
 
         def iso(value: datetime | None) -> str | None:
-            return None if value is None else value.isoformat().replace("+00:00", "Z")
+            # Six fractional digits always, so the strings sort as the times do.
+            if value is None:
+                return None
+            return value.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
         return {
             "id": self.id,

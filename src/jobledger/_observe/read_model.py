@@ -89,12 +89,15 @@ class DatabaseMissing(StorageError):
 
 
 def iso(value: datetime | int | None) -> str | None:
-    """ISO-8601 UTC with a `Z`, from a datetime or epoch milliseconds."""
+    """ISO-8601 UTC with a `Z`, from a datetime or epoch milliseconds.
+
+    Always with six fractional digits: `isoformat()` drops them on a whole second, and
+    `...:51Z` then sorts after `...:51.029000Z` as text."""
     if value is None:
         return None
     if isinstance(value, int):
         value = from_ms(value)
-    return value.isoformat().replace("+00:00", "Z")
+    return value.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def parse_statuses(raw: str | Iterable[str] | None) -> tuple[str, ...]:
