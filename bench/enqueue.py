@@ -4,14 +4,13 @@
     many    one `enqueue_many` call for all `n` jobs (one transaction)
 
 huey has no batch API: its `many` row is its single enqueue. `--system sqlite-raw` is a
-ceiling, not a peer: the one statement `enqueue_many` runs for such a batch, with its
-argument built beforehand, into jobledger's own `jobs` table, i.e. what SQLite alone
+ceiling, not a peer: the statements `enqueue_many` runs for such a batch, with their
+arguments built beforehand, into jobledger's own `jobs` table, i.e. what SQLite alone
 costs for the same rows and indexes on this machine.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 from typing import Any
@@ -86,20 +85,27 @@ def _huey(path: str, sync: str, n: int) -> float:
 
 def _raw(path: str, sync: str, n: int) -> float:
     from jobledger._runtime.ids import new_id
+    from jobledger._storage.interface import new_row
     from jobledger._storage.sqlite import queries as q
+    from jobledger._storage.sqlite.store import shared_inserts
 
     jl.JobManager(path)._store.close()  # create the schema
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute(f"PRAGMA synchronous = {sync}")
     now = 1_700_000_000_000
-    # The statement `enqueue_many` uses for such a batch, its JSON argument built
+    # The statements `enqueue_many` runs for such a batch, their arguments built
     # beforehand: what is left is SQLite's own work.
-    pairs = json.dumps([(new_id(now), "{}") for _ in range(n)])
-    shared = (NOOP.name, "pending", NOOP.name, 0, 3, None, None, None, None, "{}", "bench",
-              now, now, now)  # fmt: skip
+    rows = [
+        new_row(new_id(now), NOOP.name, "pending", NOOP.name, 0, "{}", 3, None, None, None,
+                None, "{}", "bench", now, now)
+        for _ in range(n)
+    ]  # fmt: skip
+    shared = tuple(rows[0][c] for c in q.SHARED_COLUMNS)
+    statements = list(shared_inserts(shared, rows))
     watch = Stopwatch()
     conn.execute("BEGIN IMMEDIATE")
-    conn.execute(q.INSERT_SHARED, (pairs, *shared))
+    for sql, params in statements:
+        conn.execute(sql, params)
     conn.execute("COMMIT")
     seconds = watch.elapsed()
     conn.close()

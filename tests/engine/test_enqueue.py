@@ -7,6 +7,7 @@ must hold exactly what it held before (bad input never writes, corrupts or loses
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import threading
 from collections.abc import Callable
@@ -16,7 +17,8 @@ from typing import Any
 import pytest
 
 import jobledger as jl
-from tests.conftest import run, wait_until
+from jobledger._storage.sqlite.store import SHARED_CHUNK
+from tests.conftest import db_rows, run, wait_until
 from tests.engine import ITEM, Item, make_manager, sql_one, statuses
 
 OTHER = jl.JobType("test.other", Item)
@@ -413,8 +415,9 @@ def test_enqueue_many_rows_are_the_rows_written(db: str) -> None:
 
 
 def test_enqueue_many_stores_each_payload_text_exactly_as_a_single_enqueue(db: str) -> None:
-    # A batch of rows that differ only in id and payload is expanded by SQLite from one
-    # JSON document; the text it stores must be the text a single enqueue stores.
+    # A batch of rows that differ only in id and payload takes its own INSERT (the
+    # shared columns bound once per statement); the text it stores must be the text a
+    # single enqueue stores.
     jobs = make_manager(db)
     texts = [
         "plain",
@@ -432,6 +435,19 @@ def test_enqueue_many_stores_each_payload_text_exactly_as_a_single_enqueue(db: s
     expected = [sql_one(db, "SELECT payload FROM jobs WHERE id = ?", (h.id,)) for h in singles]
     assert stored == expected
     assert [jobs.get(h.id).payload for h in handles] == texts  # type: ignore[union-attr]
+    run(jobs.stop())
+
+
+def test_a_shared_batch_longer_than_one_statement_keeps_every_row_in_order(db: str) -> None:
+    # Rows that share every option go SHARED_CHUNK to a statement: two full statements
+    # and a short one here.
+    jobs, _ = registered(db)
+    n = 2 * SHARED_CHUNK + 7
+    handles = jobs.enqueue_many(ITEM, [Item(n=i) for i in range(n)], priority=3)
+    assert [h.id for h in handles] == sorted(h.id for h in handles)
+    stored = db_rows(db, "SELECT id, payload, priority, queue FROM jobs ORDER BY id")
+    assert stored == [(h.id, json.dumps({"n": i}, separators=(",", ":")), 3, ITEM.name)
+                      for i, h in enumerate(handles)]  # fmt: skip
     run(jobs.stop())
 
 
