@@ -150,7 +150,7 @@ def _sync_rows(sync: str) -> list[Row]:
         Row("enqueue, one by one", sync, "jobs/s", ("enqueue_single", jl_), ("enqueue_single", hy)),
         Row("enqueue_many, 20k in one call", sync, "jobs/s", ("enqueue_many", jl_),
             ("enqueue_single", hy), note=NOT_BATCH),
-        Row("raw SQLite, enqueue_many's statement", sync, "jobs/s",
+        Row("raw SQLite, enqueue_many's statements", sync, "jobs/s",
             ("enqueue_many", "sqlite-raw"), None,
             note="the ceiling for enqueue_many on this machine"),
         Row("drain, 1 queue (c=50)", sync, "jobs/s", ("drain", jl_), ("drain", hy)),
