@@ -484,6 +484,36 @@ def test_an_idempotency_hit_does_not_count_as_registering_its_queue(db: str) -> 
     run(jobs.stop())
 
 
+def test_a_plain_enqueue_on_a_known_queue_is_one_autocommit_statement(db_path: str) -> None:
+    # Nothing to look up or register: the INSERT is the whole transaction (SQLite's
+    # autocommit), about a tenth cheaper than BEGIN IMMEDIATE, INSERT, COMMIT.
+    db = db_path
+    jobs, _ = registered(db)
+    conn = jobs._store.conn  # type: ignore[attr-defined]
+    seen: list[str] = []
+
+    def statements(call: Callable[[], jl.JobHandle]) -> list[str]:
+        seen.clear()
+        conn.set_trace_callback(seen.append)
+        try:
+            call()
+        finally:
+            conn.set_trace_callback(None)
+        return [sql.split()[0].upper() for sql in seen]
+
+    assert statements(lambda: jobs.enqueue(ITEM, Item(n=1)))[0] == "BEGIN"  # registers
+    assert statements(lambda: jobs.enqueue(ITEM, Item(n=2))) == ["INSERT"]
+    assert statements(lambda: jobs.enqueue(ITEM, Item(n=3), idempotency_key="k"))[0] == "BEGIN"
+    assert statements(lambda: jobs.enqueue(ITEM, Item(n=4), queue="fresh"))[0] == "BEGIN"
+    assert statements(lambda: jobs.enqueue(ITEM, Item(n=5), queue="fresh")) == ["INSERT"]
+    assert not conn.in_transaction
+    stored = db_rows(db, "SELECT payload, queue, status FROM jobs ORDER BY id")
+    assert stored == [(json.dumps({"n": n}, separators=(",", ":")), queue, "pending")
+                      for n, queue in [(1, ITEM.name), (2, ITEM.name), (3, ITEM.name),
+                                       (4, "fresh"), (5, "fresh")]]  # fmt: skip
+    run(jobs.stop())
+
+
 # -- ordering and producers -----------------------------------------------------------
 
 

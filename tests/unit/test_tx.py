@@ -23,6 +23,7 @@ from jobledger._storage.tx import (
     diagnostics_of,
     is_busy_error,
     run_with_write_retry,
+    run_write_statement,
     run_write_transaction,
     with_write_tx,
 )
@@ -512,3 +513,70 @@ def test_errors_outside_the_busy_family_are_not_retried(wal_db: str, connect: Co
 )
 def test_is_busy_error_without_sqlite_codes(error: Exception, busy: bool) -> None:
     assert is_busy_error(error) is busy
+
+
+# -- one statement as its own transaction ------------------------------------------------
+
+
+def test_a_write_statement_is_committed_when_it_returns(wal_db: str, connect: Connect) -> None:
+    conn = connect(wal_db)
+    cursor = run_write_statement(conn, "INSERT INTO t VALUES (?)", ("one",), "enqueue")
+    assert cursor.rowcount == 1
+    assert not conn.in_transaction
+    assert _rows(wal_db, connect) == [("one",)]  # another connection sees it
+
+
+def test_a_failed_write_statement_leaves_nothing_and_carries_diagnostics(
+    wal_db: str, connect: Connect
+) -> None:
+    conn = connect(wal_db)
+    run_write_statement(conn, "INSERT INTO t VALUES ('taken')", ())
+    with pytest.raises(sqlite3.IntegrityError) as info:
+        # Two rows, the second a duplicate: SQLite undoes the first as well.
+        run_write_statement(conn, "INSERT INTO t VALUES ('new'), ('taken')", (), "dup")
+    diag = _diag(info.value)
+    assert diag.phase == "statement"
+    assert diag.label == "dup"
+    assert diag.transaction_active is False
+    assert diag.rollback_succeeded is None  # SQLite rolled back by itself: none issued
+    assert _rows(wal_db, connect) == [("taken",)]
+
+
+def test_busy_on_a_write_statement_is_database_busy_after_one_wait(
+    wal_db: str, connect: Connect
+) -> None:
+    holder = connect(wal_db)
+    holder.execute("BEGIN IMMEDIATE")
+    store_conn = sqlite3.connect(wal_db, isolation_level=None, timeout=0.05)
+    try:
+        with pytest.raises(sqlite3.OperationalError) as info:
+            run_write_statement(store_conn, "UPDATE counter SET n = n + 1", (), "bump")
+    finally:
+        store_conn.close()
+    holder.execute("ROLLBACK")
+    diag = _diag(info.value)
+    assert diag.code_name == "SQLITE_BUSY"
+    assert diag.phase == "statement"
+    assert diag.transaction_active is False
+    assert _counter(wal_db, connect) == 0
+    # Never replayed: the wait for the lock was the statement's whole busy timeout.
+    calls: list[int] = []
+
+    def op() -> None:
+        calls.append(1)
+        raise info.value
+
+    with pytest.raises(sqlite3.OperationalError):
+        run_with_write_retry(op, idempotent=True, sleep=_no_retry)
+    assert calls == [1]
+
+
+def test_a_write_statement_inside_a_transaction_is_refused(wal_db: str, connect: Connect) -> None:
+    conn = connect(wal_db)
+    conn.execute("BEGIN IMMEDIATE")
+    conn.execute("INSERT INTO t VALUES ('outer')")
+    with pytest.raises(NestedTransactionError):
+        run_write_statement(conn, "INSERT INTO t VALUES ('inner')", ())
+    assert conn.in_transaction
+    conn.execute("ROLLBACK")
+    assert _rows(wal_db, connect) == []

@@ -157,6 +157,19 @@ class SqliteStore:
             conn = self.conn
             return tx.with_write_tx(conn, lambda: work(conn), label)
 
+    def write_statement(self, sql: str, params: Sequence[Any], label: str) -> int:
+        """A write that is one statement, committed on return; returns its rowcount.
+
+        Not replayed on BUSY (see `tx.run_write_statement`), like a transaction whose
+        BEGIN found the database busy.
+        """
+        with self.lock:
+            self._reopen_if_closed()
+            try:
+                return tx.run_write_statement(self.conn, sql, params, label).rowcount
+            except sqlite3.Error as exc:
+                raise tx.storage_error(exc, label) from exc
+
     @contextmanager
     def user_transaction(self) -> Iterator[sqlite3.Connection]:
         """A caller-driven write transaction (`jobs.write_tx()`); no automatic retry."""
@@ -166,7 +179,7 @@ class SqliteStore:
                 with tx.write_transaction(self.conn, "write_tx") as conn:
                     yield conn
             except sqlite3.Error as exc:
-                raise tx._storage_error(exc, "write_tx") from exc
+                raise tx.storage_error(exc, "write_tx") from exc
 
     def read(self, work: Callable[[sqlite3.Connection], T]) -> T:
         if self.memory:
@@ -221,6 +234,12 @@ class SqliteStore:
         """`enqueue` of entries already in row form; returns the entry itself when inserted."""
         if conn is not None:
             return self._enqueue_in(conn, rows)
+        if len(rows) == 1:
+            row = rows[0]
+            if row[_KEY] is None and row[_PARENT] is None and row[_QUEUE] in self._known_queues:
+                # Nothing to look up or register first: the INSERT is the transaction.
+                self.write_statement(q.INSERT_JOB, _insert_params(row), "enqueue")
+                return [row]
         return self.write(lambda c: self._enqueue_in(c, rows), "enqueue")
 
     def _enqueue_in(self, conn: sqlite3.Connection, rows: Sequence[JobRow]) -> list[JobRow]:
