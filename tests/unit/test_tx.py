@@ -542,9 +542,7 @@ def test_a_failed_write_statement_leaves_nothing_and_carries_diagnostics(
     assert _rows(wal_db, connect) == [("taken",)]
 
 
-def test_busy_on_a_write_statement_is_database_busy_after_one_wait(
-    wal_db: str, connect: Connect
-) -> None:
+def test_busy_on_a_write_statement_is_never_replayed(wal_db: str, connect: Connect) -> None:
     holder = connect(wal_db)
     holder.execute("BEGIN IMMEDIATE")
     store_conn = sqlite3.connect(wal_db, isolation_level=None, timeout=0.05)
