@@ -574,3 +574,25 @@ def test_enqueue_before_start_runs_once_started(db: str) -> None:
             return await h.finished
 
     assert run(main()).output == 5
+
+
+def test_start_builds_every_handlers_payload_adapter_before_the_first_claim(
+    db_path: str,
+) -> None:
+    # A worker that never enqueued would build each type's adapter when its first job
+    # arrives (the process's first one also sets up pydantic, ~20 ms), holding the
+    # claimed slots meanwhile; start() builds them instead.
+    fresh = jl.JobType("test.fresh-adapter", Item)
+    jobs = make_manager(db_path)
+
+    @jobs.handler(fresh, recovery="retry")
+    async def work(ctx: jl.JobContext[Item]) -> None:
+        return None
+
+    assert fresh._adapter is None  # registering alone builds nothing
+
+    async def main() -> None:
+        async with jobs:
+            assert fresh._adapter is not None
+
+    run(main())

@@ -73,6 +73,14 @@ class JobType(Generic[P]):
             self._adapter = TypeAdapter(self.payload_type)
         return self._adapter
 
+    def build_adapter(self) -> None:
+        """Build the payload's adapter now instead of at its first use.
+
+        The first adapter a process builds also sets up pydantic itself (~20 ms), and a
+        type's first job would wait for it while its claimed slots stay taken.
+        """
+        self.adapter  # noqa: B018 - the property builds and keeps it
+
     def encode(self, payload: Any, *, max_bytes: int = MAX_PAYLOAD_BYTES) -> tuple[P, str]:
         """Validate `payload` against the type; return the value and its JSON text."""
         adapter = self._adapter

@@ -136,6 +136,8 @@ class Lifecycle:
 
     async def start(self) -> None:
         m = self.m
+        for spec in m._handlers.values():
+            spec.job_type.build_adapter()
         m._engine.accepting = True
         self.recovery_future()
         self.started_at = m.clock.monotonic()
