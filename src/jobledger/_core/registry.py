@@ -73,7 +73,7 @@ class JobType(Generic[P]):
             self._adapter = TypeAdapter(self.payload_type)
         return self._adapter
 
-    def build_adapter(self) -> None:
+    def _build_adapter(self) -> None:
         """Build the payload's adapter now instead of at its first use.
 
         The first adapter a process builds also sets up pydantic itself (~20 ms), and a

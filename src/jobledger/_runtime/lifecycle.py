@@ -137,7 +137,7 @@ class Lifecycle:
     async def start(self) -> None:
         m = self.m
         for spec in m._handlers.values():
-            spec.job_type.build_adapter()
+            spec.job_type._build_adapter()
         m._engine.accepting = True
         self.recovery_future()
         self.started_at = m.clock.monotonic()
