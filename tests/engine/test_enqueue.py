@@ -487,8 +487,7 @@ def test_an_idempotency_hit_does_not_count_as_registering_its_queue(db: str) -> 
 def test_a_plain_enqueue_on_a_known_queue_is_one_autocommit_statement(db_path: str) -> None:
     # Nothing to look up or register: the INSERT is the whole transaction (SQLite's
     # autocommit), about a tenth cheaper than BEGIN IMMEDIATE, INSERT, COMMIT.
-    db = db_path
-    jobs, _ = registered(db)
+    jobs, _ = registered(db_path)
     conn = jobs._store.conn  # type: ignore[attr-defined]
     seen: list[str] = []
 
@@ -507,7 +506,7 @@ def test_a_plain_enqueue_on_a_known_queue_is_one_autocommit_statement(db_path: s
     assert statements(lambda: jobs.enqueue(ITEM, Item(n=4), queue="fresh"))[0] == "BEGIN"
     assert statements(lambda: jobs.enqueue(ITEM, Item(n=5), queue="fresh")) == ["INSERT"]
     assert not conn.in_transaction
-    stored = db_rows(db, "SELECT payload, queue, status FROM jobs ORDER BY id")
+    stored = db_rows(db_path, "SELECT payload, queue, status FROM jobs ORDER BY id")
     assert stored == [(json.dumps({"n": n}, separators=(",", ":")), queue, "pending")
                       for n, queue in [(1, ITEM.name), (2, ITEM.name), (3, ITEM.name),
                                        (4, "fresh"), (5, "fresh")]]  # fmt: skip

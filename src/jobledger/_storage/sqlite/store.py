@@ -157,8 +157,8 @@ class SqliteStore:
             conn = self.conn
             return tx.with_write_tx(conn, lambda: work(conn), label)
 
-    def write_statement(self, sql: str, params: Sequence[Any], label: str) -> int:
-        """A write that is one statement, committed on return; returns its rowcount.
+    def write_statement(self, sql: str, params: Sequence[Any], label: str) -> None:
+        """A write that is one statement, committed on return.
 
         Not replayed on BUSY (see `tx.run_write_statement`), like a transaction whose
         BEGIN found the database busy.
@@ -166,7 +166,7 @@ class SqliteStore:
         with self.lock:
             self._reopen_if_closed()
             try:
-                return tx.run_write_statement(self.conn, sql, params, label).rowcount
+                tx.run_write_statement(self.conn, sql, params, label)
             except sqlite3.Error as exc:
                 raise tx.storage_error(exc, label) from exc
 
