@@ -12,6 +12,8 @@ import asyncio
 import threading
 import time
 
+import pytest
+
 import jobledger as jl
 from tests.conftest import run, wait_until
 from tests.engine import ITEM, Item, make_manager
@@ -210,3 +212,75 @@ def test_queue_cap_is_shared_by_two_workers_on_one_file(db: str) -> None:
     workers = list(ran_by.values())
     assert workers.count(a.worker_id) == 2
     assert workers.count(b.worker_id) == 18
+
+
+def test_process_max_concurrency_limits_what_one_process_claims(db: str) -> None:
+    jobs = make_manager(db, process_max_concurrency=3)
+    gauge = Gauge()
+    go = asyncio.Event()
+
+    @jobs.handler(ITEM, recovery="retry", concurrency=50)
+    async def work(ctx: jl.JobContext[Item]) -> None:
+        gauge.enter()
+        try:
+            await go.wait()
+        finally:
+            gauge.exit()
+
+    async def main() -> None:
+        async with jobs:
+            handles = jobs.enqueue_many(ITEM, [Item(n=i) for i in range(20)])
+            await wait_until(lambda: gauge.active == 3, what="three jobs to start")
+            # The caps would let it claim all twenty; give it the chance to.
+            await asyncio.sleep(0.05)
+            assert jobs.count(status="running") == 3
+            go.set()
+            for h in handles:
+                assert (await h.finished).status == "completed"
+
+    run(main())
+    assert gauge.entered == 20
+    assert gauge.peak == 3
+
+
+def test_process_max_concurrency_splits_a_shared_cap_between_two_workers(db: str) -> None:
+    gauge = {"a": Gauge(), "b": Gauge()}
+    go = asyncio.Event()
+    a = make_manager(db, process_max_concurrency=2)
+    b = make_manager(db, process_max_concurrency=2)
+
+    def register(jobs: jl.JobManager, name: str) -> None:
+        @jobs.handler(ITEM, recovery="retry", concurrency=10)
+        async def work(ctx: jl.JobContext[Item]) -> None:
+            gauge[name].enter()
+            try:
+                await go.wait()
+            finally:
+                gauge[name].exit()
+
+    register(a, "a")
+    register(b, "b")
+
+    async def main() -> None:
+        async with a, b:
+            handles = a.enqueue_many(ITEM, [Item(n=i) for i in range(10)])
+            # Without the limit the first claim takes all ten and the other idles.
+            await wait_until(
+                lambda: gauge["a"].active == 2 and gauge["b"].active == 2,
+                what="both workers to run two jobs each",
+            )
+            go.set()
+            for h in handles:
+                assert (await h.finished).status == "completed"
+
+    run(main())
+    assert gauge["a"].peak == 2
+    assert gauge["b"].peak == 2
+    assert gauge["a"].entered + gauge["b"].entered == 10
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 2.5, "2"])
+def test_process_max_concurrency_must_be_a_positive_integer(db: str, bad: object) -> None:
+    with pytest.raises(jl.JobValidationError) as info:
+        jl.JobManager(db, process_max_concurrency=bad)  # type: ignore[arg-type]
+    assert info.value.code == "JOB_INVALID_OPTION"

@@ -92,6 +92,30 @@ def test_four_processes_run_each_job_exactly_once_under_a_shared_cap(
     assert peak[CAPPED.name] <= CAPPED_CONCURRENCY
 
 
+def test_process_max_concurrency_leaves_the_rest_of_a_shared_cap_to_other_processes(
+    db: str, tmp_path: Path
+) -> None:
+    # Ten blocking jobs under a cap of ten: without the per-process limit, whichever
+    # process claims first takes all ten and the other one idles.
+    producer = jl.JobManager(db)
+    producer.enqueue_many(RETRY, list(range(10)))
+    arun(producer.stop)
+    args = ("--concurrency", "10", "--global-max", "10", "--process-max", "2")
+    children = [spawn(db, "block", tmp_path, f"w{n}", *args) for n in range(2)]
+    try:
+        a, b = (child.wait_started() for child in children)
+        wait_for(
+            lambda: _running_owners(db) == Counter({a: 2, b: 2}),
+            what="each process to run exactly two of the ten jobs",
+        )
+        for child in children:
+            assert child.terminate() == 0, child.output()
+    finally:
+        for child in children:
+            if child.proc.poll() is None:
+                child.kill9()
+
+
 def test_a_second_worker_never_resets_a_live_workers_jobs_and_rescues_them_at_its_death(
     db: str,
     tmp_path: Path,

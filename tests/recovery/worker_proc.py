@@ -146,6 +146,7 @@ async def main(args: argparse.Namespace) -> int:
         args.db,
         startup_delay=0,
         global_max_concurrency=args.global_max,
+        process_max_concurrency=args.process_max,
         worker_timeout=args.worker_timeout,
         heartbeat_interval=args.heartbeat,
         leader_ttl=args.leader_ttl,
@@ -187,6 +188,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--worker-id", default=None)
     p.add_argument("--concurrency", type=int, default=200)
     p.add_argument("--global-max", type=int, default=1000)
+    p.add_argument("--process-max", type=int, default=None)
     p.add_argument("--worker-timeout", type=float, default=600.0)
     p.add_argument("--heartbeat", type=float, default=5.0)
     p.add_argument("--leader-ttl", type=float, default=15.0)

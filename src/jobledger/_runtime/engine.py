@@ -19,6 +19,12 @@ elsewhere kept taking the batch over in those gaps (four processes drained slowe
 one). A global-cap refusal is never delayed (another queue holds the slots; this one
 must get its turn), nor is an empty queue's next claim, nor a kick from a local enqueue.
 
+Every claim also stops at what this process may still run: the global cap, or
+`process_max_concurrency` when set. Without it, one process takes every free slot of a
+cap shared by several: right for handlers that await, but a process whose handlers hold
+the CPU runs them one at a time while the other processes, seeing the cap full, idle.
+Reaching it counts as a global-cap refusal (below): any job of ours that ends frees it.
+
 A finishing job kicks its queue; when the global cap was what blocked, it kicks every
 queue, and the queues the cap turned away go first ("passing the turn"): kicked in a
 fixed order, the first few queues would take every freed slot and the others would
@@ -115,6 +121,7 @@ class Engine:
         poll_interval: float,
         claim_batch: int = 64,
         thread_pool_size: int = 16,
+        process_max_concurrency: int | None = None,
     ) -> None:
         self.store = store
         self.clock = clock
@@ -122,6 +129,13 @@ class Engine:
         self.handlers = handlers
         self.events = events
         self.global_max = global_max_concurrency
+        # What this process may run at once: the global cap, or less when the user says
+        # one process cannot really run that many (see `_dispatch`).
+        self.local_max = (
+            global_max_concurrency
+            if process_max_concurrency is None
+            else min(global_max_concurrency, process_max_concurrency)
+        )
         self.poll_interval = poll_interval
         self.claim_batch = claim_batch
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -197,8 +211,8 @@ class Engine:
         free = qu.concurrency - qu.running
         if free <= 0:
             return
-        global_free = self.global_max - len(self.inflight)
-        if global_free <= 0:
+        own_free = self.local_max - len(self.inflight)
+        if own_free <= 0:
             self.global_blocked = True
             self._denied[qu.name] = None
             return
@@ -206,7 +220,7 @@ class Engine:
             return
         qu.confirmed = False
         qu.deferrals = qu.quiet = 0
-        limit = min(free, global_free, self.claim_batch)
+        limit = min(free, own_free, self.claim_batch)
         with qu.lock:
             if self._gate_closed():  # re-checked under the lock (seed 001)
                 return

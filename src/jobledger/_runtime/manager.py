@@ -120,6 +120,7 @@ class JobManager:
         leader_ttl: float = 15.0,
         max_payload_bytes: int = MAX_PAYLOAD_BYTES,
         claim_batch: int = 64,
+        process_max_concurrency: int | None = None,
     ) -> None:
         if (
             isinstance(global_max_concurrency, bool)
@@ -128,6 +129,16 @@ class JobManager:
         ):
             raise JobValidationError(
                 "global_max_concurrency must be an integer >= 1", code="JOB_INVALID_OPTION"
+            )
+        if process_max_concurrency is not None and (
+            isinstance(process_max_concurrency, bool)
+            or not isinstance(process_max_concurrency, int)
+            or process_max_concurrency < 1
+        ):
+            raise JobValidationError(
+                "process_max_concurrency must be an integer >= 1, or None for no limit "
+                "beyond the caps",
+                code="JOB_INVALID_OPTION",
             )
         for name, value in (
             ("startup_delay", startup_delay),
@@ -166,6 +177,7 @@ class JobManager:
             global_max_concurrency=global_max_concurrency,
             poll_interval=self.poll_interval,
             claim_batch=claim_batch,
+            process_max_concurrency=process_max_concurrency,
         )
         self._engine.on_delayed = self._on_delayed
         self._loop: asyncio.AbstractEventLoop | None = None
