@@ -45,6 +45,7 @@ __all__ = [
     "Counter",
     "Stopwatch",
     "base_parser",
+    "burn",
     "count_completed",
     "emit",
     "fresh_dir",
@@ -152,10 +153,12 @@ def make_manager(
     global_cap: int = 50,
     counter: Counter | None = None,
     output_bytes: int = 0,
+    cpu_ms: float = 0.0,
     **options: Any,
 ) -> jl.JobManager:
     """A manager with the no-op async handler registered (quiet window off); with
-    `output_bytes`, the handler returns a string of that many characters."""
+    `output_bytes`, the handler returns a string of that many characters; with `cpu_ms`,
+    it first computes for that long (holding the loop, as CPU-bound handlers do)."""
     jobs = jl.JobManager(
         path,
         startup_delay=0,
@@ -168,11 +171,20 @@ def make_manager(
 
     @jobs.handler(NOOP, recovery="retry", concurrency=concurrency)
     async def noop(ctx: jl.JobContext[dict[str, Any]]) -> str | None:
+        if cpu_ms:
+            burn(cpu_ms)
         if hit is not None:
             hit()
         return output
 
     return jobs
+
+
+def burn(ms: float) -> None:
+    """Keep the CPU busy for `ms` milliseconds (a stand-in for real computation)."""
+    end = time.perf_counter() + ms / 1000
+    while time.perf_counter() < end:
+        pass
 
 
 async def wait_completed(jobs: jl.JobManager, counter: Counter, n: int) -> None:

@@ -16,6 +16,10 @@ Counted as "database is locked" errors reaching users: an exception out of the u
 `enqueue`, a log record at WARNING or above that mentions a busy/locked database (a
 claim or finalize that failed), and a job that ended `failed` because of one.
 
+`--cpu-ms M` makes every job compute for M ms first (on both sides), and
+`--process-max K` sets each jobledger worker's `process_max_concurrency`; the record is
+then named `cpu_w<procs>` (`cpu_w<procs>_pmax` with K). Use `--extra 0` with them.
+
 jobledger: each process is a started manager, async no-op handler, concurrency 50,
 global cap 50. huey: each process runs its consumer's `Worker.loop()` in its main thread
 (default polling); a shared counter says when all tasks have executed.
@@ -29,6 +33,7 @@ import multiprocessing as mp
 import os
 import sqlite3
 import time
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
@@ -36,6 +41,7 @@ from _common import (
     NOOP,
     Counter,
     base_parser,
+    burn,
     count_completed,
     emit,
     fresh_dir,
@@ -80,15 +86,23 @@ def main() -> None:
     p.add_argument("-n", type=int, default=20_000)
     p.add_argument("--procs", type=int, default=4)
     p.add_argument("--extra", type=int, default=500)
+    p.add_argument("--cpu-ms", type=float, default=0.0, help="each job computes this long")
+    p.add_argument("--process-max", type=int, default=None, help="process_max_concurrency")
     args = p.parse_args()
     ctx = mp.get_context("spawn")
     with fresh_dir() as d:
         name = "jobs.db" if args.system == "jobledger" else "huey.db"
         path = os.path.join(d, name)
-        result = _run(ctx, path, args.system, args.sync, args.n, args.procs, args.extra)
+        result = _run(
+            ctx, path, args.system, args.sync, args.n, args.procs, args.extra,
+            Work(args.cpu_ms, args.process_max),
+        )  # fmt: skip
     total = args.n + args.extra
+    name = f"procs_{args.procs}"
+    if args.cpu_ms:
+        name = f"cpu_w{args.procs}" + ("" if args.process_max is None else "_pmax")
     emit(
-        f"procs_{args.procs}",
+        name,
         args.system,
         args.sync,
         n=total,
@@ -99,18 +113,29 @@ def main() -> None:
         locked_errors=result["locked"],
         other_errors=result["other"],
         per_process=result["per_process"],
+        cpu_ms=args.cpu_ms,
+        process_max=args.process_max,
     )
 
 
+@dataclass(frozen=True)
+class Work:
+    """What each job does (`cpu_ms` of computation, none by default) and the workers'
+    `process_max_concurrency` (jobledger only: a huey worker runs one task at a time)."""
+
+    cpu_ms: float = 0.0
+    process_max: int | None = None
+
+
 def _run(
-    ctx: Any, path: str, system: str, sync: str, n: int, procs: int, extra: int
+    ctx: Any, path: str, system: str, sync: str, n: int, procs: int, extra: int, work: Work
 ) -> dict[str, Any]:
     if system == "jobledger":
         prefill(path, n)
         done_count: Any = None
     else:
         huey = make_huey(path, sync)
-        huey_prefill(huey, _huey_task(huey), n)
+        huey_prefill(huey, _huey_task(huey, cpu_ms=work.cpu_ms), n)
         huey.storage.close()
         done_count = ctx.Value("q", 0)
     ready = ctx.Barrier(procs + 1)
@@ -118,7 +143,7 @@ def _run(
     results = ctx.Queue()
     target = _jobledger_worker if system == "jobledger" else _huey_worker
     workers = [
-        ctx.Process(target=target, args=(path, sync, ready, finish, results, done_count))
+        ctx.Process(target=target, args=(path, sync, ready, finish, results, done_count, work))
         for _ in range(procs)
     ]
     for w in workers:
@@ -215,11 +240,13 @@ def _failed_locked(path: str) -> int:
 
 
 def _jobledger_worker(
-    path: str, sync: str, ready: Any, finish: Any, results: Any, _count: Any
+    path: str, sync: str, ready: Any, finish: Any, results: Any, _count: Any, work: Work
 ) -> None:
     counter_log = _install_counter()
     counter = Counter()
-    jobs = make_manager(path, sync, counter=counter)
+    jobs = make_manager(
+        path, sync, counter=counter, cpu_ms=work.cpu_ms, process_max_concurrency=work.process_max
+    )
 
     async def run() -> None:
         hold = jobs.pause("bench: until every worker is ready")
@@ -234,8 +261,10 @@ def _jobledger_worker(
     results.put({"handled": counter.n, "locked": counter_log.locked, "other": counter_log.other})
 
 
-def _huey_task(huey: Any, count: Any = None) -> Any:
+def _huey_task(huey: Any, count: Any = None, cpu_ms: float = 0.0) -> Any:
     def noop() -> None:
+        if cpu_ms:
+            burn(cpu_ms)
         if count is not None:
             with count.get_lock():
                 count.value += 1
@@ -245,12 +274,14 @@ def _huey_task(huey: Any, count: Any = None) -> Any:
     return huey.task(name="noop")(noop)
 
 
-def _huey_worker(path: str, sync: str, ready: Any, finish: Any, results: Any, count: Any) -> None:
+def _huey_worker(
+    path: str, sync: str, ready: Any, finish: Any, results: Any, count: Any, work: Work
+) -> None:
     counter_log = _install_counter()
     huey = make_huey(path, sync)
     handled = 0
 
-    _huey_task(huey, count)
+    _huey_task(huey, count, cpu_ms=work.cpu_ms)
     worker = huey_worker(huey, max_delay=0.1)  # idle only at the very end; stop promptly
     ready.wait(60)
     while not finish.is_set():

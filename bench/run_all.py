@@ -24,6 +24,11 @@ The process cases drain 60,000 jobs: the producer beside the workers enqueues it
 jobs one every 2 ms, so no run can be shorter than about 1.2 s; at 20,000 jobs a fast
 machine measured that floor for both 1 and 4 processes. Their records carry
 `producer_seconds` so that a reader can see when it binds.
+
+The CPU cases (`cpu_*`) run 1,500 jobs that each compute for 2 ms, under the same
+shared cap of 50, on one worker process and on two: with `process_max_concurrency=2`
+(each process claims at most two at a time), and without, which shows what the option
+is for. A huey worker runs one task at a time, so its two processes share the work.
 """
 
 from __future__ import annotations
@@ -46,6 +51,11 @@ from _common import machine  # noqa: E402
 
 N = 20_000
 PROCS_N = 60_000
+# CPU-bound jobs over worker processes: each job computes for CPU_MS, under the same
+# shared cap of 50; with and without `process_max_concurrency`.
+CPU_MS = 2
+CPU_N = 1_500
+CPU_PROCESS_MAX = 2
 
 
 @dataclass
@@ -113,6 +123,17 @@ def cases(args: argparse.Namespace) -> list[Case]:
                 Case(f"procs_{procs}/{system}", "multiproc.py",
                      ["--system", system, "--procs", procs, "-n", str(PROCS_N)])
             )  # fmt: skip
+    cpu = ["--cpu-ms", str(CPU_MS), "-n", str(CPU_N), "--extra", "0"]
+    for system in ("jobledger", "huey"):
+        for procs in ("1", "2"):
+            out.append(
+                Case(f"cpu_w{procs}/{system}", "multiproc.py",
+                     ["--system", system, "--procs", procs, *cpu])
+            )  # fmt: skip
+    out.append(
+        Case("cpu_w2_pmax/jobledger", "multiproc.py",
+             ["--procs", "2", "--process-max", str(CPU_PROCESS_MAX), *cpu])
+    )  # fmt: skip
     chosen = [c for c in out if args.big or not c.big]
     if args.only:
         chosen = [c for c in chosen if any(o in c.name for o in args.only)]
@@ -182,6 +203,15 @@ def _scale_rows() -> list[Row]:
         Row("  'database is locked' reaching users", "NORMAL", "count", ("procs_4", jl_),
             ("procs_4", hy), higher_is_better=False, fields=["locked_errors"])
     )  # fmt: skip
+    rows += [
+        Row(f"{CPU_MS} ms CPU jobs, 1 worker process", "NORMAL", "jobs/s",
+            ("cpu_w1", jl_), ("cpu_w1", hy)),
+        Row(f"  2 processes, process_max_concurrency={CPU_PROCESS_MAX}", "NORMAL", "jobs/s",
+            ("cpu_w2_pmax", jl_), ("cpu_w2", hy)),
+        Row("  2 processes, no per-process limit", "NORMAL", "jobs/s",
+            ("cpu_w2", jl_), ("cpu_w2", hy),
+            note="one process claims the whole cap and runs it alone"),
+    ]  # fmt: skip
     return rows
 
 
