@@ -284,3 +284,35 @@ def test_process_max_concurrency_must_be_a_positive_integer(db: str, bad: object
     with pytest.raises(jl.JobValidationError) as info:
         jl.JobManager(db, process_max_concurrency=bad)  # type: ignore[arg-type]
     assert info.value.code == "JOB_INVALID_OPTION"
+
+
+def test_plain_handlers_are_claimed_only_while_a_pool_thread_is_free(db: str) -> None:
+    # Sixteen pool threads (the engine's default) under caps of fifty: a job claimed
+    # beyond the pool would wait for a thread while counted as running.
+    jobs = make_manager(db)
+    gauge = Gauge()
+    release = threading.Event()
+
+    @jobs.handler(ITEM, recovery="retry", concurrency=50)
+    def work(ctx: jl.JobContext[Item]) -> None:
+        gauge.enter()
+        try:
+            assert release.wait(30)
+        finally:
+            gauge.exit()
+
+    async def main() -> None:
+        async with jobs:
+            handles = jobs.enqueue_many(ITEM, [Item(n=i) for i in range(30)])
+            try:
+                await wait_until(lambda: gauge.active == 16, what="every pool thread busy")
+                await asyncio.sleep(0.05)  # the caps would let it claim all thirty
+                assert jobs.count(status="running") == 16
+            finally:
+                release.set()
+            for h in handles:
+                assert (await h.finished).status == "completed"
+
+    run(main())
+    assert gauge.entered == 30
+    assert gauge.peak == 16

@@ -23,7 +23,10 @@ Every claim also stops at what this process may still run: the global cap, or
 `process_max_concurrency` when set. Without it, one process takes every free slot of a
 cap shared by several: right for handlers that await, but a process whose handlers hold
 the CPU runs them one at a time while the other processes, seeing the cap full, idle.
-Reaching it counts as a global-cap refusal (below): any job of ours that ends frees it.
+Likewise a queue made for a plain `def` handler claims only while a pool thread is free:
+a job claimed beyond the pool would wait for a thread while counted as running, its
+timeout already counting. Reaching either limit counts as a global-cap refusal (below):
+any job of ours that ends frees it.
 
 A finishing job kicks its queue; when the global cap was what blocked, it kicks every
 queue, and the queues the cap turned away go first ("passing the turn"): kicked in a
@@ -91,12 +94,14 @@ class DispatchQueue:
         "name",
         "quiet",
         "running",
+        "sync",
         "turned_away",
     )
 
-    def __init__(self, name: str, concurrency: int) -> None:
+    def __init__(self, name: str, concurrency: int, *, sync: bool = False) -> None:
         self.name = name
         self.concurrency = concurrency
+        self.sync = sync  # made for a plain `def` handler: its jobs need a pool thread
         self.lock = threading.Lock()
         self.kick_pending = False
         self.running = 0
@@ -141,6 +146,7 @@ class Engine:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.queues: dict[str, DispatchQueue] = {}
         self.inflight: dict[str, Attempt] = {}
+        self.sync_inflight = 0  # of them, plain `def` handlers' (one pool thread each)
         self.global_blocked = False
         self._denied: dict[str, None] = {}  # queues the global cap turned away, in order
         self.accepting = False  # claims allowed (started, recovery gate open, not stopping)
@@ -171,7 +177,7 @@ class Engine:
             spec = self.handlers.get(type_name)
             if spec is None:
                 return None
-            qu = DispatchQueue(name, spec.concurrency)
+            qu = DispatchQueue(name, spec.concurrency, sync=not spec.is_async)
             self.queues[name] = qu
         return qu
 
@@ -212,6 +218,8 @@ class Engine:
         if free <= 0:
             return
         own_free = self.local_max - len(self.inflight)
+        if qu.sync:
+            own_free = min(own_free, self._pool_size - self.sync_inflight)
         if own_free <= 0:
             self.global_blocked = True
             self._denied[qu.name] = None
@@ -309,6 +317,8 @@ class Engine:
             job.schedule_id,
         )
         self.inflight[job.id] = attempt
+        if not spec.is_async:
+            self.sync_inflight += 1
         qu.running += 1
         task = self.loop.create_task(self._run(attempt, job))
         attempt.task = task
@@ -528,6 +538,8 @@ class Engine:
     def _release(self, attempt: Attempt) -> None:
         if self.inflight.get(attempt.job_id) is attempt:
             del self.inflight[attempt.job_id]
+            if not attempt.spec.is_async:
+                self.sync_inflight -= 1
         qu = self.queues.get(attempt.queue)
         if qu is not None:
             qu.running -= 1
