@@ -64,3 +64,28 @@ def test_bad_payload_is_one_line_and_exit_code_2(app_dir: Path) -> None:
     assert len(lines) == 1, bad_json.stderr
     assert lines[0].startswith("jobledger: error: --payload is not valid JSON")
     assert "Traceback" not in bad_json.stderr
+
+
+def test_worker_process_max_concurrency_option(app_dir: Path) -> None:
+    db = str(app_dir / "app.db")
+    worker = spawn(
+        "--db", db, "worker", "cliapp:jobs", "--startup-delay", "0",
+        "--process-max-concurrency", "3", cwd=app_dir,
+    )  # fmt: skip
+    try:
+        assert worker.stderr is not None
+        banner = ""
+        for line in worker.stderr:  # log lines may come first; pytest-timeout bounds it
+            if line.startswith("jobledger worker "):
+                banner = line
+                break
+    finally:
+        code, err = _stop(worker)
+    assert "at most 3 at once here" in banner, banner + err
+    assert code == 0, err
+
+    refused = jobledger(
+        "--db", db, "worker", "cliapp:jobs", "--process-max-concurrency", "0", cwd=app_dir
+    )
+    assert refused.returncode == 2
+    assert "--process-max-concurrency" in refused.stderr

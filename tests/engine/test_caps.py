@@ -284,6 +284,41 @@ def test_process_max_concurrency_must_be_a_positive_integer(db: str, bad: object
     with pytest.raises(jl.JobValidationError) as info:
         jl.JobManager(db, process_max_concurrency=bad)  # type: ignore[arg-type]
     assert info.value.code == "JOB_INVALID_OPTION"
+    jobs = make_manager(db, process_max_concurrency=2)
+    with pytest.raises(jl.JobValidationError) as info:
+        jobs.process_max_concurrency = bad  # type: ignore[assignment]
+    assert info.value.code == "JOB_INVALID_OPTION"
+    assert jobs.process_max_concurrency == 2
+    run(jobs.stop())
+
+
+def test_process_max_concurrency_can_change_while_running(db: str) -> None:
+    jobs = make_manager(db, process_max_concurrency=2)
+    gauge = Gauge()
+    go = asyncio.Event()
+
+    @jobs.handler(ITEM, recovery="retry", concurrency=50)
+    async def work(ctx: jl.JobContext[Item]) -> None:
+        gauge.enter()
+        try:
+            await go.wait()
+        finally:
+            gauge.exit()
+
+    async def main() -> None:
+        async with jobs:
+            handles = jobs.enqueue_many(ITEM, [Item(n=i) for i in range(10)])
+            await wait_until(lambda: gauge.active == 2, what="two jobs to start")
+            jobs.process_max_concurrency = 5
+            await wait_until(lambda: gauge.active == 5, what="three more to start")
+            jobs.process_max_concurrency = None
+            await wait_until(lambda: gauge.active == 10, what="the rest to start")
+            go.set()
+            for h in handles:
+                assert (await h.finished).status == "completed"
+
+    run(main())
+    assert gauge.entered == 10
 
 
 def test_plain_handlers_are_claimed_only_while_a_pool_thread_is_free(db: str) -> None:

@@ -126,7 +126,6 @@ class Engine:
         poll_interval: float,
         claim_batch: int = 64,
         thread_pool_size: int = 16,
-        process_max_concurrency: int | None = None,
     ) -> None:
         self.store = store
         self.clock = clock
@@ -134,13 +133,8 @@ class Engine:
         self.handlers = handlers
         self.events = events
         self.global_max = global_max_concurrency
-        # What this process may run at once: the global cap, or less when the user says
-        # one process cannot really run that many (see `_dispatch`).
-        self.local_max = (
-            global_max_concurrency
-            if process_max_concurrency is None
-            else min(global_max_concurrency, process_max_concurrency)
-        )
+        self.process_max: int | None = None
+        self.local_max = global_max_concurrency  # what this process may run at once
         self.poll_interval = poll_interval
         self.claim_batch = claim_batch
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -163,6 +157,20 @@ class Engine:
         self._settling: set[asyncio.Task[None]] = set()
         self.on_delayed: Callable[[int], None] = lambda at_ms: None
         self.on_settled_row: Callable[[JobRow], None] = _ignore_row
+
+    def limit_process(self, process_max: int | None) -> None:
+        """Run at most `process_max` jobs at once here (None: the global cap), from the
+        next claim on; the user's word that one process cannot really run more."""
+        self.process_max = process_max
+        self.local_max = (
+            self.global_max if process_max is None else min(self.global_max, process_max)
+        )
+        loop = self.loop
+        if loop is not None and not loop.is_closed():  # a raised limit frees slots now
+            if _on_loop(loop):
+                self._pass_the_turn()
+            else:
+                loop.call_soon_threadsafe(self._pass_the_turn)
 
     # -- time -----------------------------------------------------------------------
 
@@ -508,14 +516,19 @@ class Engine:
             else:
                 self.settle_row(row, attempt)
         if self.global_blocked:
-            self.global_blocked = False
-            denied, self._denied = self._denied, {}
-            for name in denied:  # kicks run in call order: these claim first
-                self.kick(name)
-            self.kick_all()
+            self._pass_the_turn()
         else:
             for name in kicks:
                 self.kick(name)
+
+    def _pass_the_turn(self) -> None:
+        """Slots freed after the global cap (or this process's limit) turned queues away:
+        those queues claim first, then every other one."""
+        self.global_blocked = False
+        denied, self._denied = self._denied, {}
+        for name in denied:  # kicks run in call order: these claim first
+            self.kick(name)
+        self.kick_all()
 
     def _wants_row(self, attempt: Attempt) -> bool:
         """Does anything here need the terminal row (a waiter, a listener, a hook)?"""

@@ -99,6 +99,14 @@ class WriteTx:
         self._after_commit.append(fn)
 
 
+def _check_process_max(value: object) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise JobValidationError(
+            "process_max_concurrency must be an integer >= 1, or None for no limit beyond the caps",
+            code="JOB_INVALID_OPTION",
+        )
+
+
 class JobManager:
     """A durable job queue on one SQLite file (see the module docstring)."""
 
@@ -130,16 +138,7 @@ class JobManager:
             raise JobValidationError(
                 "global_max_concurrency must be an integer >= 1", code="JOB_INVALID_OPTION"
             )
-        if process_max_concurrency is not None and (
-            isinstance(process_max_concurrency, bool)
-            or not isinstance(process_max_concurrency, int)
-            or process_max_concurrency < 1
-        ):
-            raise JobValidationError(
-                "process_max_concurrency must be an integer >= 1, or None for no limit "
-                "beyond the caps",
-                code="JOB_INVALID_OPTION",
-            )
+        _check_process_max(process_max_concurrency)
         for name, value in (
             ("startup_delay", startup_delay),
             ("heartbeat_interval", heartbeat_interval),
@@ -177,8 +176,8 @@ class JobManager:
             global_max_concurrency=global_max_concurrency,
             poll_interval=self.poll_interval,
             claim_batch=claim_batch,
-            process_max_concurrency=process_max_concurrency,
         )
+        self.process_max_concurrency = process_max_concurrency
         self._engine.on_delayed = self._on_delayed
         self._loop: asyncio.AbstractEventLoop | None = None
         self._started = False
@@ -268,6 +267,19 @@ class JobManager:
 
     def has_handler(self, job_type: JobType[Any] | str) -> bool:
         return _type_name(job_type) in self._handlers
+
+    @property
+    def process_max_concurrency(self) -> int | None:
+        """At most this many jobs running in this process at once (None: only the caps).
+
+        Settable at any time, e.g. by `jobledger worker --process-max-concurrency`; it
+        applies from the next claim on."""
+        return self._engine.process_max
+
+    @process_max_concurrency.setter
+    def process_max_concurrency(self, value: int | None) -> None:
+        _check_process_max(value)
+        self._engine.limit_process(value)
 
     @property
     def job_types(self) -> dict[str, JobType[Any]]:

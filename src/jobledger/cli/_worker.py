@@ -44,13 +44,25 @@ async def run_until_signal(manager: JobManager, *, banner: str | None = None) ->
     help="Seconds before recovery and dispatch start (default: the manager's own).",
 )
 @click.option(
+    "--process-max-concurrency",
+    type=click.IntRange(min=1),
+    default=None,
+    help="At most N jobs running at once in this process (default: the manager's own).",
+)
+@click.option(
     "--log-level",
     type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
     default="info",
     show_default=True,
 )
 @click.pass_obj
-def worker(settings: Settings, app: str, startup_delay: float | None, log_level: str) -> None:
+def worker(
+    settings: Settings,
+    app: str,
+    startup_delay: float | None,
+    process_max_concurrency: int | None,
+    log_level: str,
+) -> None:
     """Run the JobManager at MODULE:ATTR until SIGINT or SIGTERM.
 
     ATTR is a JobManager, or a zero-argument function returning one. With --db the
@@ -61,10 +73,14 @@ def worker(settings: Settings, app: str, startup_delay: float | None, log_level:
     manager = load_manager(app, settings)
     if startup_delay is not None:
         manager.startup_delay = startup_delay
+    if process_max_concurrency is not None:
+        manager.process_max_concurrency = process_max_concurrency
     types = ", ".join(sorted(manager.job_types)) or "no job types"
+    limit = manager.process_max_concurrency
+    at_once = "" if limit is None else f" at most {limit} at once here;"
     banner = (
-        f"jobledger worker {manager.worker_id} on {manager.path}: handles {types}; "
-        f"dispatch starts after {manager.startup_delay:g}s. Ctrl-C to stop."
+        f"jobledger worker {manager.worker_id} on {manager.path}: handles {types};"
+        f"{at_once} dispatch starts after {manager.startup_delay:g}s. Ctrl-C to stop."
     )
     asyncio.run(run_until_signal(manager, banner=banner))
     click.echo("jobledger: worker stopped", err=True)
