@@ -177,7 +177,7 @@ class JobManager:
             poll_interval=self.poll_interval,
             claim_batch=claim_batch,
         )
-        self.process_max_concurrency = process_max_concurrency
+        self._engine.limit_process(process_max_concurrency)  # checked above
         self._engine.on_delayed = self._on_delayed
         self._loop: asyncio.AbstractEventLoop | None = None
         self._started = False
