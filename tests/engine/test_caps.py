@@ -321,10 +321,12 @@ def test_process_max_concurrency_can_change_while_running(db: str) -> None:
     assert gauge.entered == 10
 
 
-def test_plain_handlers_are_claimed_only_while_a_pool_thread_is_free(db: str) -> None:
-    # Sixteen pool threads (the engine's default) under caps of fifty: a job claimed
-    # beyond the pool would wait for a thread while counted as running.
-    jobs = make_manager(db)
+@pytest.mark.parametrize("threads", [16, 5])
+def test_plain_handlers_are_claimed_only_while_a_pool_thread_is_free(db: str, threads: int) -> None:
+    # Pool threads (16 by default) under caps of fifty: a job claimed beyond the pool
+    # would wait for a thread while counted as running.
+    options = {} if threads == 16 else {"thread_pool_size": threads}
+    jobs = make_manager(db, **options)
     gauge = Gauge()
     release = threading.Event()
 
@@ -340,9 +342,9 @@ def test_plain_handlers_are_claimed_only_while_a_pool_thread_is_free(db: str) ->
         async with jobs:
             handles = jobs.enqueue_many(ITEM, [Item(n=i) for i in range(30)])
             try:
-                await wait_until(lambda: gauge.active == 16, what="every pool thread busy")
+                await wait_until(lambda: gauge.active == threads, what="every thread busy")
                 await asyncio.sleep(0.05)  # the caps would let it claim all thirty
-                assert jobs.count(status="running") == 16
+                assert jobs.count(status="running") == threads
             finally:
                 release.set()
             for h in handles:
@@ -350,4 +352,11 @@ def test_plain_handlers_are_claimed_only_while_a_pool_thread_is_free(db: str) ->
 
     run(main())
     assert gauge.entered == 30
-    assert gauge.peak == 16
+    assert gauge.peak == threads
+
+
+@pytest.mark.parametrize("bad", [0, True, 2.5])
+def test_thread_pool_size_must_be_a_positive_integer(db: str, bad: object) -> None:
+    with pytest.raises(jl.JobValidationError) as info:
+        jl.JobManager(db, thread_pool_size=bad)  # type: ignore[arg-type]
+    assert info.value.code == "JOB_INVALID_OPTION"

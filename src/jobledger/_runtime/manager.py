@@ -129,6 +129,7 @@ class JobManager:
         max_payload_bytes: int = MAX_PAYLOAD_BYTES,
         claim_batch: int = 64,
         process_max_concurrency: int | None = None,
+        thread_pool_size: int = 16,
     ) -> None:
         if (
             isinstance(global_max_concurrency, bool)
@@ -139,6 +140,14 @@ class JobManager:
                 "global_max_concurrency must be an integer >= 1", code="JOB_INVALID_OPTION"
             )
         _check_process_max(process_max_concurrency)
+        if (
+            isinstance(thread_pool_size, bool)
+            or not isinstance(thread_pool_size, int)
+            or thread_pool_size < 1
+        ):
+            raise JobValidationError(
+                "thread_pool_size must be an integer >= 1", code="JOB_INVALID_OPTION"
+            )
         for name, value in (
             ("startup_delay", startup_delay),
             ("heartbeat_interval", heartbeat_interval),
@@ -176,6 +185,7 @@ class JobManager:
             global_max_concurrency=global_max_concurrency,
             poll_interval=self.poll_interval,
             claim_batch=claim_batch,
+            thread_pool_size=thread_pool_size,
         )
         self._engine.limit_process(process_max_concurrency)  # checked above
         self._engine.on_delayed = self._on_delayed
