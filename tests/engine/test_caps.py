@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -214,8 +215,9 @@ def test_queue_cap_is_shared_by_two_workers_on_one_file(db: str) -> None:
     assert workers.count(b.worker_id) == 18
 
 
-def test_process_max_concurrency_limits_what_one_process_claims(db: str) -> None:
-    jobs = make_manager(db, process_max_concurrency=3)
+def _blocking(db: str, **options: Any) -> tuple[jl.JobManager, Gauge, asyncio.Event]:
+    """A manager whose handler (queue cap 50) holds its slot until the event is set."""
+    jobs = make_manager(db, **options)
     gauge = Gauge()
     go = asyncio.Event()
 
@@ -226,6 +228,12 @@ def test_process_max_concurrency_limits_what_one_process_claims(db: str) -> None
             await go.wait()
         finally:
             gauge.exit()
+
+    return jobs, gauge, go
+
+
+def test_process_max_concurrency_limits_what_one_process_claims(db: str) -> None:
+    jobs, gauge, go = _blocking(db, process_max_concurrency=3)
 
     async def main() -> None:
         async with jobs:
@@ -293,17 +301,7 @@ def test_process_max_concurrency_must_be_a_positive_integer(db: str, bad: object
 
 
 def test_process_max_concurrency_can_change_while_running(db: str) -> None:
-    jobs = make_manager(db, process_max_concurrency=2)
-    gauge = Gauge()
-    go = asyncio.Event()
-
-    @jobs.handler(ITEM, recovery="retry", concurrency=50)
-    async def work(ctx: jl.JobContext[Item]) -> None:
-        gauge.enter()
-        try:
-            await go.wait()
-        finally:
-            gauge.exit()
+    jobs, gauge, go = _blocking(db, process_max_concurrency=2)
 
     async def main() -> None:
         async with jobs:

@@ -99,8 +99,17 @@ class WriteTx:
         self._after_commit.append(fn)
 
 
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _check_count(name: str, value: object) -> None:
+    if not _is_count(value):
+        raise JobValidationError(f"{name} must be an integer >= 1", code="JOB_INVALID_OPTION")
+
+
 def _check_process_max(value: object) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+    if value is not None and not _is_count(value):
         raise JobValidationError(
             "process_max_concurrency must be an integer >= 1, or None for no limit beyond the caps",
             code="JOB_INVALID_OPTION",
@@ -131,23 +140,9 @@ class JobManager:
         process_max_concurrency: int | None = None,
         thread_pool_size: int = 16,
     ) -> None:
-        if (
-            isinstance(global_max_concurrency, bool)
-            or not isinstance(global_max_concurrency, int)
-            or global_max_concurrency < 1
-        ):
-            raise JobValidationError(
-                "global_max_concurrency must be an integer >= 1", code="JOB_INVALID_OPTION"
-            )
+        _check_count("global_max_concurrency", global_max_concurrency)
         _check_process_max(process_max_concurrency)
-        if (
-            isinstance(thread_pool_size, bool)
-            or not isinstance(thread_pool_size, int)
-            or thread_pool_size < 1
-        ):
-            raise JobValidationError(
-                "thread_pool_size must be an integer >= 1", code="JOB_INVALID_OPTION"
-            )
+        _check_count("thread_pool_size", thread_pool_size)
         for name, value in (
             ("startup_delay", startup_delay),
             ("heartbeat_interval", heartbeat_interval),
