@@ -1,0 +1,80 @@
+"""`ReadModel.metrics()` against figures worked out row by row in Python.
+
+The figures come from one grouped pass over `jobs` with each histogram's bucket decided
+by a CASE chain in SQL (see `read_model._metrics_scan`); this checks that pass against
+a plain reading of every row, on rows made to hit each edge: every status, values on
+and around the bucket bounds, negative start delays, NULL times, and a queue without
+rows.
+"""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+from pathlib import Path
+
+import jobledger as jl
+from jobledger._observe.read_model import HISTOGRAM_BUCKETS, Histogram, ReadModel
+from tests.conftest import run
+
+STATUSES = ("pending", "delayed", "running", "completed", "failed", "cancelled")
+T = jl.JobType("scan.t", dict)
+
+
+def _expected_histogram(values_ms: list[int]) -> Histogram:
+    buckets = tuple((b, sum(v <= int(b * 1000) for v in values_ms)) for b in HISTOGRAM_BUCKETS)
+    return Histogram(buckets, sum(values_ms) / 1000, len(values_ms))
+
+
+def test_metrics_match_a_row_by_row_count(tmp_path: Path) -> None:
+    path = str(tmp_path / "jobs.db")
+    jobs = jl.JobManager(path)
+    for queue in ("a", "b", "c"):
+        jobs.enqueue_many(T, [{}] * 300, queue=queue)
+    jobs.enqueue(T, {}, queue="empty")  # registers the queue; its row is deleted below
+    bounds = [int(b * 1000) for b in HISTOGRAM_BUCKETS]
+    edges = [-50, -1, 0, 1, *bounds, *(b + 1 for b in bounds), 10**9]
+    rnd = random.Random(20261130)
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("DELETE FROM jobs WHERE queue = 'empty'")
+        for rowid, scheduled in conn.execute("SELECT rowid, scheduled_at FROM jobs").fetchall():
+            started = None if rnd.random() < 0.15 else scheduled + rnd.choice(edges)
+            base = scheduled if started is None else started
+            finished = None if rnd.random() < 0.15 else base + abs(rnd.choice(edges))
+            conn.execute(
+                "UPDATE jobs SET status = ?, started_at = ?, finished_at = ?, attempt = ? "
+                "WHERE rowid = ?",
+                (rnd.choice(STATUSES), started, finished, rnd.choice((0, 0, 1, 3)), rowid),
+            )
+        rows = conn.execute(
+            "SELECT queue, status, attempt, scheduled_at, started_at, finished_at FROM jobs"
+        ).fetchall()
+    finally:
+        conn.close()
+    run(jobs.stop())
+
+    got = ReadModel(path).metrics()
+
+    queues = sorted({r[0] for r in rows})
+    assert set(got.started) == set(queues)
+    for queue in queues:
+        mine = [r for r in rows if r[0] == queue]
+        for status in STATUSES:
+            assert got.jobs[(queue, status)] == sum(r[1] == status for r in mine)
+        assert got.started[queue] == sum(r[2] + (r[4] is not None) for r in mine)
+        assert got.retried[queue] == sum(r[2] for r in mine)
+        assert got.completed[queue] == sum(r[1] == "completed" for r in mine)
+        assert got.failed[queue] == sum(r[1] == "failed" for r in mine)
+        assert got.cancelled[queue] == sum(r[1] == "cancelled" for r in mine)
+        run_ms = [
+            r[5] - r[4]
+            for r in mine
+            if r[1] in ("completed", "failed") and r[4] is not None and r[5] is not None
+        ]
+        latency = [max(0, r[4] - r[3]) for r in mine if r[4] is not None]
+        assert got.run_seconds[queue] == _expected_histogram(run_ms)
+        assert got.latency_seconds[queue] == _expected_histogram(latency)
+    assert all(got.jobs[("empty", status)] == 0 for status in STATUSES)
+    assert "empty" not in got.run_seconds
+    assert "empty" not in got.latency_seconds
