@@ -377,17 +377,10 @@ class ReadModel:
             stats: dict[str, QueueStats] = {}
             for name, type_name in c.execute("SELECT name, type FROM queues ORDER BY name"):
                 stats[name] = QueueStats(name, type_name)
-            for name, status, n in c.execute(
-                "SELECT queue, status, count(*) FROM jobs GROUP BY queue, status"
-            ):
+            for name, oldest, *counts in c.execute(_QUEUE_STATS_SCAN):
                 qs = stats.setdefault(name, QueueStats(name, None))
-                if status in qs.counts:
-                    qs.counts[status] = int(n)
-            for name, oldest in c.execute(
-                "SELECT queue, min(scheduled_at) FROM jobs WHERE status = 'pending' GROUP BY queue"
-            ):
-                if name in stats:
-                    stats[name].oldest_pending_at = oldest
+                qs.counts.update(zip(STATUSES, map(int, counts), strict=True))
+                qs.oldest_pending_at = oldest
             return [stats[k] for k in sorted(stats)]
 
         return self._read(work)
@@ -660,6 +653,16 @@ def _metrics_scan() -> str:
 
 
 _METRICS_SCAN = _metrics_scan()
+
+# The dashboard's per-queue counts in one pass, grouped by queue alone: the GROUP BY's
+# sort of every row is most of the cost, and a key of (queue, status) made it ~25%
+# dearer than per-status sums (0.50 against 0.62-0.73 s at a million rows), before a
+# second pass for the oldest pending row.
+_QUEUE_STATS_SCAN = (
+    "SELECT queue, min(CASE WHEN status = 'pending' THEN scheduled_at END), "
+    + ", ".join(f"sum(status = '{status}')" for status in STATUSES)
+    + " FROM jobs GROUP BY queue"
+)
 
 
 class _HistogramParts:

@@ -1,10 +1,10 @@
-"""`ReadModel.metrics()` against figures worked out row by row in Python.
+"""The read model's passes over `jobs` against figures worked out row by row in Python.
 
-The figures come from one grouped pass over `jobs` with each histogram's bucket decided
-by a CASE chain in SQL (see `read_model._metrics_scan`); this checks that pass against
-a plain reading of every row, on rows made to hit each edge: every status, values on
-and around the bucket bounds, negative start delays, NULL times, and a queue without
-rows.
+`/metrics` and the dashboard's queue table each come from one grouped pass over the
+table (see `read_model._metrics_scan` and `_QUEUE_STATS_SCAN`); these tests check them
+against a plain reading of every row, on rows made to hit each edge: every status,
+values on and around the histogram bounds, negative start delays, NULL times, and a
+queue without rows.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from __future__ import annotations
 import random
 import sqlite3
 from pathlib import Path
+
+import pytest
 
 import jobledger as jl
 from jobledger._observe.read_model import HISTOGRAM_BUCKETS, Histogram, ReadModel
@@ -26,7 +28,14 @@ def _expected_histogram(values_ms: list[int]) -> Histogram:
     return Histogram(buckets, sum(values_ms) / 1000, len(values_ms))
 
 
-def test_metrics_match_a_row_by_row_count(tmp_path: Path) -> None:
+Row = tuple[str, str, int, int, int | None, int | None]
+
+
+@pytest.fixture
+def varied(tmp_path: Path) -> tuple[str, list[Row]]:
+    """A database of 900 rows in three queues (plus a registered queue without rows),
+    with random statuses, attempts and times; and its rows as
+    (queue, status, attempt, scheduled_at, started_at, finished_at)."""
     path = str(tmp_path / "jobs.db")
     jobs = jl.JobManager(path)
     for queue in ("a", "b", "c"):
@@ -38,14 +47,22 @@ def test_metrics_match_a_row_by_row_count(tmp_path: Path) -> None:
     conn = sqlite3.connect(path, isolation_level=None)
     try:
         conn.execute("DELETE FROM jobs WHERE queue = 'empty'")
-        for rowid, scheduled in conn.execute("SELECT rowid, scheduled_at FROM jobs").fetchall():
+        for rowid, enqueued in conn.execute("SELECT rowid, scheduled_at FROM jobs").fetchall():
+            scheduled = enqueued + rnd.randrange(-60_000, 60_000)
             started = None if rnd.random() < 0.15 else scheduled + rnd.choice(edges)
             base = scheduled if started is None else started
             finished = None if rnd.random() < 0.15 else base + abs(rnd.choice(edges))
             conn.execute(
-                "UPDATE jobs SET status = ?, started_at = ?, finished_at = ?, attempt = ? "
-                "WHERE rowid = ?",
-                (rnd.choice(STATUSES), started, finished, rnd.choice((0, 0, 1, 3)), rowid),
+                "UPDATE jobs SET status = ?, scheduled_at = ?, started_at = ?, "
+                "finished_at = ?, attempt = ? WHERE rowid = ?",
+                (
+                    rnd.choice(STATUSES),
+                    scheduled,
+                    started,
+                    finished,
+                    rnd.choice((0, 0, 1, 3)),
+                    rowid,
+                ),
             )
         rows = conn.execute(
             "SELECT queue, status, attempt, scheduled_at, started_at, finished_at FROM jobs"
@@ -53,7 +70,11 @@ def test_metrics_match_a_row_by_row_count(tmp_path: Path) -> None:
     finally:
         conn.close()
     run(jobs.stop())
+    return path, rows
 
+
+def test_metrics_match_a_row_by_row_count(varied: tuple[str, list[Row]]) -> None:
+    path, rows = varied
     got = ReadModel(path).metrics()
 
     queues = sorted({r[0] for r in rows})
@@ -78,3 +99,17 @@ def test_metrics_match_a_row_by_row_count(tmp_path: Path) -> None:
     assert all(got.jobs[("empty", status)] == 0 for status in STATUSES)
     assert "empty" not in got.run_seconds
     assert "empty" not in got.latency_seconds
+
+
+def test_queue_stats_match_a_row_by_row_count(varied: tuple[str, list[Row]]) -> None:
+    path, rows = varied
+    got = {qs.name: qs for qs in ReadModel(path).queue_stats()}
+    assert sorted(got) == ["a", "b", "c", "empty"]
+    assert got["empty"].counts == dict.fromkeys(STATUSES, 0)
+    assert got["empty"].oldest_pending_at is None
+    for queue in ("a", "b", "c"):
+        mine = [r for r in rows if r[0] == queue]
+        assert got[queue].type == T.name
+        assert got[queue].counts == {s: sum(r[1] == s for r in mine) for s in STATUSES}
+        pending = [r[3] for r in mine if r[1] == "pending"]
+        assert got[queue].oldest_pending_at == (min(pending) if pending else None)
