@@ -239,8 +239,9 @@ def test_process_max_concurrency_limits_what_one_process_claims(db: str) -> None
         async with jobs:
             handles = jobs.enqueue_many(ITEM, [Item(n=i) for i in range(20)])
             await wait_until(lambda: gauge.active == 3, what="three jobs to start")
-            # The caps would let it claim all twenty; give it the chance to.
-            await asyncio.sleep(0.05)
+            # The caps would let it claim all twenty: wait for its next dispatch to be
+            # turned away by the process's own limit, then look at the table.
+            await wait_until(lambda: jobs._engine.global_blocked, what="a refused claim")
             assert jobs.count(status="running") == 3
             go.set()
             for h in handles:
@@ -341,7 +342,9 @@ def test_plain_handlers_are_claimed_only_while_a_pool_thread_is_free(db: str, th
             handles = jobs.enqueue_many(ITEM, [Item(n=i) for i in range(30)])
             try:
                 await wait_until(lambda: gauge.active == threads, what="every thread busy")
-                await asyncio.sleep(0.05)  # the caps would let it claim all thirty
+                # The caps would let it claim all thirty: wait for a dispatch that the
+                # pool turned away, then look at the table.
+                await wait_until(lambda: jobs._engine.global_blocked, what="a refused claim")
                 assert jobs.count(status="running") == threads
             finally:
                 release.set()
