@@ -74,7 +74,7 @@ def _label(pending: int) -> str:
 
 
 def _rows(total: int) -> Iterator[tuple[Any, ...]]:
-    from jobledger._runtime.ids import new_id
+    from jobledger._core.ids import new_id
 
     now = int(time.time() * 1000) - 1000
     for _ in range(total):

@@ -84,10 +84,10 @@ def _huey(path: str, sync: str, n: int) -> float:
 
 
 def _raw(path: str, sync: str, n: int) -> float:
-    from jobledger._runtime.ids import new_id
+    from jobledger._core.ids import new_keyed_id
     from jobledger._storage.interface import new_row
     from jobledger._storage.sqlite import queries as q
-    from jobledger._storage.sqlite.store import shared_inserts
+    from jobledger._storage.sqlite.store import SHARED_CHUNK, shared_insert
 
     jl.JobManager(path)._store.close()  # create the schema
     conn = sqlite3.connect(path, isolation_level=None)
@@ -96,12 +96,14 @@ def _raw(path: str, sync: str, n: int) -> float:
     # The statements `enqueue_many` runs for such a batch, their arguments built
     # beforehand: what is left is SQLite's own work.
     rows = [
-        new_row(new_id(now), NOOP.name, "pending", NOOP.name, 0, "{}", 3, None, None, None,
-                None, "{}", "bench", now, now)
-        for _ in range(n)
+        (key, new_row(job_id, NOOP.name, "pending", NOOP.name, 0, "{}", 3, None, None, None,
+                      None, "{}", "bench", now, now))
+        for key, job_id in (new_keyed_id(now) for _ in range(n))
     ]  # fmt: skip
-    shared = tuple(rows[0][c] for c in q.SHARED_COLUMNS)
-    statements = list(shared_inserts(shared, rows))
+    shared = tuple(rows[0][1][c] for c in q.SHARED_COLUMNS)
+    statements = [
+        shared_insert(shared, rows[i : i + SHARED_CHUNK]) for i in range(0, n, SHARED_CHUNK)
+    ]
     watch = Stopwatch()
     conn.execute("BEGIN IMMEDIATE")
     for sql, params in statements:

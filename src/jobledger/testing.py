@@ -144,11 +144,7 @@ async def drain(jobs: JobManager, *, timeout: float = 30.0) -> list[JobSnapshot]
     fresh = [r for r in rows if r[q.C_ID] not in seen_before or r[q.C_ID] in involved]
     ids = {r[q.C_ID] for r in fresh}
     missing = [i for i in involved if i not in ids]
-    for start in range(0, len(missing), 500):
-        chunk = tuple(missing[start : start + 500])
-        fresh.extend(
-            _rows(jobs, f"SELECT {q.JOB_COLUMNS} FROM jobs WHERE id IN ({_in(len(chunk))})", chunk)
-        )
+    fresh.extend(row for row in map(jobs._store.get, missing) if row is not None)
     fresh.sort(key=lambda r: (r[q.C_CREATED_AT], r[q.C_ID]))
     return [snapshot_from_row(r) for r in fresh]
 

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
+from jobledger._core.ids import new_id
 from jobledger._storage.interface import (
     ClaimResult,
     JobRow,
@@ -111,10 +112,12 @@ def new_job(
     max_attempts: int = 3,
     timeout_ms: int | None = None,
 ) -> NewJob:
-    """A job row to enqueue; ids sort in creation order (as the library's ids do)."""
+    """A job row to enqueue, with an id made as the library makes them (in creation
+    order, from `created_at`)."""
     n = next(_ids)
+    created = 1_000 + n if created_at is None else created_at
     return NewJob(
-        id=id or f"job-{n:08d}",
+        id=id or new_id(created),
         type=type,
         status=status,
         queue=queue,
@@ -128,7 +131,7 @@ def new_job(
         metadata=json.dumps(metadata or {}, separators=(",", ":")),
         enqueued_by=enqueued_by,
         scheduled_at=scheduled_at,
-        created_at=1_000 + n if created_at is None else created_at,
+        created_at=created,
     )
 
 

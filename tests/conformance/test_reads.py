@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from jobledger._runtime.ids import new_id
+from jobledger._core.ids import new_id
 from jobledger._storage.interface import JobFilter, NewJob, OutcomeKind
 from tests.conformance import Backend, ConformantStore, claim, col, new_job, outcome, q
 

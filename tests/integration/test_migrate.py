@@ -22,7 +22,6 @@ from typing import Any
 
 import pytest
 
-from jobledger._runtime.ids import new_id
 from jobledger._storage.lease import WriterLease, acquire_writer_lease, writer_lock_path_for
 from jobledger._storage.sqlite import migrate as migrate_module
 from jobledger._storage.sqlite import queries as q
@@ -38,7 +37,7 @@ from jobledger._storage.sqlite.migrate import (
     split_statements,
 )
 from jobledger.errors import DatabaseBusy, SchemaError, WriteTransactionFailed
-from tests.integration import _procs
+from tests.integration import _procs, v7_id
 
 WAIT = _procs.WAIT
 TABLES = {"job_schedules", "jobs", "locks", "leader", "ownership", "queues", "workers"}
@@ -146,7 +145,7 @@ def test_a_version_1_file_with_jobs_upgrades_in_place(db: str) -> None:
             conn.execute(
                 "INSERT INTO jobs (id, type, status, queue, payload, scheduled_at, created_at, "
                 "updated_at) VALUES (?, 't', ?, 'q', '{}', 0, ?, ?)",
-                (new_id(1_000 + i), status, 1_000 + i, 1_000 + i),
+                (v7_id(1_000 + i, i), status, 1_000 + i, 1_000 + i),
             )
     finally:
         conn.close()
@@ -189,7 +188,7 @@ def _version_2_file_with_references(db: str) -> list[tuple[Any, ...]]:
             "schedule_id, scheduled_at, created_at, updated_at) "
             "VALUES (?, ?, 't', ?, 'q', ?, ?, ?, ?, 0, ?, ?)"
         )
-        parent, child, orphan = new_id(1_000), new_id(1_001), new_id(1_002)
+        parent, child, orphan = v7_id(1_000, 1), v7_id(1_001, 2), v7_id(1_002, 3)
         # Rowids out of id order, as a file whose rows were deleted and reused could be.
         conn.execute(insert, (7, parent, "completed", '{"n": 1}', '"out"', None, "s1", 1, 1))
         conn.execute(insert, (3, child, "pending", '{"n": 2}', None, parent, "s1", 2, 2))
@@ -199,7 +198,7 @@ def _version_2_file_with_references(db: str) -> list[tuple[Any, ...]]:
         conn.close()
 
 
-def test_a_version_2_file_is_rebuilt_keeping_every_row_rowid_and_reference(db: str) -> None:
+def test_a_version_2_file_is_rebuilt_keeping_every_row_and_reference(db: str) -> None:
     before = _version_2_file_with_references(db)
     assert migrate(db) == SCHEMA_VERSION
     conn = _open(db)
@@ -207,7 +206,9 @@ def test_a_version_2_file_is_rebuilt_keeping_every_row_rowid_and_reference(db: s
         assert dump_schema(conn) == _schema_file()
         # Dropping the old table with foreign keys on would have run ON DELETE SET NULL.
         rows = conn.execute(f"SELECT rowid, {q.JOB_COLUMNS} FROM jobs ORDER BY id").fetchall()
-        assert rows == before
+        assert [r[1:] for r in rows] == [r[1:] for r in before]
+        # Schema 4 renumbered them below zero, in id order (they had rowids 7, 3, 5).
+        assert [r[0] for r in rows] == [q.LEGACY_BASE + 1, q.LEGACY_BASE + 2, q.LEGACY_BASE + 3]
         assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
         sql, params = q.JobsWhere(("failed", "cancelled")).list_sql(limit=10, offset=0)
         assert [r[q.C_ID] for r in conn.execute(sql, params)] == [before[2][1 + q.C_ID]]
@@ -261,7 +262,7 @@ def test_a_rebuild_leaves_the_connection_enforcing_foreign_keys(db: str) -> None
         assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
         with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
             conn.execute(
-                "INSERT INTO jobs (id, type, status, queue, payload, parent_id, scheduled_at, "
+                "INSERT INTO jobs (id, type, status, queue, payload, schedule_id, scheduled_at, "
                 "created_at, updated_at) VALUES ('j', 't', 'pending', 'q', '{}', 'nope', 0, 0, 0)"
             )
         conn.execute("DELETE FROM job_schedules")  # ON DELETE SET NULL runs again

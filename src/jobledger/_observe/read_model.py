@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 from jobledger._storage.rows import snapshot_from_row
 from jobledger._storage.sqlite import queries as q
 from jobledger._storage.sqlite.connections import open_reader
+from jobledger._storage.sqlite.keys import key_of
 from jobledger._storage.sqlite.migrate import SCHEMA_VERSION
 from jobledger._storage.sqlite.workers import pid_alive
 from jobledger._types import JobSnapshot, JobStatus
@@ -331,7 +332,7 @@ class ReadModel:
     # -- jobs -----------------------------------------------------------------------
 
     def get_job(self, job_id: str) -> JobSnapshot | None:
-        row = self._read(lambda c: c.execute(q.GET_JOB, (job_id,)).fetchone())
+        row = self._read(lambda c: c.execute(q.GET_JOB, (key_of(c, job_id), job_id)).fetchone())
         return None if row is None else snapshot_from_row(row)
 
     def list_jobs(self, query: JobQuery, *, limit: int, offset: int = 0) -> list[JobSnapshot]:
@@ -359,14 +360,6 @@ class ReadModel:
             limit,
             offset,
         )
-
-    def jobs_among(self, ids: Sequence[str]) -> list[JobSnapshot]:
-        out: list[JobSnapshot] = []
-        for start in range(0, len(ids), 500):
-            chunk = tuple(ids[start : start + 500])
-            sql = f"SELECT {q.JOB_COLUMNS} FROM jobs WHERE id IN ({','.join('?' * len(chunk))})"
-            out.extend(snapshot_from_row(r) for r in self._fetch(sql, chunk))
-        return out
 
     # -- queues ---------------------------------------------------------------------
 

@@ -14,8 +14,8 @@ from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar, cast
 
 from jobledger._core.backoff import validate_max_attempts
+from jobledger._core.ids import new_id, new_ids
 from jobledger._core.registry import HandlerSpec, JobType, dumps, validate_timeout
-from jobledger._runtime.ids import new_id, new_ids
 from jobledger._storage.interface import JobRow, NewJob, new_row
 from jobledger.clock import to_ms
 from jobledger.errors import JobError, JobValidationError

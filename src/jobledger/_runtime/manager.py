@@ -45,7 +45,14 @@ from jobledger._runtime.lifecycle import Hold, Lifecycle
 from jobledger._runtime.timers import wait_with_timeout
 from jobledger._scheduling.job_schedules import snapshot_of
 from jobledger._scheduling.triggers import CatchUpPolicy, SkipMissed, Trigger
-from jobledger._storage.interface import JobFilter, JobRow, NewJob, Store, fresh_row
+from jobledger._storage.interface import (
+    JobFilter,
+    JobRow,
+    NewJob,
+    Store,
+    fresh_row,
+    was_inserted,
+)
 from jobledger._storage.open import open_store
 from jobledger._storage.rows import error_to_json, snapshot_from_row
 from jobledger._storage.sqlite import queries as q
@@ -71,8 +78,7 @@ P = TypeVar("P")
 R = TypeVar("R")
 MAX_REASON = 500
 LIST_CAP = 1000
-_ID, _TYPE, _STATUS, _QUEUE, _SCHEDULED_AT = (
-    q.C_ID,
+_TYPE, _STATUS, _QUEUE, _SCHEDULED_AT = (
     q.C_TYPE,
     q.C_STATUS,
     q.C_QUEUE,
@@ -452,7 +458,8 @@ class JobManager:
         """After COMMIT: remember queues, then dispatch or arm promotion (if started).
 
         `new` are the entries as prepared, `rows` what the store answered for each: the
-        same id means the entry was inserted; another, that it hit a live idempotency key.
+        entry itself, or its row under a fresh id, means it was inserted; another job, that
+        it hit a live idempotency key (`interface.was_inserted`).
         """
         if len(new) == 1 and len(rows) == 1:
             self._after_one(new[0], rows[0])
@@ -461,7 +468,7 @@ class JobManager:
         kicks: dict[str, str] = {}
         queues: set[str] = set()
         for entry, row in zip(new, rows, strict=True):
-            if row is not entry and row[_ID] != entry[_ID]:
+            if not was_inserted(entry, row):
                 continue  # an idempotency hit: nothing new to dispatch or register
             queue = entry[_QUEUE]
             if entry[_STATUS] == "pending":
@@ -488,7 +495,7 @@ class JobManager:
 
     def _after_one(self, new: JobRow, row: JobRow) -> None:
         """`_after_rows` of one entry, without the batch's bookkeeping."""
-        if row is new or row[_ID] == new[_ID]:
+        if was_inserted(new, row):
             queue, type_name = new[_QUEUE], new[_TYPE]
             self._store.remember_queues((queue,))
             pending = new[_STATUS] == "pending"

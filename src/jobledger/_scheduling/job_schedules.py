@@ -454,8 +454,10 @@ class JobSchedules(ScheduleHooks):
         except Exception:
             log.exception("schedule %s: its job could not be built; the fire is consumed", sid)
         now = m._engine.now_ms()
+        answer: list[Any] = []  # what the store answered for `job` (its row as inserted)
 
         def work(conn: Any) -> bool:
+            answer.clear()  # a replayed transaction starts over
             if catch_up_next is not None or expected_next is None:
                 cas = conn.execute(self.q.CATCH_UP_CAS, (catch_up_next, now, sid, expected_next))
             else:
@@ -463,7 +465,7 @@ class JobSchedules(ScheduleHooks):
             if cas.rowcount != 1:
                 return False
             if job is not None:
-                m._store.enqueue([job], conn=conn)
+                answer.extend(m._store.enqueue([job], conn=conn))
             return True
 
         try:
@@ -472,7 +474,7 @@ class JobSchedules(ScheduleHooks):
             log.exception("schedule %s: the fire could not be written", sid)
             return False
         if written and job is not None:
-            m._after_enqueue([job], [_fresh_row(job)])
+            m._after_enqueue([job], answer)
         return written
 
     async def manual(self, row: ScheduleRow) -> bool:
@@ -491,21 +493,23 @@ class JobSchedules(ScheduleHooks):
         )
         now = m._engine.now_ms()
         consume = isinstance(snap.trigger, Once) and now >= to_ms(snap.trigger.at)
+        answer: list[Any] = []
 
         def work(conn: Any) -> bool:
+            answer.clear()
             # Re-read under the write lock: another process may have fired (moving
             # next_run) or deleted the schedule since `row` was read; writing back the
             # stale next_run would make every later fire lose its compare-and-set.
             current = conn.execute(self.q.GET_SCHEDULE, (sid,)).fetchone()
             if current is None:
                 return False
-            m._store.enqueue([job], conn=conn)
+            answer.extend(m._store.enqueue([job], conn=conn))
             conn.execute(self.q.MARK_MANUAL, (now, None if consume else current[7], now, sid))
             return True
 
         if not m._store.write(work, "schedule_manual"):
             return False
-        m._after_enqueue([job], [_fresh_row(job)])
+        m._after_enqueue([job], answer)
         if consume:
             self.sync(sid)  # the one-shot is spent now: its timer goes
         return True
@@ -716,9 +720,3 @@ def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
         return asyncio.get_running_loop() is loop
     except RuntimeError:
         return False
-
-
-def _fresh_row(job: Any) -> tuple[Any, ...]:
-    from jobledger._storage.sqlite.store import _row_of
-
-    return _row_of(job)

@@ -27,9 +27,11 @@ __all__ = [
     "NewJob",
     "Outcome",
     "OutcomeKind",
+    "Reissued",
     "Store",
     "fresh_row",
     "new_row",
+    "was_inserted",
 ]
 
 T = TypeVar("T")
@@ -38,6 +40,19 @@ T = TypeVar("T")
 JobRow = tuple[Any, ...]
 # `finalize`'s answer for an outcome written with `want_row=False`: applied, row not read.
 APPLIED: JobRow = ()
+
+
+class Reissued(tuple[Any, ...]):
+    """An entry `enqueue` inserted under a fresh id: the SQLite store found its first id's
+    row key taken (another process made the same key in the same millisecond)."""
+
+    __slots__ = ()
+
+
+def was_inserted(entry: JobRow, row: JobRow) -> bool:
+    """Whether `enqueue` answered `row` for `entry` by inserting it; otherwise `row` is the
+    live job that holds the entry's idempotency key."""
+    return row is entry or row[0] == entry[0] or type(row) is Reissued
 
 
 @dataclass(slots=True)

@@ -2,6 +2,10 @@
 
 Partial indexes only serve a query that spells the status as a literal, so statuses are
 written into the SQL, never bound as parameters, on the hot paths.
+
+A job is found by its key and its id, `rowid = ? AND id = ?` (`keys.py`): the key is
+`keys.key_of(conn, job_id)`, and `jobs.id` has no index (schema 4). Every index ends
+with the rowid, which sorts as the id does, so orderings by id are orderings by rowid.
 """
 
 from __future__ import annotations
@@ -29,12 +33,22 @@ SHARED_COLUMNS = (
     C_SCHEDULE, C_METADATA, C_ENQUEUED_BY, C_SCHEDULED_AT, C_CREATED_AT, C_UPDATED_AT,
 )  # fmt: skip
 _INSERT_COLUMNS = (
-    "id, payload, type, status, queue, priority, max_attempts, timeout_ms, "
+    "rowid, id, payload, type, status, queue, priority, max_attempts, timeout_ms, "
     "idempotency_key, parent_id, schedule_id, metadata, enqueued_by, scheduled_at, "
     "created_at, updated_at"
 )
 INSERT_JOB = (
-    f"INSERT INTO jobs ({_INSERT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    f"INSERT INTO jobs ({_INSERT_COLUMNS}) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+# A row whose id names no row key (one not made by `ids.new_id`: the conformance suite's,
+# a migrated file's) goes below zero, after every row there, as schema 4 put the rows it
+# renumbered: found through jobs_legacy_id_idx, ordered as inserted.
+LEGACY_BASE = -(1 << 62)
+INSERT_UNKEYED = INSERT_JOB.replace(
+    "VALUES (?,",
+    f"VALUES ((SELECT coalesce(max(rowid), {LEGACY_BASE}) + 1 FROM jobs WHERE rowid < 0),",
 )
 
 
@@ -42,12 +56,14 @@ INSERT_JOB = (
 def insert_shared_sql(n_rows: int) -> str:
     """INSERT of `n_rows` rows that differ only in id and payload (what one `enqueue_many`
     call writes): ?1..?14 are the shared columns, in `SHARED_COLUMNS` order, then each
-    row's id and payload. Every row names the same shared parameters, so a row binds two
-    values, not sixteen; that is 1.3-1.6x faster than one JSON array expanded by
+    row's key, id and payload. Every row names the same shared parameters, so a row binds
+    three values, not seventeen; that is 1.3-1.6x faster than one JSON array expanded by
     `json_each` (the payload's JSON escaped into a string, then parsed again)."""
     k = len(SHARED_COLUMNS)
     shared = ", ".join(f"?{j}" for j in range(1, k + 1))
-    values = ", ".join(f"(?{k + 2 * i + 1}, ?{k + 2 * i + 2}, {shared})" for i in range(n_rows))
+    values = ", ".join(
+        f"(?{k + 3 * i + 1}, ?{k + 3 * i + 2}, ?{k + 3 * i + 3}, {shared})" for i in range(n_rows)
+    )
     return f"INSERT INTO jobs ({_INSERT_COLUMNS}) VALUES {values}"
 
 
@@ -57,7 +73,7 @@ FIND_LIVE_BY_KEY = (
     f"SELECT {JOB_COLUMNS} FROM jobs WHERE idempotency_key = ? "
     "AND (status = 'pending' OR status = 'delayed' OR status = 'running')"
 )
-PARENT_EXISTS = "SELECT 1 FROM jobs WHERE id = ?"
+PARENT_EXISTS = "SELECT 1 FROM jobs WHERE rowid = ? AND id = ?"
 REGISTER_QUEUE = "INSERT OR IGNORE INTO queues (name, type, created_at) VALUES (?, ?, ?)"
 QUEUES_SINCE = "SELECT seq, name, type FROM queues WHERE seq > ? ORDER BY seq"
 
@@ -71,19 +87,21 @@ def claim_sql(n_types: int) -> str:
 
     The outer compare-and-set is spelled `+status`: the unary plus keeps the planner from
     driving the UPDATE through an index on status (every pending row, O(backlog) per
-    claim; schema version 1 had one) instead of the id lookup of the few ids chosen.
+    claim; schema version 1 had one) instead of the rowid lookup of the few rows chosen.
+    The rowid comes back first, for the claim order.
     """
     return (
         "UPDATE jobs SET status = 'running', worker_id = ?, started_at = ?, updated_at = ? "
-        "WHERE id IN (SELECT id FROM jobs WHERE status = 'pending' AND cancel_requested = 0 "
-        f"AND queue = ? AND scheduled_at <= ? AND type IN ({','.join('?' * n_types)}) "
-        "ORDER BY priority, scheduled_at, id LIMIT ?) AND +status = 'pending' "
-        "RETURNING id, type, queue, priority, payload, attempt, max_attempts, timeout_ms, "
-        "metadata, parent_id, schedule_id, scheduled_at, started_at"
+        "WHERE rowid IN (SELECT rowid FROM jobs WHERE status = 'pending' "
+        "AND cancel_requested = 0 AND queue = ? AND scheduled_at <= ? "
+        f"AND type IN ({','.join('?' * n_types)}) ORDER BY priority, scheduled_at, rowid "
+        "LIMIT ?) AND +status = 'pending' RETURNING rowid, id, type, queue, priority, "
+        "payload, attempt, max_attempts, timeout_ms, metadata, parent_id, schedule_id, "
+        "scheduled_at, started_at"
     )
 
 
-_FENCE = "WHERE id = ? AND status = 'running' AND worker_id = ? AND attempt = ?"
+_FENCE = "WHERE rowid = ? AND id = ? AND status = 'running' AND worker_id = ? AND attempt = ?"
 # Reading the row back costs about as much as the write; FINISH_NO_ROW is for outcomes
 # nobody is waiting on (`Outcome.want_row`), and reports through rowcount.
 FINISH_NO_ROW = (
@@ -93,7 +111,7 @@ FINISH_NO_ROW = (
 )
 FINISH = f"{FINISH_NO_ROW} RETURNING {JOB_COLUMNS}"
 # FINISH_NO_ROW for a whole batch in one statement: `?1` is a JSON array of
-# [id, worker_id, attempt, status, output, error, progress, progress_detail]. One
+# [key, id, worker_id, attempt, status, output, error, progress, progress_detail]. One
 # statement instead of one per job halves the finalize's SQL cost (about 27 -> 17 us per
 # job here), because binding and stepping a statement per row is what costs, not the
 # B-tree work. RETURNING names the rows whose fence matched.
@@ -101,11 +119,12 @@ FINISH_MANY = (
     "UPDATE jobs SET status = o.status, output = o.output, error = o.error, "
     "finished_at = ?2, updated_at = ?2, progress = coalesce(o.progress, jobs.progress), "
     "progress_detail = coalesce(o.detail, jobs.progress_detail) FROM (SELECT "
-    "json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS worker_id, "
-    "json_extract(value, '$[2]') AS attempt, json_extract(value, '$[3]') AS status, "
-    "json_extract(value, '$[4]') AS output, json_extract(value, '$[5]') AS error, "
-    "json_extract(value, '$[6]') AS progress, json_extract(value, '$[7]') AS detail "
-    "FROM json_each(?1)) AS o WHERE jobs.id = o.id AND jobs.status = 'running' "
+    "json_extract(value, '$[0]') AS key, json_extract(value, '$[1]') AS id, "
+    "json_extract(value, '$[2]') AS worker_id, json_extract(value, '$[3]') AS attempt, "
+    "json_extract(value, '$[4]') AS status, json_extract(value, '$[5]') AS output, "
+    "json_extract(value, '$[6]') AS error, json_extract(value, '$[7]') AS progress, "
+    "json_extract(value, '$[8]') AS detail FROM json_each(?1)) AS o "
+    "WHERE jobs.rowid = o.key AND jobs.id = o.id AND jobs.status = 'running' "
     "AND jobs.worker_id = o.worker_id AND jobs.attempt = o.attempt RETURNING jobs.id"
 )
 RETRY = (
@@ -135,12 +154,12 @@ NEXT_DELAYED_AT = "SELECT min(scheduled_at) FROM jobs WHERE status = 'delayed'"
 
 REQUEST_CANCEL = (
     "UPDATE jobs SET cancel_requested = 1, cancel_reason = coalesce(cancel_reason, ?), "
-    "updated_at = ? WHERE id = ? AND status IN ('pending', 'delayed', 'running') "
+    "updated_at = ? WHERE rowid = ? AND id = ? AND status IN ('pending', 'delayed', 'running') "
     "RETURNING status, worker_id"
 )
 CANCEL_WAITING = (
     "UPDATE jobs SET status = 'cancelled', error = ?, finished_at = ?, updated_at = ? "
-    f"WHERE id = ? AND status IN ('pending', 'delayed') RETURNING {JOB_COLUMNS}"
+    f"WHERE rowid = ? AND id = ? AND status IN ('pending', 'delayed') RETURNING {JOB_COLUMNS}"
 )
 FORCE_CANCEL_RUNNING = (
     "UPDATE jobs SET status = 'cancelled', error = ?, finished_at = ?, updated_at = ?, "
@@ -156,14 +175,15 @@ CANCEL_MANY_WAITING = (
     f"RETURNING {JOB_COLUMNS}"
 )
 CANCEL_REQUESTED_AMONG = (
-    "SELECT id, cancel_reason FROM jobs WHERE cancel_requested = 1 AND id IN ({ids})"
+    "SELECT id, cancel_reason FROM jobs WHERE rowid IN ({keys}) AND id IN ({ids}) "
+    "AND cancel_requested = 1"
 )
 
-GET_JOB = f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?"
+GET_JOB = f"SELECT {JOB_COLUMNS} FROM jobs WHERE rowid = ? AND id = ?"
 _STATUSES = frozenset(("pending", "delayed", "running", "completed", "failed", "cancelled"))
 # Statuses with a partial index of their own; a listing of only these reads those indexes
-# (few rows, sorted) instead of walking every row by id. `failed` and `cancelled` are
-# indexed by id, so a listing of one of them needs no sort at all.
+# (few rows, sorted) instead of walking every row. `failed` and `cancelled` are indexed
+# by status alone, so their entries are in rowid order and a listing needs no sort.
 _INDEXED = frozenset(("delayed", "running", "failed", "cancelled"))
 _BY_ID = frozenset(("failed", "cancelled"))
 
@@ -181,7 +201,7 @@ class JobsWhere:
     def _clause(self) -> tuple[str, list[Any], str]:
         parts: list[str] = []
         params: list[Any] = []
-        order = "id DESC"
+        order = "rowid DESC"
         statuses = sorted(set(self.status))
         if statuses:
             unknown = [s for s in statuses if s not in _STATUSES]
@@ -193,13 +213,13 @@ class JobsWhere:
                 # names its status in the SQL text.
                 parts.append(f"status = '{statuses[0]}'")
                 if statuses[0] in _INDEXED and statuses[0] not in _BY_ID:
-                    order = "+id DESC"  # keeps the planner on the partial index
+                    order = "+rowid DESC"  # keeps the planner on the partial index
             elif all(s in _INDEXED for s in statuses):
                 union = " UNION ALL ".join(
                     f"SELECT rowid FROM jobs WHERE status = '{s}'" for s in statuses
                 )
                 parts.append(f"rowid IN ({union})")
-                order = "+id DESC"
+                order = "+rowid DESC"
             else:
                 literals = ", ".join(f"'{s}'" for s in statuses)
                 parts.append(f"status IN ({literals})")
@@ -215,8 +235,9 @@ class JobsWhere:
         return (" WHERE " + " AND ".join(parts) if parts else ""), params, order
 
     def list_sql(self, *, limit: int, offset: int) -> tuple[str, tuple[Any, ...]]:
-        """Newest first. Ids carry `created_at`'s millisecond in their top bits, so
-        `id DESC` is the contract's `created_at DESC, id DESC` (schema 0002)."""
+        """Newest first. Ids carry `created_at`'s millisecond in their top bits, and the
+        rowid sorts as the id, so `rowid DESC` is the contract's `created_at DESC, id
+        DESC` (schema 0002, 0004)."""
         where, params, order = self._clause()
         sql = f"SELECT {JOB_COLUMNS} FROM jobs{where} ORDER BY {order} LIMIT ? OFFSET ?"
         return sql, (*params, limit, offset)
@@ -227,7 +248,7 @@ class JobsWhere:
 
 
 TERMINAL_AMONG = (
-    f"SELECT {JOB_COLUMNS} FROM jobs WHERE id IN ({{ids}}) "
+    f"SELECT {JOB_COLUMNS} FROM jobs WHERE rowid IN ({{keys}}) AND id IN ({{ids}}) "
     "AND status IN ('completed', 'failed', 'cancelled')"
 )
 GC_TERMINAL = (
@@ -238,11 +259,13 @@ GC_TERMINAL = (
 # Durable named locks. A lock is free when no row exists, or when its holder job no
 # longer runs under the claim that took it (finished, rescued, or its worker is gone).
 TRY_LOCK = (
-    "INSERT INTO locks (name, job_id, worker_id, acquired_at) VALUES (?, ?, ?, ?) "
-    "ON CONFLICT (name) DO UPDATE SET job_id = excluded.job_id, "
-    "worker_id = excluded.worker_id, acquired_at = excluded.acquired_at "
+    "INSERT INTO locks (name, job_id, job_rowid, worker_id, acquired_at) "
+    "VALUES (?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET job_id = excluded.job_id, "
+    "job_rowid = excluded.job_rowid, worker_id = excluded.worker_id, "
+    "acquired_at = excluded.acquired_at "
     "WHERE (locks.job_id = excluded.job_id AND locks.worker_id = excluded.worker_id) "
-    "OR NOT EXISTS (SELECT 1 FROM jobs WHERE jobs.id = locks.job_id "
+    "OR NOT EXISTS (SELECT 1 FROM jobs WHERE jobs.rowid = locks.job_rowid "
+    "AND jobs.id = locks.job_id "
     "AND jobs.status = 'running' AND jobs.worker_id = locks.worker_id)"
 )
 RELEASE_LOCK = "DELETE FROM locks WHERE name = ? AND job_id = ?"
@@ -266,12 +289,15 @@ LIVE_ROWS_OF_WORKER = (
 RELEASE_WORKER_LOCKS = "DELETE FROM locks WHERE worker_id = ?"
 RESET_RUNNING = (
     "UPDATE jobs SET status = 'pending', worker_id = NULL, started_at = NULL, updated_at = ?, "
-    "enqueued_by = NULL WHERE id = ? AND status = 'running' AND worker_id = ?"
+    "enqueued_by = NULL WHERE rowid = ? AND id = ? AND status = 'running' AND worker_id = ?"
 )
-DISOWN = "UPDATE jobs SET enqueued_by = NULL WHERE id = ? AND status IN ('pending', 'delayed')"
+DISOWN = (
+    "UPDATE jobs SET enqueued_by = NULL WHERE rowid = ? AND id = ? "
+    "AND status IN ('pending', 'delayed')"
+)
 CANCEL_RECOVERED = (
     "UPDATE jobs SET status = 'cancelled', error = ?, finished_at = ?, updated_at = ?, "
-    "output = NULL WHERE id = ? AND status IN ('pending', 'delayed', 'running') "
+    "output = NULL WHERE rowid = ? AND id = ? AND status IN ('pending', 'delayed', 'running') "
     f"RETURNING {JOB_COLUMNS}"
 )
 

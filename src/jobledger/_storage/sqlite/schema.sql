@@ -2,26 +2,28 @@
 -- After adding a migration, regenerate it from the repository root with
 --   python -m jobledger._storage.sqlite.migrate \
 --       > src/jobledger/_storage/sqlite/schema.sql
--- user_version = 3
+-- user_version = 4
 
 CREATE INDEX job_schedules_enabled_next_run_idx ON job_schedules (enabled, next_run);
 
 CREATE UNIQUE INDEX job_schedules_type_name_uq ON job_schedules (type, name);
 
-CREATE INDEX jobs_cancelled_idx ON jobs (id) WHERE status = 'cancelled';
+CREATE INDEX jobs_cancelled_idx ON jobs (status) WHERE status = 'cancelled';
 
-CREATE INDEX jobs_claim_idx ON jobs (queue, priority, scheduled_at, id)
+CREATE INDEX jobs_claim_idx ON jobs (queue, priority, scheduled_at)
     WHERE status = 'pending' AND cancel_requested = 0;
 
 CREATE INDEX jobs_delayed_idx ON jobs (scheduled_at) WHERE status = 'delayed';
 
-CREATE INDEX jobs_failed_idx ON jobs (id) WHERE status = 'failed';
+CREATE INDEX jobs_failed_idx ON jobs (status) WHERE status = 'failed';
 
 CREATE INDEX jobs_finished_idx ON jobs (finished_at) WHERE finished_at IS NOT NULL;
 
 CREATE UNIQUE INDEX jobs_idempotency_key_uq ON jobs (idempotency_key)
     WHERE idempotency_key IS NOT NULL
         AND (status = 'pending' OR status = 'delayed' OR status = 'running');
+
+CREATE INDEX jobs_legacy_id_idx ON jobs (id) WHERE rowid < 0;
 
 CREATE INDEX jobs_parent_idx ON jobs (parent_id) WHERE parent_id IS NOT NULL;
 
@@ -46,7 +48,7 @@ CREATE TABLE job_schedules (
 );
 
 CREATE TABLE "jobs" (
-    id               TEXT PRIMARY KEY,
+    id               TEXT NOT NULL,                 -- rowid = ids.row_key(id); see above
     type             TEXT NOT NULL,
     status           TEXT NOT NULL CHECK (status = 'pending' OR status = 'delayed'
                         OR status = 'running' OR status = 'completed'
@@ -60,7 +62,7 @@ CREATE TABLE "jobs" (
     max_attempts     INTEGER NOT NULL DEFAULT 3,
     timeout_ms       INTEGER,
     idempotency_key  TEXT,
-    parent_id        TEXT REFERENCES jobs (id) ON DELETE SET NULL,
+    parent_id        TEXT,                          -- set NULL by jobs_orphan_children
     schedule_id      TEXT REFERENCES job_schedules (id) ON DELETE SET NULL,
     metadata         TEXT NOT NULL DEFAULT '{}',
     progress         REAL,
@@ -88,7 +90,7 @@ CREATE TABLE locks (
     job_id       TEXT NOT NULL,
     worker_id    TEXT NOT NULL,
     acquired_at  INTEGER NOT NULL
-);
+, job_rowid INTEGER NOT NULL DEFAULT 0);
 
 CREATE TABLE ownership (
     key    TEXT PRIMARY KEY,
@@ -112,3 +114,7 @@ CREATE TABLE workers (
     heartbeat_at  INTEGER NOT NULL,
     stopped_at    INTEGER
 );
+
+CREATE TRIGGER jobs_orphan_children AFTER DELETE ON jobs BEGIN
+    UPDATE jobs SET parent_id = NULL WHERE parent_id = old.id;
+END;

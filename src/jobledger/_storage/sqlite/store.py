@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+from jobledger._core import ids
 from jobledger._storage import tx
 from jobledger._storage.interface import (
     APPLIED,
@@ -34,6 +35,7 @@ from jobledger._storage.interface import (
     JobRow,
     NewJob,
     Outcome,
+    Reissued,
     fresh_row,
 )
 from jobledger._storage.sqlite import queries as q
@@ -43,6 +45,7 @@ from jobledger._storage.sqlite.connections import (
     open_reader,
     open_writer,
 )
+from jobledger._storage.sqlite.keys import key_of, keys_of
 from jobledger._storage.sqlite.migrate import migrate, migrate_connection
 from jobledger.errors import JobNotFound, StorageError
 
@@ -59,17 +62,20 @@ _CLAIM_PRECHECK = (
     "WHERE status = 'pending' AND cancel_requested = 0 AND queue = ? AND scheduled_at <= ?)"
 )
 _TYPE, _QUEUE, _KEY, _PARENT, _CREATED = q.C_TYPE, q.C_QUEUE, q.C_KEY, q.C_PARENT, q.C_CREATED_AT
-# A fresh row's values in `q.INSERT_JOB`'s parameter order, picked in C; all but the id
-# and payload, in `q.insert_shared_sql`'s; and those two.
+_ID, _PAYLOAD = q.C_ID, q.C_PAYLOAD
+# A fresh row's values in `q.INSERT_JOB`'s parameter order after its key, picked in C;
+# all but the id and payload, in `q.insert_shared_sql`'s.
 _insert_params = operator.itemgetter(q.C_ID, q.C_PAYLOAD, *q.SHARED_COLUMNS)
 _shared_params = operator.itemgetter(*q.SHARED_COLUMNS)
-_id_payload = operator.itemgetter(q.C_ID, q.C_PAYLOAD)
-# Rows per statement of a shared batch (14 + 200 parameters); 100 to 200 measured best.
+_id_of = operator.itemgetter(q.C_ID)
+# Rows per statement of a shared batch (14 + 300 parameters); 100 to 200 measured best.
 SHARED_CHUNK = 100
-# 32 rows of 16 parameters: within SQLite's oldest bound-parameter limit (999).
+# 32 rows of 17 parameters: within SQLite's oldest bound-parameter limit (999).
 _CHUNK = 32
 _INSERT_HEAD, _INSERT_VALUES = q.INSERT_JOB.rsplit(" VALUES ", 1)
 _INSERT_CHUNK = f"{_INSERT_HEAD} VALUES {', '.join([_INSERT_VALUES] * _CHUNK)}"
+# How often one statement's rows get fresh ids after finding a row key taken.
+_REISSUES = 8
 
 
 class SqliteStore:
@@ -236,10 +242,21 @@ class SqliteStore:
             return self._enqueue_in(conn, rows)
         if len(rows) == 1:
             row = rows[0]
-            if row[_KEY] is None and row[_PARENT] is None and row[_QUEUE] in self._known_queues:
+            key = ids.row_key(row[_ID])
+            if (
+                key is not None
+                and row[_KEY] is None
+                and row[_PARENT] is None
+                and row[_QUEUE] in self._known_queues
+            ):
                 # Nothing to look up or register first: the INSERT is the transaction.
-                self.write_statement(q.INSERT_JOB, _insert_params(row), "enqueue")
-                return [row]
+                try:
+                    self.write_statement(q.INSERT_JOB, (key, *_insert_params(row)), "enqueue")
+                    return [row]
+                except StorageError as exc:
+                    if not _key_taken(exc.__cause__):
+                        raise
+                    # Another process made this row key: the general path reissues it.
         return self.write(lambda c: self._enqueue_in(c, rows), "enqueue")
 
     def _enqueue_in(self, conn: sqlite3.Connection, rows: Sequence[JobRow]) -> list[JobRow]:
@@ -254,8 +271,7 @@ class SqliteStore:
         # No keys, no parents: every entry inserts, as given.
         if new_queues:
             conn.executemany(q.REGISTER_QUEUE, new_queues.values())
-        _insert(conn, rows)
-        return list(rows)
+        return _insert(conn, rows)
 
     def _enqueue_checked(self, conn: sqlite3.Connection, rows: Sequence[JobRow]) -> list[JobRow]:
         # The lookups (live keys, parents) only ever concern rows written before this
@@ -277,7 +293,8 @@ class SqliteStore:
                     continue
             parent = row[_PARENT]
             if parent is not None and parent not in parents_seen:
-                if conn.execute(q.PARENT_EXISTS, (parent,)).fetchone() is None:
+                found = conn.execute(q.PARENT_EXISTS, (key_of(conn, parent), parent))
+                if found.fetchone() is None:
                     raise JobNotFound(
                         f"parent job {parent!r} does not exist", params={"parent_id": parent}
                     )
@@ -291,7 +308,10 @@ class SqliteStore:
             out.append(row)
         if new_queues:
             conn.executemany(q.REGISTER_QUEUE, new_queues.values())
-        _insert(conn, inserts)
+        inserted = _insert(conn, inserts)
+        if any(type(row) is Reissued for row in inserted):
+            as_inserted = {id(entry): row for entry, row in zip(inserts, inserted, strict=True)}
+            out = [as_inserted.get(id(row), row) for row in out]
         return out
 
     def remember_queues(self, names: Iterator[str] | Sequence[str]) -> None:
@@ -346,10 +366,9 @@ class SqliteStore:
         if isinstance(taken, ClaimResult):
             return taken
         rows, global_blocked = taken
-        jobs = [ClaimedJob(*r) for r in rows]
-        # RETURNING order is unspecified; run them in claim order.
-        jobs.sort(key=lambda j: (j.priority, j.scheduled_at, j.id))
-        return ClaimResult(jobs, global_blocked)
+        # RETURNING order is unspecified; run them in claim order (rowid breaks ties).
+        rows.sort(key=lambda r: (r[4], r[12], r[0]))
+        return ClaimResult([ClaimedJob(*r[1:]) for r in rows], global_blocked)
 
     def writer_busy(self) -> bool:
         """Whether a jobledger writer, in any process, is inside a write transaction on
@@ -394,39 +413,33 @@ class SqliteStore:
         if len(batch) < 2:
             batch = []
         batched = {o.job_id for o in batch}
-        arg = json.dumps(
-            [
-                [o.job_id, o.worker_id, o.attempt, o.kind, o.output, o.error, o.progress,
-                 o.progress_detail]
-                for o in batch
-            ]
-        )  # fmt: skip
 
         def work(conn: sqlite3.Connection) -> list[JobRow | None]:
             matched: set[str] = set()
             if batch:
+                keys = keys_of(conn, [o.job_id for o in batch])
+                arg = json.dumps(
+                    [
+                        [key, o.job_id, o.worker_id, o.attempt, o.kind, o.output, o.error,
+                         o.progress, o.progress_detail]
+                        for key, o in zip(keys, batch, strict=True)
+                    ]
+                )  # fmt: skip
                 matched = {r[0] for r in conn.execute(q.FINISH_MANY, (arg, now_ms))}
             results: list[JobRow | None] = []
             for o in outcomes:
                 row: JobRow | None
                 if o.job_id in batched:
                     row = APPLIED if o.job_id in matched else None
-                elif o.kind == "retry":
-                    row = conn.execute(
-                        q.RETRY, (o.error, o.retry_at, now_ms, o.job_id, o.worker_id, o.attempt)
-                    ).fetchone()
+                    results.append(row)
+                    continue
+                fence = (key_of(conn, o.job_id), o.job_id, o.worker_id, o.attempt)
+                if o.kind == "retry":
+                    row = conn.execute(q.RETRY, (o.error, o.retry_at, now_ms, *fence)).fetchone()
                     if row is None:
                         row = conn.execute(
                             q.CANCEL_INSTEAD_OF_RETRY,
-                            (
-                                now_ms,
-                                now_ms,
-                                o.progress,
-                                o.progress_detail,
-                                o.job_id,
-                                o.worker_id,
-                                o.attempt,
-                            ),
+                            (now_ms, now_ms, o.progress, o.progress_detail, *fence),
                         ).fetchone()
                 else:
                     params = (
@@ -437,9 +450,7 @@ class SqliteStore:
                         now_ms,
                         o.progress,
                         o.progress_detail,
-                        o.job_id,
-                        o.worker_id,
-                        o.attempt,
+                        *fence,
                     )
                     if o.want_row:
                         row = conn.execute(q.FINISH, params).fetchone()
@@ -477,10 +488,8 @@ class SqliteStore:
         now_ms: int,
     ) -> bool:
         def work(conn: sqlite3.Connection) -> bool:
-            cur = conn.execute(
-                q.SET_PROGRESS, (progress, detail, now_ms, job_id, worker_id, attempt)
-            )
-            return cur.rowcount == 1
+            fence = (key_of(conn, job_id), job_id, worker_id, attempt)
+            return conn.execute(q.SET_PROGRESS, (progress, detail, now_ms, *fence)).rowcount == 1
 
         return self.write(work, "progress")
 
@@ -490,20 +499,13 @@ class SqliteStore:
         """Shallow-merge `patch` into the stored metadata; None if the claim was lost."""
 
         def work(conn: sqlite3.Connection) -> dict[str, Any] | None:
-            row = conn.execute(q.GET_METADATA_FENCED, (job_id, worker_id, attempt)).fetchone()
+            fence = (key_of(conn, job_id), job_id, worker_id, attempt)
+            row = conn.execute(q.GET_METADATA_FENCED, fence).fetchone()
             if row is None:
                 return None
             merged = {**json.loads(row[0]), **patch}
-            conn.execute(
-                q.SET_METADATA_FENCED,
-                (
-                    json.dumps(merged, separators=(",", ":"), allow_nan=False),
-                    now_ms,
-                    job_id,
-                    worker_id,
-                    attempt,
-                ),
-            )
+            text = json.dumps(merged, separators=(",", ":"), allow_nan=False)
+            conn.execute(q.SET_METADATA_FENCED, (text, now_ms, *fence))
             return merged
 
         return self.write(work, "patch_metadata")
@@ -511,12 +513,11 @@ class SqliteStore:
     # -- durable locks (layer 3) ----------------------------------------------------
 
     def try_lock(self, name: str, job_id: str, worker_id: str, now_ms: int) -> bool:
-        return bool(
-            self.write(
-                lambda c: c.execute(q.TRY_LOCK, (name, job_id, worker_id, now_ms)).rowcount,
-                "lock",
-            )
-        )
+        def work(conn: sqlite3.Connection) -> bool:
+            params = (name, job_id, key_of(conn, job_id), worker_id, now_ms)
+            return bool(conn.execute(q.TRY_LOCK, params).rowcount)
+
+        return self.write(work, "lock")
 
     def release_lock(self, name: str, job_id: str) -> None:
         self.write(lambda c: c.execute(q.RELEASE_LOCK, (name, job_id)), "unlock")
@@ -532,13 +533,14 @@ class SqliteStore:
         """
 
         def work(conn: sqlite3.Connection) -> tuple[str | None, str | None, JobRow | None]:
-            flagged = conn.execute(q.REQUEST_CANCEL, (reason, now_ms, job_id)).fetchone()
+            at = (key_of(conn, job_id), job_id)
+            flagged = conn.execute(q.REQUEST_CANCEL, (reason, now_ms, *at)).fetchone()
             if flagged is None:
                 return None, None, None
             status, worker = flagged
             row = None
             if status in ("pending", "delayed"):
-                row = conn.execute(q.CANCEL_WAITING, (error, now_ms, now_ms, job_id)).fetchone()
+                row = conn.execute(q.CANCEL_WAITING, (error, now_ms, now_ms, *at)).fetchone()
             return status, worker, row
 
         return self.write(work, "cancel")
@@ -547,8 +549,9 @@ class SqliteStore:
         self, job_id: str, worker_id: str, attempt: int, error: str, now_ms: int
     ) -> JobRow | None:
         def work(conn: sqlite3.Connection) -> JobRow | None:
+            fence = (key_of(conn, job_id), job_id, worker_id, attempt)
             row: JobRow | None = conn.execute(
-                q.FORCE_CANCEL_RUNNING, (error, now_ms, now_ms, job_id, worker_id, attempt)
+                q.FORCE_CANCEL_RUNNING, (error, now_ms, now_ms, *fence)
             ).fetchone()
             if row is not None:
                 conn.execute(q.RELEASE_JOB_LOCKS, (job_id, worker_id))
@@ -575,27 +578,32 @@ class SqliteStore:
     def cancel_requested_among(self, ids: Sequence[str]) -> list[tuple[str, str | None]]:
         if not ids:
             return []
-        sql = q.CANCEL_REQUESTED_AMONG.format(ids=",".join("?" * len(ids)))
-        return self.read(lambda c: [(r[0], r[1]) for r in c.execute(sql, tuple(ids))])
+        marks = ",".join("?" * len(ids))
+        sql = q.CANCEL_REQUESTED_AMONG.format(keys=marks, ids=marks)
+        return self.read(lambda c: [(r[0], r[1]) for r in c.execute(sql, (*keys_of(c, ids), *ids))])
 
     # -- reads ----------------------------------------------------------------------
 
     def get(self, job_id: str) -> JobRow | None:
-        row: JobRow | None = self.read(lambda c: c.execute(q.GET_JOB, (job_id,)).fetchone())
+        row: JobRow | None = self.read(
+            lambda c: c.execute(q.GET_JOB, (key_of(c, job_id), job_id)).fetchone()
+        )
         return row
 
     def terminal_among(self, ids: Sequence[str]) -> list[JobRow]:
         if not ids:
             return []
-        out: list[JobRow] = []
-        for start in range(0, len(ids), 500):
-            chunk = tuple(ids[start : start + 500])
-            sql = q.TERMINAL_AMONG.format(ids=",".join("?" * len(chunk)))
-            out.extend(self._read_all(sql, chunk))
-        return out
 
-    def _read_all(self, sql: str, params: tuple[Any, ...]) -> list[JobRow]:
-        return self.read(lambda c: c.execute(sql, params).fetchall())
+        def read(conn: sqlite3.Connection) -> list[JobRow]:
+            out: list[JobRow] = []
+            for start in range(0, len(ids), 400):
+                chunk = ids[start : start + 400]
+                marks = ",".join("?" * len(chunk))
+                sql = q.TERMINAL_AMONG.format(keys=marks, ids=marks)
+                out.extend(conn.execute(sql, (*keys_of(conn, chunk), *chunk)).fetchall())
+            return out
+
+        return self.read(read)
 
     def list(self, flt: JobFilter, *, limit: int, offset: int) -> list[JobRow]:
         sql, params = _where(flt).list_sql(limit=limit, offset=offset)
@@ -614,50 +622,101 @@ class SqliteStore:
                 return total
 
 
-_row_of = fresh_row  # the name `job_schedules` imports
+def _insert(conn: sqlite3.Connection, rows: Sequence[JobRow]) -> list[JobRow]:
+    """INSERT fresh rows; returns them as inserted (`Reissued` where a row key was taken).
 
-
-def _insert(conn: sqlite3.Connection, rows: Sequence[JobRow]) -> None:
-    """INSERT fresh rows, in order. Rows that differ only in id and payload (one
-    `enqueue_many` call) go `SHARED_CHUNK` to a statement, binding two values a row;
-    others go `_CHUNK` rows per statement, the rest one by one.
-
-    One statement per row pays for opening a cursor on the table and on every index for
-    each row; a multi-row VALUES opens them once per chunk (about a third less time per
-    row for a large batch).
+    Rows that differ only in id and payload (one `enqueue_many` call) go `SHARED_CHUNK`
+    to a statement, binding three values a row; others go `_CHUNK` rows per statement,
+    the rest one by one. One statement per row pays for opening a cursor on the table and
+    on every index for each row; a multi-row VALUES opens them once per chunk (about a
+    third less time per row for a large batch). A row whose id names no row key (one not
+    made by `ids.new_id`) goes below zero, after the rows already there.
     """
-    n = len(rows)
-    if n <= 1:
-        if rows:
-            conn.execute(q.INSERT_JOB, _insert_params(rows[0]))
-        return
-    shared = _shared_params(rows[0])
-    if all(_shared_params(row) == shared for row in rows):
-        for sql, params in shared_inserts(shared, rows):
-            conn.execute(sql, params)
-        return
-    full = n - n % _CHUNK
-    if full:
-        conn.executemany(
-            _INSERT_CHUNK,
-            (
-                tuple(itertools.chain.from_iterable(map(_insert_params, rows[i : i + _CHUNK])))
-                for i in range(0, full, _CHUNK)
-            ),
-        )
-    if full < n:
-        conn.executemany(q.INSERT_JOB, map(_insert_params, rows[full:]))
+    keys = list(map(ids.row_key, map(_id_of, rows)))
+    keyed: list[Keyed] = list(zip(keys, rows, strict=True))  # type: ignore[arg-type]
+    if None in keys:
+        keyed = []
+        for key, row in zip(keys, rows, strict=True):
+            if key is None:
+                conn.execute(q.INSERT_UNKEYED, _insert_params(row))
+            else:
+                keyed.append((key, row))
+    reissued: dict[int, JobRow] = {}
+    shared = _shared_params(keyed[0][1]) if keyed else ()
+    if len(keyed) > 1 and all(map(shared.__eq__, (_shared_params(r) for _, r in keyed))):
+        for start in range(0, len(keyed), SHARED_CHUNK):
+            chunk = keyed[start : start + SHARED_CHUNK]
+            _insert_keyed(conn, chunk, lambda c: shared_insert(shared, c), reissued)
+    else:
+        full = len(keyed) - len(keyed) % _CHUNK if len(keyed) > 1 else 0
+        for start in range(0, full, _CHUNK):
+            _insert_keyed(conn, keyed[start : start + _CHUNK], _chunk_insert, reissued)
+        for one in keyed[full:]:
+            _insert_keyed(conn, [one], _one_insert, reissued)
+    if not reissued:
+        return list(rows)
+    return [reissued.get(id(row), row) for row in rows]
 
 
-def shared_inserts(
-    shared: tuple[Any, ...], rows: Sequence[JobRow]
-) -> Iterator[tuple[str, tuple[Any, ...]]]:
-    """The statements that insert `rows`, which share `shared` (`SHARED_COLUMNS`) and
-    differ only in id and payload: `SHARED_CHUNK` rows per statement."""
-    for start in range(0, len(rows), SHARED_CHUNK):
-        chunk = rows[start : start + SHARED_CHUNK]
-        pairs = itertools.chain.from_iterable(map(_id_payload, chunk))
-        yield q.insert_shared_sql(len(chunk)), (*shared, *pairs)
+# A row to insert and its row key.
+Keyed = tuple[int, JobRow]
+Statement = tuple[str, tuple[Any, ...]]
+
+
+def _one_insert(chunk: Sequence[Keyed]) -> Statement:
+    key, row = chunk[0]
+    return q.INSERT_JOB, (key, *_insert_params(row))
+
+
+def _chunk_insert(chunk: Sequence[Keyed]) -> Statement:
+    params = itertools.chain.from_iterable((key, *_insert_params(row)) for key, row in chunk)
+    return _INSERT_CHUNK, tuple(params)
+
+
+def shared_insert(shared: tuple[Any, ...], chunk: Sequence[Keyed]) -> Statement:
+    """The statement that inserts `chunk` (at most `SHARED_CHUNK` rows), which share
+    `shared` (`SHARED_COLUMNS`) and differ only in id and payload."""
+    triples = itertools.chain.from_iterable((key, row[_ID], row[_PAYLOAD]) for key, row in chunk)
+    return q.insert_shared_sql(len(chunk)), (*shared, *triples)
+
+
+def _insert_keyed(
+    conn: sqlite3.Connection,
+    chunk: list[Keyed],
+    statement: Callable[[list[Keyed]], Statement],
+    reissued: dict[int, JobRow],
+) -> None:
+    """Run one INSERT of `chunk`. A row key that another process made in the same
+    millisecond fails the whole statement (nothing of it is written); its rows then get
+    fresh ids from a fresh point of the millisecond's sequence, and `reissued` maps each
+    entry (by `id()`) to its row as inserted."""
+    entries = chunk
+    for _ in range(_REISSUES):
+        try:
+            conn.execute(*statement(chunk))
+        except sqlite3.IntegrityError as exc:
+            if not _key_taken(exc):
+                raise
+            ids.reseat()
+            chunk = []
+            for _key, row in entries:
+                key, job_id = ids.new_keyed_id(row[_CREATED])
+                chunk.append((key, Reissued((job_id, *row[1:]))))
+            continue
+        if chunk is not entries:
+            reissued.update((id(e[1]), c[1]) for e, c in zip(entries, chunk, strict=True))
+        return
+    raise StorageError(
+        "could not find a free row key for new jobs",
+        code="DB_ROW_KEYS_TAKEN",
+        params={"attempts": _REISSUES},
+    )
+
+
+def _key_taken(exc: BaseException | None) -> bool:
+    return isinstance(exc, sqlite3.IntegrityError) and (
+        getattr(exc, "sqlite_errorname", "") == "SQLITE_CONSTRAINT_ROWID"
+    )
 
 
 def _where_queue_type(queue: str | None, type_name: str | None) -> tuple[str, tuple[str, ...]]:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from jobledger._storage.interface import JobRow, Store
 from jobledger._storage.sqlite import queries as q
+from jobledger._storage.sqlite.keys import key_of
 from jobledger._storage.sqlite.store import SqliteStore
 from jobledger._types import RecoveryStrategy
 
@@ -109,9 +110,12 @@ def recover_worker(
         rows.sort(key=lambda r: (r[q.C_CREATED_AT], r[q.C_ID]), reverse=True)
         kept_singletons: set[str] = set()
 
+        def at(row: JobRow) -> tuple[int, str]:
+            return key_of(conn, row[q.C_ID]), row[q.C_ID]
+
         def cancel(row: JobRow, why: str) -> None:
             done = conn.execute(
-                q.CANCEL_RECOVERED, (cancel_error(why), now_ms, now_ms, row[q.C_ID])
+                q.CANCEL_RECOVERED, (cancel_error(why), now_ms, now_ms, *at(row))
             ).fetchone()
             if done is not None:
                 stats.cancelled.append(done)
@@ -131,10 +135,10 @@ def recover_worker(
                 if strategy == "singleton":
                     kept_singletons.add(job_type)
                 if status == "running":
-                    conn.execute(q.RESET_RUNNING, (now_ms, row[q.C_ID], worker_id))
+                    conn.execute(q.RESET_RUNNING, (now_ms, *at(row), worker_id))
                     stats.reset += 1
                 else:
-                    conn.execute(q.DISOWN, (row[q.C_ID],))
+                    conn.execute(q.DISOWN, at(row))
                     stats.kept += 1
         conn.execute(q.RELEASE_WORKER_LOCKS, (worker_id,))
         conn.execute(q.DELETE_WORKER, (worker_id,))
