@@ -74,11 +74,12 @@ def _label(pending: int) -> str:
 
 
 def _rows(total: int) -> Iterator[tuple[Any, ...]]:
-    from jobledger._core.ids import new_id
+    from jobledger._core.ids import new_keyed_id
 
     now = int(time.time() * 1000) - 1000
     for _ in range(total):
-        yield (new_id(now), "{}", NOOP.name, "pending", NOOP.name, 0, 3, None, None, None,
+        key, job_id = new_keyed_id(now)
+        yield (key, job_id, "{}", NOOP.name, "pending", NOOP.name, 0, 3, None, None, None,
                None, "{}", None, now, now, now)  # fmt: skip
 
 
