@@ -18,6 +18,7 @@ import pytest
 
 import jobledger as jl
 from jobledger._core import ids
+from jobledger._observe.read_model import ReadModel
 from jobledger._storage.interface import NewJob, Outcome
 from jobledger._storage.sqlite import migrate as migrate_module
 from jobledger._storage.sqlite import queries as q
@@ -143,6 +144,17 @@ def test_a_version_3_file_keeps_serving_its_jobs_by_their_old_ids(db: str) -> No
     assert jobs.get(old["parent"]) is None
     assert jobs.get(old["child"]).parent_id is None  # type: ignore[union-attr]
     run(jobs.stop())
+
+
+def test_an_observer_reads_a_file_no_worker_has_upgraded(db: str) -> None:
+    old = _version_3_file(db)
+    with ReadModel(db) as rm:
+        assert rm.schema_version() == 3
+        snap = rm.get_job(old["pending"])
+        assert snap is not None
+        assert snap.id == old["pending"]
+        assert rm.get_job(v7_id(NOW_MS, 99)) is None
+    assert _one(db, "PRAGMA user_version") == 3  # observers never migrate
 
 
 def test_a_new_row_is_stored_under_its_key_with_no_index_on_the_id(db: str) -> None:

@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 from jobledger._storage.rows import snapshot_from_row
 from jobledger._storage.sqlite import queries as q
 from jobledger._storage.sqlite.connections import open_reader
-from jobledger._storage.sqlite.keys import key_of
+from jobledger._storage.sqlite.keys import ROWID_KEY_VERSION, key_of
 from jobledger._storage.sqlite.migrate import SCHEMA_VERSION
 from jobledger._storage.sqlite.workers import pid_alive
 from jobledger._types import JobSnapshot, JobStatus
@@ -333,6 +333,11 @@ class ReadModel:
 
     def get_job(self, job_id: str) -> JobSnapshot | None:
         row = self._read(lambda c: c.execute(q.GET_JOB, (key_of(c, job_id), job_id)).fetchone())
+        if row is None and self.schema_version() < ROWID_KEY_VERSION:
+            # A file no worker has upgraded yet (observers never migrate): ids have an
+            # index there, and rowids are not keys.
+            sql = f"SELECT {q.JOB_COLUMNS} FROM jobs WHERE id = ?"
+            row = self._read(lambda c: c.execute(sql, (job_id,)).fetchone())
         return None if row is None else snapshot_from_row(row)
 
     def list_jobs(self, query: JobQuery, *, limit: int, offset: int = 0) -> list[JobSnapshot]:

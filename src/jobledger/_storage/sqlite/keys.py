@@ -14,8 +14,9 @@ from collections.abc import Sequence
 
 from jobledger._core.ids import row_key
 
-__all__ = ["NO_ROW", "key_of", "keys_of"]
+__all__ = ["NO_ROW", "ROWID_KEY_VERSION", "key_of", "keys_of"]
 
+ROWID_KEY_VERSION = 4  # the schema from which a rowid is its job id's key
 NO_ROW = -(1 << 63)  # below every rowid the migration gives (-2**62 and up)
 _LEGACY_KEY = "SELECT rowid FROM jobs WHERE id = ? AND rowid < 0"
 _LEGACY_KEYS = "SELECT id, rowid FROM jobs WHERE rowid < 0 AND id IN ({marks})"
