@@ -12,7 +12,7 @@ Invariants:
   order is key order is creation order among ids of one millisecond, and one process
   never makes a key twice but by a carry meeting a later millisecond's random start.
 * Keys from two processes can meet; the SQLite store sees the rowid conflict and makes
-  fresh ids for that statement (`store._insert`).
+  fresh ids for that statement (`store._insert_keyed`).
 
 Layout (hex digits of the 128-bit value): 12 of milliseconds, the version nibble 8, 3 of
 the sequence's high 12 bits; then the variant bits 10, the sequence's low 8 bits, and 54
@@ -29,7 +29,6 @@ import threading
 __all__ = ["new_id", "new_ids", "new_keyed_id", "reseat", "row_key"]
 
 SEQ_BITS = 20
-_SEQ_MASK = (1 << SEQ_BITS) - 1
 MAX_MS = (1 << 43) - 1
 
 _lock = threading.Lock()
@@ -40,7 +39,6 @@ _end = 0  # the key after the last one reserved
 # later. Only the most recent `_REMEMBERED` are kept.
 _ends: dict[int, int] = {}
 _REMEMBERED = 1024
-_var_base = 0  # variant bits and the 6 random bits beside the sequence's low byte
 _tail = ""  # "-" and the last 12 random hex digits
 _pid = 0
 _random = random.Random()
@@ -54,13 +52,13 @@ _prefix: tuple[int, str] = (-1, "")
 
 
 def _reseed() -> None:
-    global _last_ms, _end, _var_base, _tail, _pid
+    global _last_ms, _end, _tail, _pid
     with _lock:
         _pid = os.getpid()
         _random.seed(os.urandom(16))
         rand = _random.getrandbits(54)
-        _var_base = 0x8000 | (rand >> 48)
-        _low[:] = [f"{_var_base | b << 6:04x}" for b in range(256)]
+        variant = 0x8000 | (rand >> 48)  # the variant bits 10, then 6 random bits
+        _low[:] = [f"{variant | b << 6:04x}" for b in range(256)]
         _tail = f"-{rand & 0xFFFFFFFFFFFF:012x}"
         _last_ms = -1  # a child must not continue its parent's sequence
         _end = 0

@@ -42,9 +42,9 @@ INSERT_JOB = (
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
-# A row whose id names no row key (one not made by `ids.new_id`: the conformance suite's,
-# a migrated file's) goes below zero, after every row there, as schema 4 put the rows it
-# renumbered: found through jobs_legacy_id_idx, ordered as inserted.
+# A row whose id names no row key (one not made by `ids.new_id`, which only the store's
+# own callers can pass) goes below zero, after every row there, where schema 4 put the
+# rows it renumbered: found through jobs_legacy_id_idx, ordered as inserted.
 LEGACY_BASE = -(1 << 62)
 INSERT_UNKEYED = INSERT_JOB.replace(
     "VALUES (?,",
