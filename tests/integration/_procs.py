@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Barrier, Event
+from typing import Any
 
 from jobledger._storage.lease import acquire_writer_lease
 from jobledger._storage.ownership import publish_heartbeat
@@ -52,5 +53,32 @@ def migrate_at_barrier(db_path: str, barrier: Barrier, results: Queue[tuple[str,
     barrier.wait(WAIT)
     try:
         results.put(("ok", str(migrate(db_path))))
+    except BaseException as exc:
+        results.put(("error", repr(exc)))
+
+
+def enqueue_from_one_key(
+    db_path: str, start_ms: int, n: int, barrier: Barrier, results: Queue[tuple[str, Any]]
+) -> None:
+    """Enqueue `n` jobs one by one and `n` in one batch, every id in the millisecond
+    `start_ms`, this process's sequence starting at that millisecond's first key, as a
+    sibling's does: their first keys meet. Reports ("ok", ids) or ("error", repr)."""
+    from datetime import UTC, datetime
+
+    import jobledger as jl
+    from jobledger._core import ids
+    from jobledger.testing import FakeClock
+
+    try:
+        clock = FakeClock(datetime.fromtimestamp(start_ms / 1000, tz=UTC))
+        jobs = jl.JobManager(db_path, clock=clock)
+        kind = jl.JobType("test.keys", dict)
+        jobs.enqueue(kind, {"warm": True}, queue="warm")  # open and register first
+        barrier.wait(WAIT)
+        ids._last_ms = start_ms
+        ids._end = start_ms << ids.SEQ_BITS
+        made = [jobs.enqueue(kind, {"i": i}).id for i in range(n)]
+        made += [h.id for h in jobs.enqueue_many(kind, [{"i": i} for i in range(n)])]
+        results.put(("ok", made))
     except BaseException as exc:
         results.put(("error", repr(exc)))

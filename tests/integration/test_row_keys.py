@@ -9,6 +9,7 @@ the foreign key `parent_id` lost lives on as a check and a trigger.
 
 from __future__ import annotations
 
+import multiprocessing
 import sqlite3
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,7 +28,7 @@ from jobledger._storage.sqlite.store import SqliteStore
 from jobledger.testing import FakeClock, drain
 from tests.conftest import run
 from tests.engine import ITEM, Item, make_manager
-from tests.integration import v7_id
+from tests.integration import _procs, v7_id
 
 NOW_MS = 1_700_000_000_000
 START = datetime.fromtimestamp(NOW_MS / 1000, tz=UTC)
@@ -223,6 +224,40 @@ def test_a_taken_row_key_gets_the_new_job_a_fresh_id(db: str, path: str) -> None
         assert snap is not None
         assert snap.status == "completed"
     assert sorted(ran) == list(range(len(made)))
+
+
+def test_two_processes_that_make_the_same_keys_lose_no_job(db: str) -> None:
+    """A real meeting of row keys: two spawned processes enqueue at once, both counting
+    from the same first key of one millisecond. Every job of both is stored, under its
+    own key, with the id its process was given."""
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(2)
+    results: Any = ctx.Queue()
+    n = 150
+    procs = [
+        ctx.Process(target=_procs.enqueue_from_one_key, args=(db, NOW_MS, n, barrier, results))
+        for _ in range(2)
+    ]
+    try:
+        for p in procs:
+            p.start()
+        answers = [results.get(timeout=_procs.WAIT) for _ in procs]
+    finally:
+        for p in procs:
+            p.join(_procs.WAIT)
+            if p.is_alive():
+                p.kill()
+    assert [kind for kind, _ in answers] == ["ok", "ok"], answers
+    made = [job_id for _, got in answers for job_id in got]
+    assert len(made) == len(set(made)) == 4 * n
+    with sqlite3.connect(db) as conn:
+        stored = dict(conn.execute("SELECT id, rowid FROM jobs WHERE queue != 'warm'"))
+    assert set(stored) == set(made)
+    assert all(stored[i] == ids.row_key(i) for i in made)
+    # Both began at the same key: one stored its first job there, the other was given a
+    # fresh id for it.
+    first = NOW_MS << ids.SEQ_BITS
+    assert sorted(ids.row_key(got[0]) == first for _, got in answers) == [False, True]
 
 
 def test_ids_that_name_no_key_are_stored_below_zero_in_insertion_order(db: str) -> None:
