@@ -217,6 +217,27 @@ def test_a_batch_of_outcomes_applies_each_under_its_own_fence(store: ConformantS
     ]
 
 
+def test_a_batch_larger_than_one_statement_applies_every_outcome(store: ConformantStore) -> None:
+    jobs = [new_job() for _ in range(123)]  # the SQLite store writes 50 per statement
+    store.enqueue(jobs)
+    assert len(claim(store, limit=123, queue_cap=200).jobs) == 123
+    stale = {j.id for j in jobs[7::10]}  # some in every statement, the last one too
+    answers = store.finalize(
+        [
+            outcome(j.id, output=str(i), attempt=9 if j.id in stale else 0, want_row=False)
+            for i, j in enumerate(jobs)
+        ],
+        20_000,
+    )
+    assert answers == [None if j.id in stale else APPLIED for j in jobs]
+    for i, j in enumerate(jobs):
+        row = store.get(j.id)
+        if j.id in stale:
+            assert col(row, q.C_STATUS) == "running"
+        else:
+            assert (col(row, q.C_STATUS), col(row, q.C_OUTPUT)) == ("completed", str(i))
+
+
 def test_a_retry_of_a_cancel_requested_row_is_a_cancel(store: ConformantStore) -> None:
     job = _running(store)
     store.request_cancel(job.id, "user asked", "{}", 15_000)

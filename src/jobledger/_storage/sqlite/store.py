@@ -416,16 +416,15 @@ class SqliteStore:
 
         def work(conn: sqlite3.Connection) -> list[JobRow | None]:
             matched: set[str] = set()
-            if batch:
-                keys = keys_of(conn, [o.job_id for o in batch])
-                arg = json.dumps(
-                    [
-                        [key, o.job_id, o.worker_id, o.attempt, o.kind, o.output, o.error,
-                         o.progress, o.progress_detail]
-                        for key, o in zip(keys, batch, strict=True)
-                    ]
-                )  # fmt: skip
-                matched = {r[0] for r in conn.execute(q.FINISH_MANY, (arg, now_ms))}
+            keys = keys_of(conn, [o.job_id for o in batch]) if batch else []
+            for start in range(0, len(batch), q.FINISH_CHUNK):
+                chunk = zip(keys[start : start + q.FINISH_CHUNK], batch[start:], strict=False)
+                bound: list[Any] = [now_ms]
+                for key, o in chunk:
+                    bound += (key, o.job_id, o.worker_id, o.attempt, o.kind, o.output,
+                              o.error, o.progress, o.progress_detail)  # fmt: skip
+                sql = q.finish_many_sql((len(bound) - 1) // 9)
+                matched.update(r[0] for r in conn.execute(sql, bound))
             results: list[JobRow | None] = []
             for o in outcomes:
                 row: JobRow | None
