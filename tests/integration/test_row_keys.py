@@ -226,6 +226,22 @@ def test_a_taken_row_key_gets_the_new_job_a_fresh_id(db: str, path: str) -> None
     assert sorted(ran) == list(range(len(made)))
 
 
+def test_a_key_taken_every_time_ends_in_a_clear_error_and_writes_nothing(
+    db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    jobs = make_manager(db, clock=FakeClock(START))
+    first = jobs.enqueue(ITEM, Item(n=0))
+    taken = ids.row_key(first.id)
+    assert taken is not None
+    # Every fresh id the store asks for names the same taken key.
+    monkeypatch.setattr(ids, "new_keyed_id", lambda now_ms: (taken, ids.new_id(now_ms)))
+    _rewind_to(first.id, NOW_MS)
+    with pytest.raises(jl.JobError) as info:
+        jobs.enqueue(ITEM, Item(n=1))
+    assert info.value.code == "DB_ROW_KEYS_TAKEN"
+    assert _one(db, "SELECT count(*) FROM jobs") == 1
+
+
 def test_two_processes_that_make_the_same_keys_lose_no_job(db: str) -> None:
     """A real meeting of row keys: two spawned processes enqueue at once, both counting
     from the same first key of one millisecond. Every job of both is stored, under its
