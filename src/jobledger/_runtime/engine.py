@@ -60,7 +60,15 @@ from jobledger._runtime.attempt import Attempt
 from jobledger._runtime.context import JobContext
 from jobledger._runtime.events import EventBus, JobEvent
 from jobledger._runtime.timers import call_later
-from jobledger._storage.interface import APPLIED, ClaimedJob, JobRow, Outcome, Store
+from jobledger._storage.interface import (
+    APPLIED,
+    ClaimedJob,
+    ClaimRequest,
+    ClaimResult,
+    JobRow,
+    Outcome,
+    Store,
+)
 from jobledger._storage.rows import error_to_json, snapshot_from_row
 from jobledger._storage.sqlite import queries as q
 from jobledger._types import JobErrorInfo, JobSnapshot, JobStatus, SettledEvent
@@ -254,6 +262,9 @@ class Engine:
                 log.warning("claim on queue %r failed; retrying shortly", qu.name, exc_info=True)
                 self._kick_later(qu.name)
                 return
+        self._take(qu, result, limit)
+
+    def _take(self, qu: DispatchQueue, result: ClaimResult, limit: int) -> None:
         if result.global_blocked:
             self.global_blocked = True
             self._denied[qu.name] = None
@@ -490,8 +501,16 @@ class Engine:
         now = self.now_ms()
         for outcome, attempt in batch:
             outcome.want_row = self._wants_row(attempt)
+        outcomes = [o for o, _ in batch]
+        refill = self._refill(batch)
+        claimed: ClaimResult | None = None
         try:
-            rows = self.store.finalize([o for o, _ in batch], now)
+            if refill is None:
+                rows = self.store.finalize(outcomes, now)
+            else:
+                qu, request = refill
+                with qu.lock:
+                    rows, claimed = self.store.finalize_and_claim(outcomes, now, request)
             write_failed = False
         except Exception:
             log.exception(
@@ -515,11 +534,41 @@ class Engine:
                 self._settle_unread(attempt)
             else:
                 self.settle_row(row, attempt)
+        if claimed is not None and refill is not None:
+            qu, request = refill
+            kicks.discard(qu.name)  # claimed already: kicked again only if it filled
+            self._take(qu, claimed, request.limit)
         if self.global_blocked:
             self._pass_the_turn()
         else:
             for name in kicks:
                 self.kick(name)
+
+    def _refill(
+        self, batch: list[tuple[Outcome, Attempt]]
+    ) -> tuple[DispatchQueue, ClaimRequest] | None:
+        """The claim that rides in the finalize's transaction, when every outcome is of
+        one queue: what that queue may claim once they are released (`_dispatch`'s
+        arithmetic). None when there is nothing to claim, or when the global cap turned
+        queues away (freed slots go to those queues first: `_pass_the_turn`)."""
+        if self.global_blocked or self._gate_closed():
+            return None
+        name = batch[0][1].queue
+        qu = self.queues.get(name)
+        if qu is None or any(a.queue != name for _, a in batch):
+            return None
+        mine = [a for _, a in batch if self.inflight.get(a.job_id) is a]
+        own_free = self.local_max - len(self.inflight) + len(mine)
+        if qu.sync:
+            sync_mine = sum(1 for a in mine if not a.spec.is_async)
+            own_free = min(own_free, self._pool_size - self.sync_inflight + sync_mine)
+        limit = min(qu.concurrency - qu.running + len(batch), own_free, self.claim_batch)
+        if limit <= 0:
+            return None
+        request = ClaimRequest(
+            qu.name, qu.concurrency, self.global_max, limit, self.worker_id, tuple(self.handlers)
+        )
+        return qu, request
 
     def _pass_the_turn(self) -> None:
         """Slots freed after the global cap (or this process's limit) turned queues away:

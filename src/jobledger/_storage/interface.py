@@ -20,6 +20,7 @@ from typing import Any, Literal, Protocol, TypeVar
 
 __all__ = [
     "APPLIED",
+    "ClaimRequest",
     "ClaimResult",
     "ClaimedJob",
     "JobFilter",
@@ -147,6 +148,18 @@ class ClaimResult:
     queue_full: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class ClaimRequest:
+    """A claim's arguments (see `Store.claim`), for `Store.finalize_and_claim`."""
+
+    queue: str
+    queue_cap: int
+    global_cap: int
+    limit: int
+    worker_id: str
+    types: tuple[str, ...]
+
+
 OutcomeKind = Literal["completed", "failed", "cancelled", "retry"]
 
 
@@ -223,6 +236,13 @@ class Store(Protocol):
     def finalize(
         self, outcomes: Sequence[Outcome], now_ms: int, *, label: str = "finalize"
     ) -> list[JobRow | None]: ...
+    def finalize_and_claim(
+        self, outcomes: Sequence[Outcome], now_ms: int, claim: ClaimRequest
+    ) -> tuple[list[JobRow | None], ClaimResult | None]:
+        """`finalize`, then `claim` on what it freed; None for the claim when it failed
+        after the outcomes were committed (the caller claims again later)."""
+        ...
+
     def promote_due(self, now_ms: int) -> list[str]: ...
     def next_delayed_at(self) -> int | None: ...
     def set_progress(

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -63,6 +64,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from jobledger._storage.interface import (
     APPLIED,
     ClaimedJob,
+    ClaimRequest,
     ClaimResult,
     JobFilter,
     JobRow,
@@ -80,6 +82,8 @@ from jobledger.errors import (
 )
 
 __all__ = ["Conn", "PostgresStore", "SynchronousCommit"]
+
+log = logging.getLogger("jobledger.storage")
 
 T = TypeVar("T")
 Conn = psycopg.Connection[Any]
@@ -575,6 +579,28 @@ class PostgresStore:
         jobs.sort(key=lambda j: (j.priority, j.scheduled_at, j.id))
         limited_by_global = global_free < min(free, limit)
         return ClaimResult(jobs, limited_by_global and len(jobs) == n)
+
+    def finalize_and_claim(
+        self, outcomes: Sequence[Outcome], now_ms: int, claim: ClaimRequest
+    ) -> tuple[list[JobRow | None], ClaimResult | None]:
+        """Two transactions here: the claim's advisory locks would otherwise be taken
+        while this one holds the finished rows. A failed claim answers None; the
+        outcomes are committed all the same."""
+        rows = self.finalize(outcomes, now_ms)
+        try:
+            taken = self.claim(
+                claim.queue,
+                queue_cap=claim.queue_cap,
+                global_cap=claim.global_cap,
+                limit=claim.limit,
+                now_ms=now_ms,
+                worker_id=claim.worker_id,
+                types=claim.types,
+            )
+        except Exception:
+            log.warning("claim on queue %r failed; retrying shortly", claim.queue, exc_info=True)
+            return rows, None
+        return rows, taken
 
     def finalize(
         self, outcomes: Sequence[Outcome], now_ms: int, *, label: str = "finalize"

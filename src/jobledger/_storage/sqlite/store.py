@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import operator
 import os
 import sqlite3
@@ -30,6 +31,7 @@ from jobledger._storage import tx
 from jobledger._storage.interface import (
     APPLIED,
     ClaimedJob,
+    ClaimRequest,
     ClaimResult,
     JobFilter,
     JobRow,
@@ -50,6 +52,8 @@ from jobledger._storage.sqlite.migrate import migrate, migrate_connection
 from jobledger.errors import JobNotFound, StorageError
 
 __all__ = ["SqliteStore"]
+
+log = logging.getLogger("jobledger.storage")
 
 T = TypeVar("T")
 MIN_SQLITE = (3, 35, 0)
@@ -334,7 +338,6 @@ class SqliteStore:
         worker_id: str,
         types: tuple[str, ...],
     ) -> ClaimResult:
-        claim_sql = q.claim_sql(len(types))
         if not self.memory:
             # Decided from a WAL read, without the write lock, when the claim would take
             # nothing (caps full, nothing due): idle processes woken by every commit
@@ -344,31 +347,41 @@ class SqliteStore:
             nothing = self._nothing_to_claim(queue, queue_cap, global_cap, now_ms)
             if nothing is not None:
                 return nothing
-
-        def work(conn: sqlite3.Connection) -> ClaimResult | tuple[list[Any], bool]:
-            in_queue, running = conn.execute(_RUNNING_COUNTS, (queue,)).fetchone()
-            free = queue_cap - in_queue
-            if free <= 0:
-                return ClaimResult([], False, queue_full=True)
-            global_free = global_cap - running
-            if global_free <= 0:
-                return ClaimResult([], True)
-            n = min(free, global_free, limit)
-            rows = conn.execute(
-                claim_sql, (worker_id, now_ms, now_ms, queue, now_ms, *types, n)
-            ).fetchall()
-            limited_by_global = global_free < min(free, limit)
-            return rows, limited_by_global and len(rows) == n
-
+        request = ClaimRequest(queue, queue_cap, global_cap, limit, worker_id, types)
         # The claimed rows become objects after COMMIT: every process waits for the
         # write gate while a transaction is open.
-        taken = self.write(work, "claim")
-        if isinstance(taken, ClaimResult):
-            return taken
-        rows, global_blocked = taken
-        # RETURNING order is unspecified; run them in claim order (rowid breaks ties).
-        rows.sort(key=lambda r: (r[4], r[12], r[0]))
-        return ClaimResult([ClaimedJob(*r[1:]) for r in rows], global_blocked)
+        return _claim_result(self.write(_claim_work(request, now_ms), "claim"))
+
+    def finalize_and_claim(
+        self, outcomes: Sequence[Outcome], now_ms: int, claim: ClaimRequest
+    ) -> tuple[list[JobRow | None], ClaimResult | None]:
+        """One transaction: the outcomes, then the claim, which counts the slots they
+        freed. Other processes never see those slots free, so a busy process keeps its
+        share of a shared cap, and a batch costs one commit instead of two.
+
+        The claim runs under a savepoint: when it fails, the outcomes still commit and
+        the claim answers None, as if it had been a transaction of its own.
+        """
+        finish = self._finalize_work(outcomes, now_ms)
+        take = _claim_work(claim, now_ms)
+
+        def work(conn: sqlite3.Connection) -> tuple[list[JobRow | None], Any]:
+            rows = finish(conn)
+            conn.execute("SAVEPOINT refill")
+            try:
+                return rows, take(conn)
+            except sqlite3.Error:
+                if not conn.in_transaction:  # SQLite rolled the whole transaction back
+                    raise
+                log.warning("claim on %r failed; retrying shortly", claim.queue, exc_info=True)
+                conn.execute("ROLLBACK TO refill")
+                return rows, None
+            finally:
+                if conn.in_transaction:
+                    conn.execute("RELEASE refill")
+
+        rows, taken = self.write(work, "finalize")
+        return rows, None if taken is None else _claim_result(taken)
 
     def writer_busy(self) -> bool:
         """Whether a jobledger writer, in any process, is inside a write transaction on
@@ -399,6 +412,11 @@ class SqliteStore:
 
         An outcome with `want_row=False` that applied answers `APPLIED` (its row unread).
         """
+        return self.write(self._finalize_work(outcomes, now_ms), label)
+
+    def _finalize_work(
+        self, outcomes: Sequence[Outcome], now_ms: int
+    ) -> Callable[[sqlite3.Connection], list[JobRow | None]]:
 
         # Outcomes nobody reads back and that hold no locks (the common case) go in one
         # statement; the others one by one, in the same transaction.
@@ -463,7 +481,7 @@ class SqliteStore:
                 results.append(row)
             return results
 
-        return self.write(work, label)
+        return work
 
     def promote_due(self, now_ms: int) -> list[str]:
         rows = self.write(
@@ -738,3 +756,36 @@ def _forked(ref: weakref.ReferenceType[SqliteStore]) -> None:
     store = ref()
     if store is not None:
         store._after_fork()
+
+
+def _claim_work(
+    req: ClaimRequest, now_ms: int
+) -> Callable[[sqlite3.Connection], ClaimResult | tuple[list[Any], bool]]:
+    """The claim's statements: the caps counted in SQL, then up to the free slots."""
+    claim_sql = q.claim_sql(len(req.types))
+
+    def work(conn: sqlite3.Connection) -> ClaimResult | tuple[list[Any], bool]:
+        in_queue, running = conn.execute(_RUNNING_COUNTS, (req.queue,)).fetchone()
+        free = req.queue_cap - in_queue
+        if free <= 0:
+            return ClaimResult([], False, queue_full=True)
+        global_free = req.global_cap - running
+        if global_free <= 0:
+            return ClaimResult([], True)
+        n = min(free, global_free, req.limit)
+        rows = conn.execute(
+            claim_sql, (req.worker_id, now_ms, now_ms, req.queue, now_ms, *req.types, n)
+        ).fetchall()
+        limited_by_global = global_free < min(free, req.limit)
+        return rows, limited_by_global and len(rows) == n
+
+    return work
+
+
+def _claim_result(taken: ClaimResult | tuple[list[Any], bool]) -> ClaimResult:
+    if isinstance(taken, ClaimResult):
+        return taken
+    rows, global_blocked = taken
+    # RETURNING order is unspecified; run them in claim order (rowid breaks ties).
+    rows.sort(key=lambda r: (r[4], r[12], r[0]))
+    return ClaimResult([ClaimedJob(*r[1:]) for r in rows], global_blocked)

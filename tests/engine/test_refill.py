@@ -1,0 +1,114 @@
+"""The next batch of a queue is claimed in the transaction that finalizes the last one.
+
+Seen from the writer's statements (SQLite's trace callback on the worker's own
+connection): a transaction that claims also finalizes, except the very first claim.
+Other processes therefore never see the queue's slots free between two batches.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+
+import pytest
+
+import jobledger as jl
+from tests.conftest import run, wait_until
+from tests.engine import ITEM, Item, make_manager
+
+CLAIM = "UPDATE jobs SET status = 'running'"
+FINISH = ("WITH o (key", "UPDATE jobs SET status = ?, output")
+
+
+def _transactions(statements: list[str]) -> list[list[str]]:
+    txs: list[list[str]] = []
+    current: list[str] | None = None
+    for sql in statements:
+        word = sql.split()[0].upper()
+        if word == "BEGIN":
+            current = []
+        elif word in ("COMMIT", "ROLLBACK") and current is not None:
+            txs.append(current)
+            current = None
+        elif current is not None:
+            current.append(sql)
+    return txs
+
+
+def test_each_next_batch_is_claimed_with_the_last_ones_outcomes(db_path: str) -> None:
+    jobs = make_manager(db_path)
+    ran: list[int] = []
+
+    @jobs.handler(ITEM, recovery="retry", concurrency=10)
+    async def work(ctx: jl.JobContext[Item]) -> None:
+        ran.append(ctx.payload.n)
+
+    jobs.enqueue_many(ITEM, [Item(n=i) for i in range(100)])
+    seen: list[str] = []
+    conn: sqlite3.Connection = jobs._store.conn  # type: ignore[attr-defined]
+
+    async def main() -> None:
+        conn.set_trace_callback(seen.append)
+        await jobs.start()
+        await wait_until(lambda: jobs.count(status="completed") == 100, what="the drain")
+        conn.set_trace_callback(None)
+        await jobs.stop()
+
+    run(main())
+    assert sorted(ran) == list(range(100))
+    claiming = [tx for tx in _transactions(seen) if any(s.startswith(CLAIM) for s in tx)]
+    alone = [tx for tx in claiming if not any(s.startswith(FINISH) for s in tx)]
+    # Ten batches of ten: the first claim alone, the nine others each with the outcomes
+    # of the batch before (ten claims alone without the refill).
+    assert len(claiming) >= 10
+    assert len(alone) == 1
+
+
+def test_a_refill_that_fails_leaves_the_outcomes_committed(
+    db_path: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    jobs = make_manager(db_path)
+    ran: list[int] = []
+
+    @jobs.handler(ITEM, recovery="retry", concurrency=1)
+    async def work(ctx: jl.JobContext[Item]) -> int:
+        ran.append(ctx.payload.n)
+        return ctx.payload.n
+
+    def refuse_claims(on: bool) -> None:
+        conn = sqlite3.connect(db_path)
+        try:
+            if on:
+                conn.execute(
+                    "CREATE TRIGGER refuse_claims BEFORE UPDATE OF status ON jobs "
+                    "WHEN old.status = 'pending' AND new.status = 'running' "
+                    "AND json_extract(old.payload, '$.n') = 2 "
+                    "BEGIN SELECT RAISE(ABORT, 'claims refused'); END"
+                )
+            else:
+                conn.execute("DROP TRIGGER refuse_claims")
+            conn.commit()
+        finally:
+            conn.close()
+
+    first = jobs.enqueue(ITEM, Item(n=1))
+    second = jobs.enqueue(ITEM, Item(n=2))  # claimed with job 1's outcome: refused
+    refuse_claims(True)
+
+    async def main() -> tuple[jl.JobSnapshot, jl.JobSnapshot]:
+        async with jobs:
+            done = await first.finished
+            await wait_until(
+                lambda: "claims refused" in caplog.text, what="the refill to be refused"
+            )
+            waiting = jobs.get(second.id)
+            assert waiting is not None
+            assert waiting.status == jl.JobStatus.PENDING
+            refuse_claims(False)
+            return done, await second.finished
+
+    with caplog.at_level(logging.WARNING):
+        done, later = run(main())
+    assert (done.status, done.output) == (jl.JobStatus.COMPLETED, 1)
+    assert (later.status, later.output) == (jl.JobStatus.COMPLETED, 2)
+    assert ran == [1, 2]
