@@ -7,14 +7,17 @@ Other processes therefore never see the queue's slots free between two batches.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sqlite3
+import threading
 
 import pytest
 
 import jobledger as jl
 from tests.conftest import run, wait_until
 from tests.engine import ITEM, Item, make_manager
+from tests.engine.test_caps import Gauge
 
 CLAIM = "UPDATE jobs SET status = 'running'"
 FINISH = ("WITH o (key", "UPDATE jobs SET status = ?, output")
@@ -112,3 +115,105 @@ def test_a_refill_that_fails_leaves_the_outcomes_committed(
     assert (done.status, done.output) == (jl.JobStatus.COMPLETED, 1)
     assert (later.status, later.output) == (jl.JobStatus.COMPLETED, 2)
     assert ran == [1, 2]
+
+
+def test_a_refill_stops_at_what_this_process_may_still_run(db_path: str) -> None:
+    # process_max_concurrency 3: one job of another queue and one of ITEM's run. The
+    # ITEM job's finalize refills its queue (cap 50, ten pending) with two, not ten.
+    jobs = make_manager(db_path, process_max_concurrency=3, poll_interval=60)
+    other = jl.JobType("test.other", Item)
+    gauge = Gauge()
+    first_go, rest_go, other_go = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+    @jobs.handler(ITEM, recovery="retry", concurrency=50)
+    async def work(ctx: jl.JobContext[Item]) -> None:
+        gauge.enter()
+        try:
+            await (first_go if ctx.payload.n == 0 else rest_go).wait()
+        finally:
+            gauge.exit()
+
+    @jobs.handler(other, recovery="retry", concurrency=1)
+    async def hold(ctx: jl.JobContext[Item]) -> None:
+        gauge.enter()
+        try:
+            await other_go.wait()
+        finally:
+            gauge.exit()
+
+    # Written by a second manager: nothing kicks this one's queue (its poll is a minute
+    # away), so only the refill claims them.
+    producer = make_manager(db_path)
+
+    async def main() -> None:
+        async with jobs:
+            held = jobs.enqueue(other, Item())
+            await wait_until(lambda: gauge.active == 1, what="the other queue's job")
+            first = jobs.enqueue(ITEM, Item(n=0))
+            await wait_until(lambda: gauge.active == 2, what="the first job")
+            rest = producer.enqueue_many(ITEM, [Item(n=i) for i in range(1, 11)])
+            first_go.set()
+            assert (await first.finished).status == "completed"
+            await wait_until(lambda: gauge.entered >= 4, what="the refill")
+            await asyncio.sleep(0.05)  # a claim of more would have started them by now
+            assert gauge.entered == 4
+            assert jobs.count(status="running") == 3
+            rest_go.set()
+            other_go.set()
+            for h in [held, *rest]:
+                assert (await h.finished).status == "completed"
+
+    run(main())
+    run(producer.stop())
+    assert gauge.peak == 3
+    assert gauge.entered == 12
+
+
+def test_a_plain_handlers_refill_stops_at_the_free_pool_threads(db_path: str) -> None:
+    # Three pool threads: one holds another queue's job, one ITEM's first job. Its
+    # finalize refills with two jobs (two threads are free then), not the ten pending.
+    jobs = make_manager(db_path, thread_pool_size=3, poll_interval=60)
+    other = jl.JobType("test.other", Item)
+    gauge = Gauge()
+    first_go, rest_go, other_go = threading.Event(), threading.Event(), threading.Event()
+
+    @jobs.handler(ITEM, recovery="retry", concurrency=50)
+    def work(ctx: jl.JobContext[Item]) -> None:
+        gauge.enter()
+        try:
+            (first_go if ctx.payload.n == 0 else rest_go).wait(10)
+        finally:
+            gauge.exit()
+
+    @jobs.handler(other, recovery="retry", concurrency=1)
+    def hold(ctx: jl.JobContext[Item]) -> None:
+        gauge.enter()
+        try:
+            other_go.wait(10)
+        finally:
+            gauge.exit()
+
+    producer = make_manager(db_path)
+
+    async def main() -> None:
+        async with jobs:
+            held = jobs.enqueue(other, Item())
+            await wait_until(lambda: gauge.active == 1, what="the other queue's job")
+            first = jobs.enqueue(ITEM, Item(n=0))
+            await wait_until(lambda: gauge.active == 2, what="the first job")
+            rest = producer.enqueue_many(ITEM, [Item(n=i) for i in range(1, 11)])
+            first_go.set()
+            assert (await first.finished).status == "completed"
+            await wait_until(lambda: gauge.entered >= 4, what="the refill")
+            await asyncio.sleep(0.05)
+            assert gauge.entered == 4
+            assert jobs.count(status="running") == 3
+            rest_go.set()
+            other_go.set()
+            for h in [held, *rest]:
+                assert (await h.finished).status == "completed"
+
+    run(main())
+    run(producer.stop())
+    assert gauge.peak == 3
+    assert gauge.entered == 12

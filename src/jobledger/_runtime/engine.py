@@ -9,12 +9,16 @@ Dispatch follows seed 001, per queue:
 3. commit, release the lock, start the handlers outside it, and re-kick the queue when
    the batch filled (to fill the next slots).
 
-With several processes on one queue, its cap is usually held by one of them, which
-finalizes a batch and claims the next one right after: between those two commits the
-slots look free. A process that holds nothing in the queue and whose last claim there
-was refused by the queue's cap (`ClaimResult.queue_full`) therefore confirms what it
-sees: its next claim waits `CONFIRM_DELAY` first, by which time the busy process has
-claimed again if it was going to. Without it, idle processes woken by every commit
+With several processes on one queue, its cap is usually held by one of them. When every
+outcome of a finalize batch is of one queue (and the global cap turned no queue away),
+the queue's next claim rides in the finalize's transaction (`Store.finalize_and_claim`,
+the "refill"): the slots never look free to the other processes, and a batch costs one
+commit instead of two. Otherwise (mixed queues, or PostgreSQL, where the two are separate
+transactions) the busy process finalizes and claims right after, and between those two
+commits the slots look free. A process that holds nothing in the queue and whose last
+claim there was refused by the queue's cap (`ClaimResult.queue_full`) therefore confirms
+what it sees: its next claim waits `CONFIRM_DELAY` first, by which time the busy process
+has claimed again if it was going to. Without it, idle processes woken by every commit
 elsewhere kept taking the batch over in those gaps (four processes drained slower than
 one). A global-cap refusal is never delayed (another queue holds the slots; this one
 must get its turn), nor is an empty queue's next claim, nor a kick from a local enqueue.
@@ -38,8 +42,10 @@ another thread.
 
 Finalize is grouped: outcomes of jobs that end in the same loop tick are written in one
 transaction (each a fenced compare-and-set), and only after its COMMIT are handles
-resolved, events published, queues kicked and `on_settled` run. Nothing is reported
-done before it is durable.
+resolved, events published, queues kicked, refilled jobs started and `on_settled` run.
+Nothing is reported done before it is durable. The refill is computed like a dispatch
+(`_dispatch`'s arithmetic on what the batch releases) and taken under the queue's
+layer-1 lock; its claim still counts both caps in SQL.
 """
 
 from __future__ import annotations
@@ -505,12 +511,7 @@ class Engine:
         refill = self._refill(batch)
         claimed: ClaimResult | None = None
         try:
-            if refill is None:
-                rows = self.store.finalize(outcomes, now)
-            else:
-                qu, request = refill
-                with qu.lock:
-                    rows, claimed = self.store.finalize_and_claim(outcomes, now, request)
+            rows, claimed = self._write_outcomes(outcomes, now, refill)
             write_failed = False
         except Exception:
             log.exception(
@@ -535,14 +536,27 @@ class Engine:
             else:
                 self.settle_row(row, attempt)
         if claimed is not None and refill is not None:
-            qu, request = refill
-            kicks.discard(qu.name)  # claimed already: kicked again only if it filled
-            self._take(qu, claimed, request.limit)
+            kicks.discard(refill[0].name)  # claimed already: kicked again only if it filled
         if self.global_blocked:
             self._pass_the_turn()
         else:
             for name in kicks:
                 self.kick(name)
+        if claimed is not None and refill is not None:
+            self._take(refill[0], claimed, refill[1].limit)
+
+    def _write_outcomes(
+        self,
+        outcomes: list[Outcome],
+        now: int,
+        refill: tuple[DispatchQueue, ClaimRequest] | None,
+    ) -> tuple[list[JobRow | None], ClaimResult | None]:
+        if refill is not None:
+            qu, request = refill
+            with qu.lock:
+                if not self._gate_closed():  # re-checked under the lock, as in `_dispatch`
+                    return self.store.finalize_and_claim(outcomes, now, request)
+        return self.store.finalize(outcomes, now), None
 
     def _refill(
         self, batch: list[tuple[Outcome, Attempt]]
