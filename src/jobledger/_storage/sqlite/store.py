@@ -417,7 +417,7 @@ class SqliteStore:
     def _finalize_work(
         self, outcomes: Sequence[Outcome], now_ms: int
     ) -> Callable[[sqlite3.Connection], list[JobRow | None]]:
-
+        """`finalize`'s statements, to run in a write transaction of the caller's."""
         # Outcomes nobody reads back and that hold no locks (the common case) go in one
         # statement; the others one by one, in the same transaction.
         # (A job listed twice, e.g. a stale attempt beside its re-claim, goes one by one:
