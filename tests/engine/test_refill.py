@@ -155,7 +155,9 @@ def test_a_refill_stops_at_what_this_process_may_still_run(db_path: str) -> None
             first_go.set()
             assert (await first.finished).status == "completed"
             await wait_until(lambda: gauge.entered >= 4, what="the refill")
-            await asyncio.sleep(0.05)  # a claim of more would have started them by now
+            # The refill filled its limit, so the queue was kicked again: wait for that
+            # claim to be turned away by the process's limit, then look.
+            await wait_until(lambda: jobs._engine.global_blocked, what="a refused claim")
             assert gauge.entered == 4
             assert jobs.count(status="running") == 3
             rest_go.set()
@@ -205,7 +207,7 @@ def test_a_plain_handlers_refill_stops_at_the_free_pool_threads(db_path: str) ->
             first_go.set()
             assert (await first.finished).status == "completed"
             await wait_until(lambda: gauge.entered >= 4, what="the refill")
-            await asyncio.sleep(0.05)
+            await wait_until(lambda: jobs._engine.global_blocked, what="a refused claim")
             assert gauge.entered == 4
             assert jobs.count(status="running") == 3
             rest_go.set()
