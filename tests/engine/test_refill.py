@@ -117,30 +117,44 @@ def test_a_refill_that_fails_leaves_the_outcomes_committed(
     assert ran == [1, 2]
 
 
-def test_a_refill_stops_at_what_this_process_may_still_run(db_path: str) -> None:
-    # process_max_concurrency 3: one job of another queue and one of ITEM's run. The
-    # ITEM job's finalize refills its queue (cap 50, ten pending) with two, not ten.
-    jobs = make_manager(db_path, process_max_concurrency=3, poll_interval=60)
+@pytest.mark.parametrize("bound", ["process_max_concurrency", "thread_pool_size"])
+def test_a_refill_stops_at_what_this_process_may_still_run(db_path: str, bound: str) -> None:
+    # A bound of 3 (jobs this process may run, or pool threads for plain handlers): one
+    # job of another queue and one of ITEM's run. The ITEM job's finalize refills its
+    # queue (cap 50, ten pending) with two, not ten.
+    jobs = make_manager(db_path, poll_interval=60, **{bound: 3})
     other = jl.JobType("test.other", Item)
     gauge = Gauge()
-    first_go, rest_go, other_go = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    first_go, rest_go, other_go = threading.Event(), threading.Event(), threading.Event()
 
-    @jobs.handler(ITEM, recovery="retry", concurrency=50)
-    async def work(ctx: jl.JobContext[Item]) -> None:
-        gauge.enter()
-        try:
-            await (first_go if ctx.payload.n == 0 else rest_go).wait()
-        finally:
-            gauge.exit()
+    def register(job_type: jl.JobType[Item], concurrency: int) -> None:
+        def go(ctx: jl.JobContext[Item]) -> threading.Event:
+            if job_type is other:
+                return other_go
+            return first_go if ctx.payload.n == 0 else rest_go
 
-    @jobs.handler(other, recovery="retry", concurrency=1)
-    async def hold(ctx: jl.JobContext[Item]) -> None:
-        gauge.enter()
-        try:
-            await other_go.wait()
-        finally:
-            gauge.exit()
+        if bound == "thread_pool_size":
 
+            @jobs.handler(job_type, recovery="retry", concurrency=concurrency)
+            def plain(ctx: jl.JobContext[Item]) -> None:
+                gauge.enter()
+                try:
+                    go(ctx).wait(10)
+                finally:
+                    gauge.exit()
+
+        else:
+
+            @jobs.handler(job_type, recovery="retry", concurrency=concurrency)
+            async def awaiting(ctx: jl.JobContext[Item]) -> None:
+                gauge.enter()
+                try:
+                    await asyncio.to_thread(go(ctx).wait, 10)
+                finally:
+                    gauge.exit()
+
+    register(ITEM, 50)
+    register(other, 1)
     # Written by a second manager: nothing kicks this one's queue (its poll is a minute
     # away), so only the refill claims them.
     producer = make_manager(db_path)
@@ -156,57 +170,7 @@ def test_a_refill_stops_at_what_this_process_may_still_run(db_path: str) -> None
             assert (await first.finished).status == "completed"
             await wait_until(lambda: gauge.entered >= 4, what="the refill")
             # The refill filled its limit, so the queue was kicked again: wait for that
-            # claim to be turned away by the process's limit, then look.
-            await wait_until(lambda: jobs._engine.global_blocked, what="a refused claim")
-            assert gauge.entered == 4
-            assert jobs.count(status="running") == 3
-            rest_go.set()
-            other_go.set()
-            for h in [held, *rest]:
-                assert (await h.finished).status == "completed"
-
-    run(main())
-    run(producer.stop())
-    assert gauge.peak == 3
-    assert gauge.entered == 12
-
-
-def test_a_plain_handlers_refill_stops_at_the_free_pool_threads(db_path: str) -> None:
-    # Three pool threads: one holds another queue's job, one ITEM's first job. Its
-    # finalize refills with two jobs (two threads are free then), not the ten pending.
-    jobs = make_manager(db_path, thread_pool_size=3, poll_interval=60)
-    other = jl.JobType("test.other", Item)
-    gauge = Gauge()
-    first_go, rest_go, other_go = threading.Event(), threading.Event(), threading.Event()
-
-    @jobs.handler(ITEM, recovery="retry", concurrency=50)
-    def work(ctx: jl.JobContext[Item]) -> None:
-        gauge.enter()
-        try:
-            (first_go if ctx.payload.n == 0 else rest_go).wait(10)
-        finally:
-            gauge.exit()
-
-    @jobs.handler(other, recovery="retry", concurrency=1)
-    def hold(ctx: jl.JobContext[Item]) -> None:
-        gauge.enter()
-        try:
-            other_go.wait(10)
-        finally:
-            gauge.exit()
-
-    producer = make_manager(db_path)
-
-    async def main() -> None:
-        async with jobs:
-            held = jobs.enqueue(other, Item())
-            await wait_until(lambda: gauge.active == 1, what="the other queue's job")
-            first = jobs.enqueue(ITEM, Item(n=0))
-            await wait_until(lambda: gauge.active == 2, what="the first job")
-            rest = producer.enqueue_many(ITEM, [Item(n=i) for i in range(1, 11)])
-            first_go.set()
-            assert (await first.finished).status == "completed"
-            await wait_until(lambda: gauge.entered >= 4, what="the refill")
+            # claim to be turned away by the process's bound, then look.
             await wait_until(lambda: jobs._engine.global_blocked, what="a refused claim")
             assert gauge.entered == 4
             assert jobs.count(status="running") == 3
