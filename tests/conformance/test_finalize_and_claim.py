@@ -84,12 +84,8 @@ def test_the_queue_cap_counts_what_is_still_running(store: ConformantStore, queu
     assert taken is not None
     # running[1] still holds a slot: cap 1 is full, cap 2 has one free.
     assert [c.id for c in taken.jobs] == pending[: queue_cap - 1]
-    assert taken.queue_full is (queue_cap == 1 and backend_reports_full(store))
-
-
-def backend_reports_full(store: ConformantStore) -> bool:
-    # `queue_full` is a hint a backend may leave False (see ClaimResult).
-    return store.kind == "sqlite"
+    # `queue_full` is a hint a backend may leave False (see ClaimResult); SQLite sets it.
+    assert taken.queue_full is (queue_cap == 1 and store.kind == "sqlite")
 
 
 def _refuse_claims(backend: Backend) -> None:
