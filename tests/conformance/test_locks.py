@@ -29,10 +29,38 @@ def test_the_holder_may_take_its_lock_again(store: ConformantStore) -> None:
 def test_release_frees_the_lock_but_only_for_its_holder(store: ConformantStore) -> None:
     a, b = _run_two(store)
     assert store.try_lock("res", a, "w1", 1)
-    store.release_lock("res", b)  # not the holder: no effect
+    store.release_lock("res", b, "w2", 0)  # not the holder: no effect
     assert store.try_lock("res", b, "w2", 2) is False
-    store.release_lock("res", a)
+    store.release_lock("res", a, "w1", 0)
     assert store.try_lock("res", b, "w2", 3) is True
+
+
+def test_a_stale_attempts_release_leaves_the_rescuers_lock(store: ConformantStore) -> None:
+    a, other = new_job(), new_job()
+    store.enqueue([a, other])
+    assert [c.id for c in claim(store, worker="w1", limit=1).jobs] == [a.id]
+    assert store.try_lock("res", a.id, "w1", 1)
+    # w1 is judged dead and `a` goes back to work; w2 takes it, and its lock.
+    assert store.release_unconfirmed_claims("w1", [], 2) == 1
+    assert [c.id for c in claim(store, worker="w2", limit=1).jobs] == [a.id]
+    assert store.try_lock("res", a.id, "w2", 3) is True
+    # w1 resumes and its stale run releases: the fence keeps w2's lock.
+    store.release_lock("res", a.id, "w1", 0)
+    assert [c.id for c in claim(store, worker="w3", limit=1).jobs] == [other.id]
+    assert store.try_lock("res", other.id, "w3", 4) is False
+    store.release_lock("res", a.id, "w2", 0)
+    assert store.try_lock("res", other.id, "w3", 5) is True
+
+
+def test_unconfirmed_claims_go_back_except_those_kept(store: ConformantStore) -> None:
+    a, b, c = new_job(), new_job(), new_job()
+    store.enqueue([a, b, c])
+    assert len(claim(store, worker="w1", limit=3).jobs) == 3
+    assert store.release_unconfirmed_claims("w1", [b.id], 7) == 2
+    rows = {j.id: store.get(j.id) for j in (a, b, c)}
+    statuses = {i: r[2] for i, r in rows.items() if r is not None}
+    assert statuses == {a.id: "pending", b.id: "running", c.id: "pending"}
+    assert store.release_unconfirmed_claims("w2", [], 8) == 0
 
 
 def test_a_lock_is_free_once_its_holder_no_longer_runs_under_its_claim(

@@ -68,6 +68,7 @@ class Attempt:
         "attempt",
         "done",
         "job_id",
+        "kept",
         "locks",
         "metadata",
         "parent_id",
@@ -106,6 +107,7 @@ class Attempt:
         self.token = CancelToken(engine.loop)
         self.task: asyncio.Future[Any] | None = None
         self.submitted = False
+        self.kept = False  # its outcome's first write failed; it is being written again
         # Set once the outcome is committed and on_settled has run (the seed's "executed").
         self.done = Done()
         self.progress: float | None = None
@@ -238,7 +240,8 @@ class Attempt:
     def release_lock(self, name: str) -> None:
         if name in self.locks:
             self.locks.discard(name)
-            self._engine.store.release_lock(name, self.job_id)
+            engine = self._engine
+            engine.store.release_lock(name, self.job_id, engine.worker_id, self.attempt)
 
 
 def _check_lock_name(name: object) -> None:

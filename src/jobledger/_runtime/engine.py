@@ -43,7 +43,13 @@ another thread.
 Finalize is grouped: outcomes of jobs that end in the same loop tick are written in one
 transaction (each a fenced compare-and-set), and only after its COMMIT are handles
 resolved, events published, queues kicked, refilled jobs started and `on_settled` run.
-Nothing is reported done before it is durable. The refill is computed like a dispatch
+Nothing is reported done before it is durable. A finalize that fails (the write lock held
+past the coordinator's retries, a full disk, a lost PostgreSQL connection) keeps its
+outcomes, their slots and their handles, and writes them again with a short backoff
+until the database answers: a live worker never leaves its own rows `running`. A claim
+that raised may still have committed on a server, so before the next claim
+`release_unconfirmed_claims` puts back every `running` row of this worker that it does
+not run. The refill is computed like a dispatch
 (`_dispatch`'s arithmetic on what the batch releases) and taken under the queue's
 layer-1 lock; its claim still counts both caps in SQL.
 """
@@ -77,8 +83,8 @@ from jobledger._storage.interface import (
 )
 from jobledger._storage.rows import error_to_json, snapshot_from_row
 from jobledger._storage.sqlite import queries as q
-from jobledger._types import JobErrorInfo, JobSnapshot, JobStatus, SettledEvent
-from jobledger.clock import Clock, from_ms
+from jobledger._types import JobErrorInfo, JobSnapshot, SettledEvent
+from jobledger.clock import Clock
 from jobledger.errors import JobError, PermanentError
 
 __all__ = ["DispatchQueue", "Engine"]
@@ -169,6 +175,11 @@ class Engine:
         self._pool_size = thread_pool_size
         self._pool: ThreadPoolExecutor | None = None
         self._settling: set[asyncio.Task[None]] = set()
+        # Until the startup sweep has run: rows these dead workers enqueued wait for it.
+        self.exclude_owners: tuple[str, ...] = ()
+        self._write_failures = 0  # failed finalize writes in a row (outcomes kept)
+        # A claim raised: it may have committed (PostgreSQL), so `reconcile` runs first.
+        self._unconfirmed = False
         self.on_delayed: Callable[[int], None] = lambda at_ms: None
         self.on_settled_row: Callable[[JobRow], None] = _ignore_row
 
@@ -251,6 +262,9 @@ class Engine:
         qu.confirmed = False
         qu.deferrals = qu.quiet = 0
         limit = min(free, own_free, self.claim_batch)
+        if self._unconfirmed and not self.reconcile():
+            self._kick_later(qu.name)
+            return
         with qu.lock:
             if self._gate_closed():  # re-checked under the lock (seed 001)
                 return
@@ -263,9 +277,11 @@ class Engine:
                     now_ms=self.now_ms(),
                     worker_id=self.worker_id,
                     types=tuple(self.handlers),
+                    exclude_owners=self.exclude_owners,
                 )
             except Exception:
                 log.warning("claim on queue %r failed; retrying shortly", qu.name, exc_info=True)
+                self._unconfirmed = True
                 self._kick_later(qu.name)
                 return
         self._take(qu, result, limit)
@@ -461,6 +477,10 @@ class Engine:
             return self._failed(
                 attempt, job, "JOB_HANDLER_TIMEOUT", token.message or "timed out", True
             )
+        if token.reason == "shutdown" and attempt.spec.recovery != "abandon":
+            # A deploy is not a failure (DESIGN §8.1): the row is work again, its attempt
+            # not spent, claimable at once by the next worker.
+            return self._outcome(attempt, "requeue")
         info = JobErrorInfo(
             code="JOB_CANCELLED",
             message=token.message or "cancelled",
@@ -512,23 +532,30 @@ class Engine:
         claimed: ClaimResult | None = None
         try:
             rows, claimed = self._write_outcomes(outcomes, now, refill)
-            write_failed = False
-        except Exception:
-            log.exception(
-                "finalize of %d job(s) failed; the rows stay running until recovered", len(batch)
+        except Exception as exc:
+            self._keep(batch, exc)
+            return
+        if self._write_failures:
+            log.warning(
+                "finalize works again after %d failed attempt(s); outcomes written",
+                self._write_failures,
             )
-            rows = [None] * len(batch)
-            write_failed = True
+            self._write_failures = 0
+        if refill is not None and claimed is None:
+            self._unconfirmed = True  # the refill's claim failed: did it commit?
         kicks: set[str] = set()
         for (outcome, attempt), row in zip(batch, rows, strict=True):
             self._release(attempt)
             kicks.add(attempt.queue)
             if row is None:
-                if write_failed:
-                    self._resolve(attempt.job_id, _finalize_failed(attempt, now))
+                if attempt.kept:
+                    self._settle_after_doubt(attempt)
                 attempt.done.set()
             elif outcome.kind == "retry" and row[q.C_STATUS] == "delayed":
                 self.on_delayed(int(row[q.C_SCHEDULED_AT]))
+                self.publish_row(row)
+                attempt.done.set()
+            elif outcome.kind == "requeue" and row[q.C_STATUS] == "pending":
                 self.publish_row(row)
                 attempt.done.set()
             elif row is APPLIED:
@@ -544,6 +571,68 @@ class Engine:
                 self.kick(name)
         if claimed is not None and refill is not None:
             self._take(refill[0], claimed, refill[1].limit)
+
+    def _keep(self, batch: list[tuple[Outcome, Attempt]], exc: Exception) -> None:
+        """The outcomes' write failed (busy past the coordinator, a full disk, a lost
+        server): keep them, slots and handles included, and write them again later. A
+        live worker never leaves its own rows `running` (DESIGN §8.1); the rows hold
+        their SQL slots meanwhile, so the caps stay exact."""
+        self._write_failures += 1
+        for _, attempt in batch:
+            attempt.kept = True
+        self._buffer = batch + self._buffer
+        delay = min(max(self.poll_interval, 0.01) * 2 ** min(self._write_failures, 8), 1.0)
+        if self._write_failures == 1:
+            log.warning(
+                "finalize of %d job(s) failed (%s); kept, retrying every %.2gs at most",
+                len(batch),
+                exc,
+                delay,
+                exc_info=True,
+            )
+        else:
+            log.debug("finalize retry %d failed: %s", self._write_failures, exc)
+        self._unconfirmed = True  # a refill may have been in the failed transaction
+        loop = self.loop
+        self._flush_scheduled = True  # new outcomes join this retry, not hammer the database
+        if loop is None or loop.is_closed():
+            self._flush_scheduled = False
+            return
+        call_later(loop, self.clock, delay, self._flush)
+
+    def _settle_after_doubt(self, attempt: Attempt) -> None:
+        """A kept outcome's fence did not match on the retry: an earlier attempt at the
+        write may have committed after all (a connection lost at COMMIT), or the job was
+        rescued meanwhile. Read the row to tell."""
+        try:
+            row = self.store.get(attempt.job_id)
+        except Exception:
+            log.debug("reading %s after a doubtful finalize failed", attempt.job_id, exc_info=True)
+            return
+        if row is None or row[q.C_STATUS] not in _TERMINAL:
+            return
+        if row[q.C_WORKER] == self.worker_id and row[q.C_ATTEMPT] == attempt.attempt:
+            self.settle_row(row, attempt)  # ours: the first write did commit
+        else:
+            self._resolve(attempt.job_id, snapshot_from_row(row))
+
+    def reconcile(self) -> bool:
+        """Put back claims whose commit could not be confirmed (a claim that raised: on
+        PostgreSQL it may have committed on the server all the same). Rows this engine
+        runs are kept. False while the database still fails."""
+        if not self._unconfirmed:
+            return True
+        try:
+            released = self.store.release_unconfirmed_claims(
+                self.worker_id, list(self.inflight), self.now_ms()
+            )
+        except Exception:
+            log.debug("reconciling unconfirmed claims failed; retrying", exc_info=True)
+            return False
+        self._unconfirmed = False
+        if released:
+            log.warning("put back %d claim(s) whose commit could not be confirmed", released)
+        return True
 
     def _write_outcomes(
         self,
@@ -565,7 +654,7 @@ class Engine:
         one queue: what that queue may claim once they are released (`_dispatch`'s
         arithmetic). None when there is nothing to claim, or when the global cap turned
         queues away (freed slots go to those queues first: `_pass_the_turn`)."""
-        if self.global_blocked or self._gate_closed():
+        if self.global_blocked or self._gate_closed() or self._unconfirmed:
             return None
         name = batch[0][1].queue
         qu = self.queues.get(name)
@@ -580,7 +669,13 @@ class Engine:
         if limit <= 0:
             return None
         request = ClaimRequest(
-            qu.name, qu.concurrency, self.global_max, limit, self.worker_id, tuple(self.handlers)
+            qu.name,
+            qu.concurrency,
+            self.global_max,
+            limit,
+            self.worker_id,
+            tuple(self.handlers),
+            self.exclude_owners,
         )
         return qu, request
 
@@ -706,6 +801,10 @@ class Engine:
         for row in rows:
             self._resolve(row[q.C_ID], snapshot_from_row(row))
 
+    def settling(self) -> list[asyncio.Task[None]]:
+        """The on_settled hooks still running."""
+        return list(self._settling)
+
     def drop_waiters(self) -> None:
         """Shutdown: pending `finished` futures are abandoned, never failed."""
         self.waiters.clear()
@@ -714,6 +813,9 @@ class Engine:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
+
+
+_TERMINAL = frozenset({"completed", "failed", "cancelled"})
 
 
 def _ignore_row(row: JobRow) -> None:
@@ -737,37 +839,3 @@ def _loads_dict(text: str) -> dict[str, Any]:
         return {}
     value = json.loads(text)
     return value if isinstance(value, dict) else {}
-
-
-def _finalize_failed(attempt: Attempt, now_ms: int) -> JobSnapshot:
-    now = from_ms(now_ms)
-    return JobSnapshot(
-        id=attempt.job_id,
-        type=attempt.type,
-        status=JobStatus.FAILED,
-        queue=attempt.queue,
-        priority=0,
-        payload=None,
-        output=None,
-        error=JobErrorInfo(
-            code="JOB_FINALIZE_TX_FAILED",
-            message="the job's final write failed; the row is recovered later",
-            retryable=True,
-        ),
-        attempt=attempt.attempt,
-        max_attempts=attempt.attempt + 1,
-        timeout=None,
-        idempotency_key=None,
-        parent_id=attempt.parent_id,
-        schedule_id=attempt.schedule_id,
-        metadata=dict(attempt.metadata),
-        progress=attempt.progress,
-        progress_detail=attempt.progress_detail,
-        cancel_requested=False,
-        worker_id=None,
-        scheduled_at=now,
-        started_at=None,
-        finished_at=now,
-        created_at=now,
-        updated_at=now,
-    )

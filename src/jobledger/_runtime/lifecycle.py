@@ -45,7 +45,11 @@ __all__ = ["DRAIN_TIMEOUT", "Hold", "Lifecycle"]
 
 log = logging.getLogger("jobledger.lifecycle")
 
-DRAIN_TIMEOUT = 4.5
+DRAIN_TIMEOUT = 4.5  # the default `shutdown_grace`
+# After the grace, interrupted handlers get this long to settle (DESIGN §8.1).
+SETTLE_AFTER_ABORT = 1.0
+# Dead workers whose rows a claim skips before the sweep, at most (bound parameters).
+MAX_EXCLUDED = 500
 STEPS = ("reset", "resurrect", "schedules", "dispatch")
 
 
@@ -113,6 +117,7 @@ class Lifecycle:
         self._recovery_done: asyncio.Future[None] | None = None
         self._runtime: Runtime | None = None
         self._stopping = False
+        self._hold_until_sweep = False  # the dead owners were unknown at start
         self.started_at = 0.0  # clock.monotonic() at start(); the quiet window counts from it
 
     # -- recovery_done (exists from construction, bound to the loop lazily) ----------
@@ -141,13 +146,41 @@ class Lifecycle:
         m._engine.accepting = True
         self.recovery_future()
         self.started_at = m.clock.monotonic()
+        self._exclude_dead_owners()
         self._runtime = Runtime([WorkerService(self), JobService(self)])
         await self._runtime.start()
-        # Queues this manager wrote to before start() are its own work: run them now.
+        # Every row not owned by a dead worker is work now (DESIGN §8.1): producers'
+        # rows, live workers' and this manager's own; only the sweep waits for the window.
+        try:
+            for seq, qname, type_name in m._store.queues_since(0):
+                m._queue_seq = max(m._queue_seq, seq)
+                m._engine.ensure_queue(qname, type_name)
+        except Exception:
+            log.warning("reading the queues failed; the watcher finds them", exc_info=True)
         with m._touched_lock:
             touched = dict(m._touched_queues)
         for name, type_name in touched.items():
             m._engine.kick_threadsafe(name, type_name)
+        m._engine.kick_all()
+
+    def _exclude_dead_owners(self) -> None:
+        """Until the sweep, claims skip rows that dead workers enqueued: the sweep may
+        cancel them by strategy (abandon, orphans, superseded singletons)."""
+        m = self.m
+        try:
+            dead, _ = m._store.workers.dead_workers(
+                m._store,
+                now_ms=m._engine.now_ms(),
+                timeout_ms=int(m.worker_timeout * 1000),
+                hostname=self.hostname,
+                exclude=m.worker_id,
+            )
+        except Exception:
+            log.warning("reading the workers failed; claims wait for the sweep", exc_info=True)
+            m._engine.accepting = False
+            self._hold_until_sweep = True
+            return
+        m._engine.exclude_owners = tuple(w.id for w in dead[:MAX_EXCLUDED])
 
     async def stop(self) -> None:
         self._stopping = True
@@ -188,6 +221,10 @@ class Lifecycle:
         m = self.m
         if name == "reset":
             self.rescue()
+            m._engine.exclude_owners = ()
+            if self._hold_until_sweep:
+                self._hold_until_sweep = False
+                m._engine.accepting = not self._stopping
         elif name == "resurrect":
             self.dispatch_open = True
             for seq, qname, type_name in m._store.queues_since(0):
@@ -311,6 +348,9 @@ class Lifecycle:
         engine = self.m._engine
         attempts = list(engine.inflight.values())
         waits: list[Awaitable[Any]] = [a.done.wait() for a in attempts]
+        # Jobs whose outcome is written but whose on_settled hook still runs: the drain
+        # ends after the hook, as the seed's per-execution "executed" signal does.
+        waits += [asyncio.shield(t) for t in engine.settling()]
         flow = self._flow
         if flow is not None and not flow.done():
             waits.append(asyncio.shield(flow))
@@ -341,20 +381,34 @@ class Lifecycle:
                 pass
         await self.schedules.on_stop()
         engine = m._engine
-        engine.accepting = False
+        engine.accepting = False  # claims stop first (DESIGN §8.1)
+        grace = m.shutdown_grace
+        if engine.inflight and grace > 0:
+            # The grace: running handlers may end by themselves, so a deploy finishes them.
+            left = await _wait_done(list(engine.inflight.values()), grace)
+            if left:
+                log.info(
+                    "%d job(s) still running after the %gs grace; interrupting", left, grace
+                )
         attempts = list(engine.inflight.values())
         for attempt in attempts:
             engine.abort(attempt, "shutdown", "JobManager shutdown")
         if attempts:
-            tasks = [asyncio.ensure_future(a.done.wait()) for a in attempts]
-            _, pending = await asyncio.wait(tasks, timeout=DRAIN_TIMEOUT)
-            for t in pending:
-                t.cancel()
-            if pending:
+            left = await _wait_done(attempts, SETTLE_AFTER_ABORT)
+            if left:
                 log.warning(
-                    "%d job(s) still running after the %ss drain", len(pending), DRAIN_TIMEOUT
+                    "%d job(s) ignored the shutdown; their rows are left for recovery", left
                 )
         engine.closed = True
+
+
+async def _wait_done(attempts: list[Any], timeout: float) -> int:
+    """Wait up to `timeout` s for every attempt's outcome; how many are still out."""
+    tasks = [asyncio.ensure_future(a.done.wait()) for a in attempts]
+    _, pending = await asyncio.wait(tasks, timeout=timeout)
+    for t in pending:
+        t.cancel()
+    return len(pending)
 
 
 def _handlers_of(worker: WorkerRow) -> dict[str, RecoveryStrategy]:
@@ -486,6 +540,8 @@ class JobService(Service):
     def __init__(self, lifecycle: Lifecycle) -> None:
         super().__init__(lifecycle.m.clock)
         self.lc = lifecycle
+        # The grace and the settling second are waits on purpose; the rest is margin.
+        self.stop_timeout = lifecycle.m.shutdown_grace + SETTLE_AFTER_ABORT + 1.0
 
     async def on_all_ready(self) -> None:
         delay = self.lc.m.startup_delay

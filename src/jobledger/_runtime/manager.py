@@ -41,7 +41,7 @@ from jobledger._runtime.engine import Engine
 from jobledger._runtime.enqueue import UNSET, EnqueueOptions, JobSpec, prepare_row, prepare_rows
 from jobledger._runtime.events import EventBus, JobEvent
 from jobledger._runtime.handle import JobHandle
-from jobledger._runtime.lifecycle import Hold, Lifecycle
+from jobledger._runtime.lifecycle import DRAIN_TIMEOUT, Hold, Lifecycle
 from jobledger._runtime.timers import wait_with_timeout
 from jobledger._scheduling.job_schedules import snapshot_of
 from jobledger._scheduling.triggers import CatchUpPolicy, SkipMissed, Trigger
@@ -145,6 +145,7 @@ class JobManager:
         claim_batch: int = 64,
         process_max_concurrency: int | None = None,
         thread_pool_size: int = 16,
+        shutdown_grace: float = DRAIN_TIMEOUT,
     ) -> None:
         _check_count("global_max_concurrency", global_max_concurrency)
         _check_process_max(process_max_concurrency)
@@ -156,6 +157,7 @@ class JobManager:
             ("gc_retention", gc_retention),
             ("poll_interval", poll_interval),
             ("leader_ttl", leader_ttl),
+            ("shutdown_grace", shutdown_grace),
         ):
             if not isinstance(value, int | float) or value < 0 or value != value:
                 raise JobValidationError(
@@ -171,6 +173,8 @@ class JobManager:
         self.gc_interval = float(gc_interval)
         self.poll_interval = float(poll_interval)
         self.leader_ttl = float(leader_ttl)
+        # stop() waits this long for running handlers before it interrupts them.
+        self.shutdown_grace = float(shutdown_grace)
         self.max_payload_bytes = max_payload_bytes
         self._store: Store = open_store(
             self.path, synchronous=synchronous, busy_timeout=busy_timeout
@@ -725,8 +729,7 @@ class JobManager:
             return
         for seq, name, type_name in self._store.queues_since(self._queue_seq):
             self._queue_seq = seq
-            if self._lifecycle.dispatch_open:
-                engine.ensure_queue(name, type_name)
+            engine.ensure_queue(name, type_name)
         if engine.inflight:
             for job_id, reason in self._store.cancel_requested_among(list(engine.inflight)):
                 attempt = engine.inflight.get(job_id)
@@ -984,7 +987,8 @@ class JobManager:
         self._ensure_watcher()
 
     async def stop(self) -> None:
-        """Stop: join recovery, abort running handlers, drain for at most 4.5 s."""
+        """Stop: stop claiming, wait up to `shutdown_grace` s for running handlers, then
+        interrupt the rest (retry/singleton rows go back to pending) and wait 1 s more."""
         if self._stopped or self._stopping:
             return
         if not self._started:

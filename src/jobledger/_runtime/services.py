@@ -4,7 +4,7 @@ A `Service` has the seed's hooks — `on_init`, `on_ready` (awaited, in dependen
 `on_all_ready` (fired once every service is ready, not awaited), `on_stop` and
 `on_destroy` (reverse order) — and `register_interval` for periodic chores (exceptions
 logged, the loop carries on, disposed at stop). `Runtime.stop` bounds every service's
-stop at `SERVICE_STOP_TIMEOUT` seconds of real time; a service that overruns is left to
+stop at its `stop_timeout` (`SERVICE_STOP_TIMEOUT` seconds of real time by default); a service that overruns is left to
 finish in the background and the runtime moves on (the seed's unclean pass).
 """
 
@@ -27,6 +27,7 @@ SERVICE_STOP_TIMEOUT = 5.0
 class Service:
     name: str = "service"
     depends_on: tuple[str, ...] = ()
+    stop_timeout: float = SERVICE_STOP_TIMEOUT  # a service that waits on purpose raises it
 
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
@@ -101,10 +102,10 @@ class Runtime:
             self._all_ready.cancel()
         for s in reversed(self.services):
             task = asyncio.ensure_future(_guard(s.on_stop(), s.name))
-            done, _ = await asyncio.wait({task}, timeout=SERVICE_STOP_TIMEOUT)
+            done, _ = await asyncio.wait({task}, timeout=s.stop_timeout)
             if task not in done:
                 clean = False
-                log.warning("stopping %s timed out after %ss", s.name, SERVICE_STOP_TIMEOUT)
+                log.warning("stopping %s timed out after %gs", s.name, s.stop_timeout)
             s.dispose_intervals()
         for s in reversed(self.services):
             await _guard(s.on_destroy(), s.name)

@@ -158,9 +158,14 @@ class ClaimRequest:
     limit: int
     worker_id: str
     types: tuple[str, ...]
+    # Rows enqueued by these (dead) workers are not taken: they wait for the recovery
+    # sweep, which applies their type's strategy first (DESIGN §8.1).
+    exclude_owners: tuple[str, ...] = ()
 
 
-OutcomeKind = Literal["completed", "failed", "cancelled", "retry"]
+# "requeue": an attempt interrupted by shutdown goes back to `pending` with its attempt
+# number unchanged and no owner (DESIGN §8.1), or `cancelled` when its cancel was requested.
+OutcomeKind = Literal["completed", "failed", "cancelled", "retry", "requeue"]
 
 
 @dataclass(slots=True)
@@ -232,6 +237,7 @@ class Store(Protocol):
         now_ms: int,
         worker_id: str,
         types: tuple[str, ...],
+        exclude_owners: tuple[str, ...] = (),
     ) -> ClaimResult: ...
     def finalize(
         self, outcomes: Sequence[Outcome], now_ms: int, *, label: str = "finalize"
@@ -258,7 +264,18 @@ class Store(Protocol):
         self, job_id: str, worker_id: str, attempt: int, patch: dict[str, Any], now_ms: int
     ) -> dict[str, Any] | None: ...
     def try_lock(self, name: str, job_id: str, worker_id: str, now_ms: int) -> bool: ...
-    def release_lock(self, name: str, job_id: str) -> None: ...
+    def release_lock(self, name: str, job_id: str, worker_id: str, attempt: int) -> None:
+        """Free `name` if this attempt still holds it: fenced on the job's claim, so a
+        stale attempt (its worker judged dead, the job rescued) frees nothing."""
+        ...
+
+    def release_unconfirmed_claims(
+        self, worker_id: str, keep: Sequence[str], now_ms: int
+    ) -> int:
+        """Put back to `pending` every `running` row claimed by `worker_id` except `keep`
+        (the jobs it really runs): claims whose commit the worker could not confirm.
+        Returns how many rows went back."""
+        ...
     def request_cancel(
         self, job_id: str, reason: str | None, error: str, now_ms: int
     ) -> tuple[str | None, str | None, JobRow | None]: ...

@@ -201,6 +201,12 @@ class Queries:
         f"RETURNING {_CLAIMED}) "
         "SELECT counts.in_q, counts.total, claimed.* FROM counts LEFT JOIN claimed ON true"
     )
+    # Before the recovery sweep: rows enqueued by dead workers wait for it.
+    CLAIM_EXCLUDING = CLAIM.replace(
+        "AND type = ANY(%(types)s) ",
+        "AND type = ANY(%(types)s) AND (enqueued_by IS NULL "
+        "OR NOT (enqueued_by = ANY(%(excluded)s))) ",
+    )
 
     # -- jobs: finalize (fenced on the claim) ---------------------------------------
     # The locks are released only when the fence matched: a stale attempt's finalize must
@@ -240,7 +246,23 @@ class Queries:
         "d AS (DELETE FROM {s}.locks WHERE %s AND job_id = %s AND worker_id = %s "
         "AND EXISTS (SELECT 1 FROM f)) SELECT * FROM f"
     )
+    # Shutdown interrupted the attempt: pending again, unowned, its attempt not spent.
+    REQUEUE = (
+        "WITH f AS (UPDATE {s}.jobs SET status = 'pending', started_at = NULL, "
+        "worker_id = NULL, enqueued_by = NULL, updated_at = %s, "
+        "progress = coalesce(%s, progress), progress_detail = coalesce(%s, progress_detail) "
+        f"{_FENCE} AND cancel_requested = 0 RETURNING {JOB_COLUMNS}), "
+        "d AS (DELETE FROM {s}.locks WHERE %s AND job_id = %s AND worker_id = %s "
+        "AND EXISTS (SELECT 1 FROM f)) SELECT * FROM f"
+    )
     RELEASE_JOB_LOCKS = "DELETE FROM {s}.locks WHERE job_id = %s AND worker_id = %s"
+    # Claims whose commit the worker could not confirm, put back (ids in %s are kept).
+    RELEASE_UNCONFIRMED = (
+        "UPDATE {s}.jobs SET status = 'pending', started_at = NULL, worker_id = NULL, "
+        "updated_at = %s WHERE id = ANY(ARRAY(SELECT id FROM {s}.jobs WHERE status = 'running' "
+        "AND worker_id = %s AND NOT (id = ANY(%s)) ORDER BY id FOR UPDATE)) "
+        "AND status = 'running' AND worker_id = %s"
+    )
     SET_PROGRESS = (
         f"UPDATE {{s}}.jobs SET progress = %s, progress_detail = %s, updated_at = %s {_FENCE}"
     )
@@ -321,7 +343,12 @@ class Queries:
     LOCK_TAKE_OVER = (
         "UPDATE {s}.locks SET job_id = %s, worker_id = %s, acquired_at = %s WHERE name = %s"
     )
-    RELEASE_LOCK = "DELETE FROM {s}.locks WHERE name = %s AND job_id = %s"
+    # Fenced on the claim: a stale attempt must not free the lock a rescuer holds now.
+    RELEASE_LOCK = (
+        "DELETE FROM {s}.locks l WHERE l.name = %s AND l.job_id = %s AND l.worker_id = %s "
+        "AND EXISTS (SELECT 1 FROM {s}.jobs j WHERE j.id = l.job_id AND j.status = 'running' "
+        "AND j.worker_id = l.worker_id AND j.attempt = %s)"
+    )
 
     # -- change notification ---------------------------------------------------------
     NOTE_CHANGE = "SELECT {s}.note_change()"

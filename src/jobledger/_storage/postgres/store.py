@@ -544,6 +544,7 @@ class PostgresStore:
         now_ms: int,
         worker_id: str,
         types: tuple[str, ...],
+        exclude_owners: tuple[str, ...] = (),
     ) -> ClaimResult:
         q = self.q
 
@@ -552,8 +553,9 @@ class PostgresStore:
             if self.exact_global_cap:
                 conn.execute(q.ADVISORY_XACT_LOCK, (q.global_claim_key,))
             cur = conn.execute(
-                q.CLAIM,
+                q.CLAIM_EXCLUDING if exclude_owners else q.CLAIM,
                 {
+                    "excluded": list(exclude_owners),
                     "queue": queue,
                     "now": now_ms,
                     "types": list(types),
@@ -596,6 +598,7 @@ class PostgresStore:
                 now_ms=now_ms,
                 worker_id=claim.worker_id,
                 types=claim.types,
+                exclude_owners=claim.exclude_owners,
             )
         except Exception:
             log.warning("claim on queue %r failed; retrying shortly", claim.queue, exc_info=True)
@@ -616,8 +619,13 @@ class PostgresStore:
             for o in outcomes:
                 locks = (o.release_locks, o.job_id, o.worker_id)
                 fence = (o.job_id, o.worker_id, o.attempt)
-                if o.kind == "retry":
-                    retried = conn.execute(q.RETRY, (o.error, o.retry_at, now_ms, *fence, *locks))
+                if o.kind == "retry" or o.kind == "requeue":
+                    if o.kind == "retry":
+                        retry_params: tuple[Any, ...] = (o.error, o.retry_at, now_ms)
+                        retried = conn.execute(q.RETRY, (*retry_params, *fence, *locks))
+                    else:
+                        retry_params = (now_ms, o.progress, o.progress_detail)
+                        retried = conn.execute(q.REQUEUE, (*retry_params, *fence, *locks))
                     cancelled = conn.execute(
                         q.CANCEL_INSTEAD_OF_RETRY,
                         (now_ms, now_ms, o.progress, o.progress_detail, *fence, *locks),
@@ -731,8 +739,24 @@ class PostgresStore:
 
         return self._tx(work, "lock", piped=True)
 
-    def release_lock(self, name: str, job_id: str) -> None:
-        self._stmt(lambda c: c.execute(self.q.RELEASE_LOCK, (name, job_id)), "unlock")
+    def release_lock(self, name: str, job_id: str, worker_id: str, attempt: int) -> None:
+        self._stmt(
+            lambda c: c.execute(self.q.RELEASE_LOCK, (name, job_id, worker_id, attempt)),
+            "unlock",
+        )
+
+    def release_unconfirmed_claims(
+        self, worker_id: str, keep: Sequence[str], now_ms: int
+    ) -> int:
+        q = self.q
+
+        def work(conn: Conn) -> int:
+            cur = conn.execute(q.RELEASE_UNCONFIRMED, (now_ms, worker_id, list(keep), worker_id))
+            if cur.rowcount:
+                conn.execute(q.NOTE_CHANGE)
+            return int(cur.rowcount)
+
+        return self._tx(work, "reconcile_claims")
 
     # -- cancellation ---------------------------------------------------------------
 

@@ -82,7 +82,7 @@ COUNT_RUNNING = "SELECT count(*) FROM jobs WHERE status = 'running'"
 
 
 @functools.cache
-def claim_sql(n_types: int) -> str:
+def claim_sql(n_types: int, n_excluded: int = 0) -> str:
     """Claim up to `?` rows of one queue, restricted to the job types this worker runs.
 
     The outer compare-and-set is spelled `+status`: the unary plus keeps the planner from
@@ -90,11 +90,17 @@ def claim_sql(n_types: int) -> str:
     claim; schema version 1 had one) instead of the rowid lookup of the few rows chosen.
     The rowid comes back first, for the claim order.
     """
+    excluded = (
+        f"AND (enqueued_by IS NULL OR enqueued_by NOT IN ({','.join('?' * n_excluded)})) "
+        if n_excluded
+        else ""
+    )
     return (
         "UPDATE jobs SET status = 'running', worker_id = ?, started_at = ?, updated_at = ? "
         "WHERE rowid IN (SELECT rowid FROM jobs WHERE status = 'pending' "
         "AND cancel_requested = 0 AND queue = ? AND scheduled_at <= ? "
-        f"AND type IN ({','.join('?' * n_types)}) ORDER BY priority, scheduled_at, rowid "
+        f"AND type IN ({','.join('?' * n_types)}) {excluded}"
+        "ORDER BY priority, scheduled_at, rowid "
         "LIMIT ?) AND +status = 'pending' RETURNING rowid, id, type, queue, priority, "
         "payload, attempt, max_attempts, timeout_ms, metadata, parent_id, schedule_id, "
         "scheduled_at, started_at"
@@ -153,6 +159,14 @@ CANCEL_INSTEAD_OF_RETRY = (
     "'params', json_object('reason', 'cancel')), finished_at = ?, updated_at = ?, "
     "progress = coalesce(?, progress), progress_detail = coalesce(?, progress_detail) "
     f"{_FENCE} AND cancel_requested = 1 RETURNING {JOB_COLUMNS}"
+)
+# Shutdown interrupted the attempt: the row is work again, claimable at once by any
+# worker (no owner, so no sweep waits for it), its attempt not spent.
+REQUEUE = (
+    "UPDATE jobs SET status = 'pending', started_at = NULL, worker_id = NULL, "
+    "enqueued_by = NULL, updated_at = ?, progress = coalesce(?, progress), "
+    "progress_detail = coalesce(?, progress_detail) "
+    f"{_FENCE} AND cancel_requested = 0 RETURNING {JOB_COLUMNS}"
 )
 RELEASE_JOB_LOCKS = "DELETE FROM locks WHERE job_id = ? AND worker_id = ?"
 SET_PROGRESS = f"UPDATE jobs SET progress = ?, progress_detail = ?, updated_at = ? {_FENCE}"
@@ -281,7 +295,17 @@ TRY_LOCK = (
     "AND jobs.id = locks.job_id "
     "AND jobs.status = 'running' AND jobs.worker_id = locks.worker_id)"
 )
-RELEASE_LOCK = "DELETE FROM locks WHERE name = ? AND job_id = ?"
+# Fenced on the claim: a stale attempt must not free the lock a rescuer holds now.
+RELEASE_LOCK = (
+    "DELETE FROM locks WHERE name = ? AND job_id = ? AND worker_id = ? AND EXISTS ("
+    "SELECT 1 FROM jobs WHERE jobs.rowid = locks.job_rowid AND jobs.id = locks.job_id "
+    "AND jobs.status = 'running' AND jobs.worker_id = locks.worker_id AND jobs.attempt = ?)"
+)
+# Claims whose commit the worker could not confirm, put back (`?` ids are kept).
+RELEASE_UNCONFIRMED = (
+    "UPDATE jobs SET status = 'pending', started_at = NULL, worker_id = NULL, updated_at = ? "
+    "WHERE status = 'running' AND worker_id = ? AND id NOT IN (SELECT value FROM json_each(?))"
+)
 
 # Workers and recovery.
 REGISTER_WORKER = (

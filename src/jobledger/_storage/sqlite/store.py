@@ -337,6 +337,7 @@ class SqliteStore:
         now_ms: int,
         worker_id: str,
         types: tuple[str, ...],
+        exclude_owners: tuple[str, ...] = (),
     ) -> ClaimResult:
         if not self.memory:
             # Decided from a WAL read, without the write lock, when the claim would take
@@ -347,7 +348,9 @@ class SqliteStore:
             nothing = self._nothing_to_claim(queue, queue_cap, global_cap, now_ms)
             if nothing is not None:
                 return nothing
-        request = ClaimRequest(queue, queue_cap, global_cap, limit, worker_id, types)
+        request = ClaimRequest(
+            queue, queue_cap, global_cap, limit, worker_id, types, exclude_owners
+        )
         # The claimed rows become objects after COMMIT: every process waits for the
         # write gate while a transaction is open.
         return _claim_result(self.write(_claim_work(request, now_ms), "claim"))
@@ -426,7 +429,10 @@ class SqliteStore:
         batch = [
             o
             for o in outcomes
-            if not o.want_row and not o.release_locks and o.kind != "retry" and seen[o.job_id] == 1
+            if not o.want_row
+            and not o.release_locks
+            and o.kind not in ("retry", "requeue")
+            and seen[o.job_id] == 1
         ]
         if len(batch) < 2:
             batch = []
@@ -451,8 +457,13 @@ class SqliteStore:
                     results.append(row)
                     continue
                 fence = (key_of(conn, o.job_id), o.job_id, o.worker_id, o.attempt)
-                if o.kind == "retry":
-                    row = conn.execute(q.RETRY, (o.error, o.retry_at, now_ms, *fence)).fetchone()
+                if o.kind == "retry" or o.kind == "requeue":
+                    if o.kind == "retry":
+                        params_r: tuple[Any, ...] = (o.error, o.retry_at, now_ms, *fence)
+                        row = conn.execute(q.RETRY, params_r).fetchone()
+                    else:
+                        params_r = (now_ms, o.progress, o.progress_detail, *fence)
+                        row = conn.execute(q.REQUEUE, params_r).fetchone()
                     if row is None:
                         row = conn.execute(
                             q.CANCEL_INSTEAD_OF_RETRY,
@@ -536,8 +547,22 @@ class SqliteStore:
 
         return self.write(work, "lock")
 
-    def release_lock(self, name: str, job_id: str) -> None:
-        self.write(lambda c: c.execute(q.RELEASE_LOCK, (name, job_id)), "unlock")
+    def release_lock(self, name: str, job_id: str, worker_id: str, attempt: int) -> None:
+        self.write(
+            lambda c: c.execute(q.RELEASE_LOCK, (name, job_id, worker_id, attempt)), "unlock"
+        )
+
+    def release_unconfirmed_claims(
+        self, worker_id: str, keep: Sequence[str], now_ms: int
+    ) -> int:
+        keep_json = json.dumps(list(keep))
+
+        def work(conn: sqlite3.Connection) -> int:
+            return int(
+                conn.execute(q.RELEASE_UNCONFIRMED, (now_ms, worker_id, keep_json)).rowcount
+            )
+
+        return self.write(work, "reconcile_claims")
 
     # -- cancellation ---------------------------------------------------------------
 
@@ -762,7 +787,7 @@ def _claim_work(
     req: ClaimRequest, now_ms: int
 ) -> Callable[[sqlite3.Connection], ClaimResult | tuple[list[Any], bool]]:
     """The claim's statements: the caps counted in SQL, then up to the free slots."""
-    claim_sql = q.claim_sql(len(req.types))
+    claim_sql = q.claim_sql(len(req.types), len(req.exclude_owners))
 
     def work(conn: sqlite3.Connection) -> ClaimResult | tuple[list[Any], bool]:
         in_queue, running = conn.execute(_RUNNING_COUNTS, (req.queue,)).fetchone()
@@ -774,7 +799,8 @@ def _claim_work(
             return ClaimResult([], True)
         n = min(free, global_free, req.limit)
         rows = conn.execute(
-            claim_sql, (req.worker_id, now_ms, now_ms, req.queue, now_ms, *req.types, n)
+            claim_sql,
+            (req.worker_id, now_ms, now_ms, req.queue, now_ms, *req.types, *req.exclude_owners, n),
         ).fetchall()
         limited_by_global = global_free < min(free, req.limit)
         return rows, limited_by_global and len(rows) == n
