@@ -24,6 +24,7 @@ from jobledger._storage.interface import (
     JobRow,
     NewJob,
     Outcome,
+    OutcomeKind,
     Store,
 )
 from jobledger._storage.sqlite import queries as q
@@ -159,7 +160,7 @@ def claim(
 
 def outcome(
     job_id: str,
-    kind: Literal["completed", "failed", "cancelled", "retry"] = "completed",
+    kind: OutcomeKind = "completed",
     *,
     worker: str = "w1",
     attempt: int = 0,

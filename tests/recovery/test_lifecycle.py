@@ -174,7 +174,8 @@ def test_stop_interrupts_cooperative_handlers_and_leaves_stubborn_ones_to_recove
     ids, took = arun(first)
     # The grace, then the interrupt and at most 1 s for the handlers to settle.
     assert GRACE + 1.0 - 0.1 <= took < GRACE + 1.0 + 2.0, took
-    rows = {i: (st, a, e) for i, st, a, e in _sql(db, "SELECT id, status, attempt, error FROM jobs")}
+    found = _sql(db, "SELECT id, status, attempt, error FROM jobs")
+    rows = {i: (st, a, e) for i, st, a, e in found}
     # Interrupted by the deploy, under retry: work again, its attempt not spent (§8.1).
     assert rows[ids["honours"]] == ("pending", 0, None)
     # Under abandon: cancelled as before.

@@ -387,9 +387,7 @@ class Lifecycle:
             # The grace: running handlers may end by themselves, so a deploy finishes them.
             left = await _wait_done(list(engine.inflight.values()), grace)
             if left:
-                log.info(
-                    "%d job(s) still running after the %gs grace; interrupting", left, grace
-                )
+                log.info("%d job(s) still running after the %gs grace; interrupting", left, grace)
         attempts = list(engine.inflight.values())
         for attempt in attempts:
             engine.abort(attempt, "shutdown", "JobManager shutdown")

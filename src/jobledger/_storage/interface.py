@@ -269,13 +269,12 @@ class Store(Protocol):
         stale attempt (its worker judged dead, the job rescued) frees nothing."""
         ...
 
-    def release_unconfirmed_claims(
-        self, worker_id: str, keep: Sequence[str], now_ms: int
-    ) -> int:
+    def release_unconfirmed_claims(self, worker_id: str, keep: Sequence[str], now_ms: int) -> int:
         """Put back to `pending` every `running` row claimed by `worker_id` except `keep`
         (the jobs it really runs): claims whose commit the worker could not confirm.
         Returns how many rows went back."""
         ...
+
     def request_cancel(
         self, job_id: str, reason: str | None, error: str, now_ms: int
     ) -> tuple[str | None, str | None, JobRow | None]: ...

@@ -745,9 +745,7 @@ class PostgresStore:
             "unlock",
         )
 
-    def release_unconfirmed_claims(
-        self, worker_id: str, keep: Sequence[str], now_ms: int
-    ) -> int:
+    def release_unconfirmed_claims(self, worker_id: str, keep: Sequence[str], now_ms: int) -> int:
         q = self.q
 
         def work(conn: Conn) -> int:

@@ -552,15 +552,11 @@ class SqliteStore:
             lambda c: c.execute(q.RELEASE_LOCK, (name, job_id, worker_id, attempt)), "unlock"
         )
 
-    def release_unconfirmed_claims(
-        self, worker_id: str, keep: Sequence[str], now_ms: int
-    ) -> int:
+    def release_unconfirmed_claims(self, worker_id: str, keep: Sequence[str], now_ms: int) -> int:
         keep_json = json.dumps(list(keep))
 
         def work(conn: sqlite3.Connection) -> int:
-            return int(
-                conn.execute(q.RELEASE_UNCONFIRMED, (now_ms, worker_id, keep_json)).rowcount
-            )
+            return int(conn.execute(q.RELEASE_UNCONFIRMED, (now_ms, worker_id, keep_json)).rowcount)
 
         return self.write(work, "reconcile_claims")
 
