@@ -20,6 +20,10 @@ Modes:
     work    rec.bulk (concurrency from --concurrency) and rec.capped (concurrency 3): they
             record their run and return; rec.capped first samples how many rec.capped
             rows are `running` in the table (all processes) and records the count.
+    lock    rec.stale (retry) takes the durable lock "shared-resource", records
+            "locked", holds it until the file `<markers>.go` exists, releases it, records
+            "released" and returns; rec.waiter (retry) takes the same lock, records
+            "locked" and returns (the stale-release test).
     idle    no jobs; only a started manager (for the leadership tests).
 """
 
@@ -42,6 +46,8 @@ SINGLETON = jl.JobType("rec.singleton", int)
 LOCKER = jl.JobType("rec.locker", int)
 BULK = jl.JobType("rec.bulk", int)
 CAPPED = jl.JobType("rec.capped", int)
+STALE = jl.JobType("rec.stale", int)
+WAITER = jl.JobType("rec.waiter", int)
 
 CAPPED_CONCURRENCY = 3
 LOCK_NAME = "shared-resource"
@@ -82,6 +88,21 @@ def register_blocking(jobs: jl.JobManager, markers: Markers, concurrency: int) -
         async with ctx.lock(LOCK_NAME):
             markers.mark(LOCKER.name, ctx.job_id, ctx.attempt, "locked")
             await forever.wait()
+
+
+def register_lock(jobs: jl.JobManager, markers: Markers, go: str) -> None:
+    @jobs.handler(STALE, recovery="retry")
+    async def stale(ctx: jl.JobContext[int]) -> None:
+        async with ctx.lock(LOCK_NAME):
+            markers.mark(STALE.name, ctx.job_id, ctx.attempt, "locked")
+            while not os.path.exists(go):  # noqa: ASYNC240 (a stat of a local file)
+                await asyncio.sleep(0.01)
+        markers.mark(STALE.name, ctx.job_id, ctx.attempt, "released")
+
+    @jobs.handler(WAITER, recovery="retry")
+    async def waiter(ctx: jl.JobContext[int]) -> None:
+        async with ctx.lock(LOCK_NAME):
+            markers.mark(WAITER.name, ctx.job_id, ctx.attempt, "locked")
 
 
 class Sampler:
@@ -159,6 +180,8 @@ async def main(args: argparse.Namespace) -> int:
         register_blocking(jobs, markers, args.concurrency)
     elif args.mode == "work":
         sampler = register_work(jobs, markers, args.concurrency, args.db)
+    elif args.mode == "lock":
+        register_lock(jobs, markers, f"{args.markers}.go")
     elif args.mode != "idle":
         raise SystemExit(f"unknown mode {args.mode!r}")
 
@@ -182,7 +205,7 @@ async def main(args: argparse.Namespace) -> int:
 def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="worker_proc")
     p.add_argument("db")
-    p.add_argument("mode", choices=("block", "work", "idle"))
+    p.add_argument("mode", choices=("block", "work", "lock", "idle"))
     p.add_argument("--markers", required=True)
     p.add_argument("--status", default=None)
     p.add_argument("--worker-id", default=None)

@@ -538,8 +538,10 @@ class JobService(Service):
     def __init__(self, lifecycle: Lifecycle) -> None:
         super().__init__(lifecycle.m.clock)
         self.lc = lifecycle
+
+    def stop_timeout(self) -> float:
         # The grace and the settling second are waits on purpose; the rest is margin.
-        self.stop_timeout = lifecycle.m.shutdown_grace + SETTLE_AFTER_ABORT + 1.0
+        return self.lc.m.shutdown_grace + SETTLE_AFTER_ABORT + 1.0
 
     async def on_all_ready(self) -> None:
         delay = self.lc.m.startup_delay

@@ -28,11 +28,15 @@ SERVICE_STOP_TIMEOUT = 5.0
 class Service:
     name: str = "service"
     depends_on: tuple[str, ...] = ()
-    stop_timeout: float = SERVICE_STOP_TIMEOUT  # a service that waits on purpose raises it
 
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
         self._intervals: list[asyncio.Task[None]] = []
+
+    def stop_timeout(self) -> float:
+        """How long `Runtime.stop` waits for `on_stop` (a service that waits on purpose
+        answers more)."""
+        return SERVICE_STOP_TIMEOUT
 
     async def on_init(self) -> None:
         return None
@@ -103,10 +107,11 @@ class Runtime:
             self._all_ready.cancel()
         for s in reversed(self.services):
             task = asyncio.ensure_future(_guard(s.on_stop(), s.name))
-            done, _ = await asyncio.wait({task}, timeout=s.stop_timeout)
+            bound = s.stop_timeout()
+            done, _ = await asyncio.wait({task}, timeout=bound)
             if task not in done:
                 clean = False
-                log.warning("stopping %s timed out after %gs", s.name, s.stop_timeout)
+                log.warning("stopping %s timed out after %gs", s.name, bound)
             s.dispose_intervals()
         for s in reversed(self.services):
             await _guard(s.on_destroy(), s.name)

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
+import sys
+import threading
 
 import click
 
@@ -17,22 +20,55 @@ log = logging.getLogger("jobledger.cli")
 
 
 async def run_until_signal(manager: JobManager, *, banner: str | None = None) -> None:
-    """Start `manager`, wait for SIGINT/SIGTERM, stop it (a bounded drain)."""
+    """Start `manager`, wait for SIGINT/SIGTERM, stop it (the grace, then interrupt).
+
+    A second SIGINT/SIGTERM while stopping exits at once: the rows still running are
+    left for recovery (DESIGN §8.1)."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     signals = (signal.SIGINT, signal.SIGTERM)
+
+    def on_signal() -> None:
+        if stop.is_set():
+            click.echo("jobledger: stopping now; running jobs are left for recovery", err=True)
+            _exit_now(1)
+        stop.set()
+
     for sig in signals:
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal)
     try:
         await manager.start()
         if banner:
             click.echo(banner, err=True)
         await stop.wait()
-        click.echo("jobledger: stopping (running jobs are cancelled; at most 4.5 s)", err=True)
+        click.echo(
+            f"jobledger: stopping: running jobs get {manager.shutdown_grace:g}s to finish, "
+            "then are interrupted (again to stop now)",
+            err=True,
+        )
     finally:
-        for sig in signals:
-            loop.remove_signal_handler(sig)
-        await manager.stop()
+        try:
+            await manager.stop()  # a second signal meanwhile exits at once
+        finally:
+            for sig in signals:
+                loop.remove_signal_handler(sig)
+
+
+def _exit_now(code: int) -> None:
+    """Leave without joining threads: a plain `def` handler that ignores its token
+    would otherwise hold the interpreter's exit (the pool's threads are joined then)."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _lingering_threads() -> list[threading.Thread]:
+    return [
+        t
+        for t in threading.enumerate()
+        if t is not threading.main_thread() and not t.daemon and t.is_alive()
+    ]
 
 
 @click.command()
@@ -50,6 +86,14 @@ async def run_until_signal(manager: JobManager, *, banner: str | None = None) ->
     help="At most N jobs running at once in this process (default: the manager's own).",
 )
 @click.option(
+    "--grace",
+    type=click.FloatRange(min=0, max=86400),
+    default=25.0,
+    show_default=True,
+    help="Seconds running jobs get to finish after SIGTERM/SIGINT before they are "
+    "interrupted (retry/singleton jobs go back to pending).",
+)
+@click.option(
     "--log-level",
     type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
     default="info",
@@ -61,6 +105,7 @@ def worker(
     app: str,
     startup_delay: float | None,
     process_max_concurrency: int | None,
+    grace: float,
     log_level: str,
 ) -> None:
     """Run the JobManager at MODULE:ATTR until SIGINT or SIGTERM.
@@ -75,6 +120,7 @@ def worker(
         manager.startup_delay = startup_delay
     if process_max_concurrency is not None:
         manager.process_max_concurrency = process_max_concurrency
+    manager.shutdown_grace = grace
     types = ", ".join(sorted(manager.job_types)) or "no job types"
     limit = manager.process_max_concurrency
     at_once = "" if limit is None else f" at most {limit} at once here;"
@@ -84,3 +130,5 @@ def worker(
     )
     asyncio.run(run_until_signal(manager, banner=banner))
     click.echo("jobledger: worker stopped", err=True)
+    if _lingering_threads():  # a handler thread ignored its token: do not wait for it
+        _exit_now(0)
