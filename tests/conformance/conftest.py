@@ -114,31 +114,51 @@ class SchemaFactory:
 
         from jobledger._storage.postgres.migrate import migrate
 
-        try:
-            with psycopg.connect(PG_DSN, autocommit=True) as conn:
-                while not self._stop.is_set():
-                    name = new_schema_name()
-                    migrate(conn, name)
-                    while True:
-                        try:
-                            self._ready.put(name, timeout=0.05)
-                            break
-                        except queue.Full:
-                            if self._stop.is_set():
-                                self._used.put(name)
-                                return
-        except BaseException as exc:  # handed to the next take()
-            self._ready.put(exc)
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                with psycopg.connect(PG_DSN, autocommit=True) as conn:
+                    while not self._stop.is_set():
+                        name = new_schema_name()
+                        migrate(conn, name)
+                        failures = 0
+                        while True:
+                            try:
+                                self._ready.put(name, timeout=0.05)
+                                break
+                            except queue.Full:
+                                if self._stop.is_set():
+                                    self._used.put(name)
+                                    return
+            except psycopg.OperationalError as exc:
+                # The server restarted (tests/recovery/test_transient_faults.py does it on
+                # purpose): connect again; a half-made schema is dropped as stale later.
+                failures += 1
+                if failures > 100:
+                    self._ready.put(exc)
+                    return
+                time.sleep(0.1)
+            except BaseException as exc:  # handed to the next take()
+                self._ready.put(exc)
+                return
 
     def _drop(self) -> None:
         import psycopg
 
-        try:
-            with psycopg.connect(PG_DSN, autocommit=True) as conn:
-                while (name := self._used.get()) is not None:
-                    _drop_schema(name, conn)
-        except BaseException as exc:
-            self._errors.append(exc)
+        name: str | None = None
+        for _ in range(100):
+            try:
+                with psycopg.connect(PG_DSN, autocommit=True) as conn:
+                    if name is not None:  # the one a lost connection did not drop
+                        _drop_schema(name, conn)
+                    while (name := self._used.get()) is not None:
+                        _drop_schema(name, conn)
+                    return
+            except psycopg.OperationalError:
+                time.sleep(0.1)  # a server restart: connect again
+            except BaseException as exc:
+                self._errors.append(exc)
+                return
 
     def take(self) -> str:
         item = self._ready.get(timeout=60)
