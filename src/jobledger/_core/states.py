@@ -9,10 +9,10 @@ stateDiagram-v2
     running --> completed: handler returned
     running --> delayed: retryable failure, attempts left (attempt + 1)
     running --> failed: permanent failure or attempts exhausted
-    running --> cancelled: cancel / shutdown / recovery
+    running --> cancelled: cancel / shutdown (abandon) / recovery
     pending --> cancelled: cancel / recovery
     delayed --> cancelled: cancel / recovery
-    running --> pending: recovery or rescue of a dead worker's row
+    running --> pending: shutdown (retry, singleton) / rescue of a dead worker's row
 ```
 
 Terminal states (completed, failed, cancelled) are never left. Storage applies every edge
