@@ -5,7 +5,11 @@ Services, in dependency order:
                lease; as leader it rescues dead workers' rows and runs GC
     jobs       the quiet window, the startup recovery flow, the bounded shutdown drain
 
-Startup: `start()` returns at once. After `startup_delay` the recovery flow runs:
+Startup: `start()` returns at once and dispatches every known queue of a handled type:
+every row not owned by a dead worker is work at once (DESIGN §8.1). Until the reset step
+has run, claims skip the rows that the workers found dead at start enqueued
+(`Engine.exclude_owners`), since the sweep may cancel them by strategy.
+After `startup_delay` the recovery flow runs:
     1. reset  — every dead worker's rows, by strategy (cancel-requested first; orphans
                 cancelled); rows this process runs are never touched (they are not dead)
     2. resurrect queues — every known queue of a type this process handles
@@ -13,6 +17,11 @@ Startup: `start()` returns at once. After `startup_delay` the recovery flow runs
     4. dispatch all
 `recovery_done` resolves when the flow ends. A stop inside the window means the flow
 never runs. A pause defers the flow: it runs from where it stopped on release.
+
+Shutdown (DESIGN §8.1): claims stop; running handlers get `shutdown_grace` seconds to end
+by themselves; then their tokens fire ("shutdown") and they get `SETTLE_AFTER_ABORT` more.
+An interrupted retry/singleton job is written back to `pending` with its attempt unspent
+(the engine's `requeue` outcome), an abandon job `cancelled`.
 
 Pause (refcounted holds, no resume): blocks claims (checked again under the queue lock),
 promotions, GC/rescue ticks, schedule fires and new recovery steps; enqueue, cancel,
