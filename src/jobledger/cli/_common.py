@@ -3,7 +3,8 @@
 Error policy: a failure is one line on stderr (`jobledger: error: ...`) and a non-zero
 exit code: 2 for bad input (usage, a bad `--payload`, a payload the type rejects), 1 for
 everything else (not found, a job that did not complete, an unhealthy database). No
-traceback unless `--debug`.
+traceback unless `--debug`. Every message goes through `error_line`, which masks
+passwords and makes control characters visible (see `_text.py`).
 """
 
 from __future__ import annotations
@@ -20,12 +21,15 @@ from rich.console import Console
 
 from jobledger._observe.read_model import ReadModel
 from jobledger._runtime.manager import JobManager
+from jobledger._storage.open import redact
+from jobledger.cli._text import visible
 
 __all__ = [
     "EXIT_BAD_INPUT",
     "EXIT_FAILED",
     "CliError",
     "Settings",
+    "error_line",
     "fail",
     "load_manager",
     "out",
@@ -38,6 +42,11 @@ EXIT_BAD_INPUT = 2
 DEFAULT_DB = "jobledger.db"
 
 
+def error_line(message: str, *, prefix: str = "error") -> None:
+    """`jobledger: error: MESSAGE` on stderr, safe to show (no password, no controls)."""
+    click.echo(f"jobledger: {prefix}: {visible(redact(message))}", err=True)
+
+
 class CliError(Exception):
     """One line on stderr and `exit_code` (handled by the `jobledger` group)."""
 
@@ -47,7 +56,7 @@ class CliError(Exception):
         self.exit_code = exit_code
 
     def show(self) -> None:
-        click.echo(f"jobledger: error: {self.message}", err=True)
+        error_line(self.message)
 
 
 def fail(message: str, exit_code: int = EXIT_FAILED) -> NoReturn:
@@ -118,8 +127,5 @@ def load_manager(spec: str, settings: Settings) -> JobManager:
     if not isinstance(target, JobManager):
         fail(f"{spec} is a {type(target).__name__}, not a jobledger JobManager", EXIT_BAD_INPUT)
     if settings.db_explicit and os.path.abspath(target.path) != os.path.abspath(settings.db):
-        click.echo(
-            f"jobledger: warning: {spec} uses the database {target.path}, not {settings.db}",
-            err=True,
-        )
+        error_line(f"{spec} uses the database {target.path}, not {settings.db}", prefix="warning")
     return target

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -26,6 +25,7 @@ from jobledger.cli._common import (
     parse_json_option,
     reader,
 )
+from jobledger.cli._text import cell, dumps, visible
 
 __all__ = ["jobs", "status_style"]
 
@@ -87,7 +87,7 @@ def list_jobs(
         page = rm.page(query, limit=limit, offset=offset)
     if as_json:
         for s in page.items:
-            click.echo(json.dumps(s.to_json(), ensure_ascii=False))
+            click.echo(dumps(s.to_json()))
         return
     console = out()
     if not page.items:
@@ -98,14 +98,14 @@ def list_jobs(
         table.add_column(name, no_wrap=True)
     for s in page.items:
         table.add_row(
-            s.id,
-            s.type,
-            f"[{status_style(str(s.status))}]{s.status}[/]",
-            s.queue,
-            f"{s.attempt + 1}/{s.max_attempts}",
-            _progress_text(s),
-            _ago(s.created_at),
-            _ago(s.finished_at),
+            cell(s.id),
+            cell(s.type),
+            cell(s.status, status_style(str(s.status))),
+            cell(s.queue),
+            cell(f"{s.attempt + 1}/{s.max_attempts}"),
+            cell(_progress_text(s)),
+            cell(_ago(s.created_at)),
+            cell(_ago(s.finished_at)),
         )
     console.print(table)
     shown = f"{offset + 1}-{offset + len(page.items)}"
@@ -121,7 +121,7 @@ def show(settings: Settings, job_id: str) -> None:
         snap = rm.get_job(job_id)
     if snap is None:
         fail(f"JOB_NOT_FOUND: no job with id {job_id!r}")
-    click.echo(json.dumps(snap.to_json(), indent=2, ensure_ascii=False))
+    click.echo(dumps(snap.to_json(), indent=2))
 
 
 @jobs.command("wait")
@@ -139,21 +139,24 @@ def wait(
         snap = rm.get_job(job_id)
         if snap is None:
             fail(f"JOB_NOT_FOUND: no job with id {job_id!r}")
+        # markup=False: the description is the job's stored progress detail.
         progress = Progress(
-            TextColumn("{task.fields[status]:<9}"),
+            TextColumn("{task.fields[status]:<9}", markup=False),
             BarColumn(),
             TextColumn("{task.percentage:>5.1f}%"),
-            TextColumn("{task.description}"),
+            TextColumn("{task.description}", markup=False),
             TimeElapsedColumn(),
             console=out(stderr=True),
             transient=False,
         )
         with progress:
-            task = progress.add_task(snap.type, total=100, status=str(snap.status))
+            task = progress.add_task(visible(snap.type), total=100, status=str(snap.status))
             while True:
                 done = 100.0 if snap.status == "completed" else (snap.progress or 0.0)
-                detail = snap.progress_detail or snap.type
-                progress.update(task, completed=done, description=detail, status=str(snap.status))
+                detail = visible(snap.progress_detail or snap.type)
+                progress.update(
+                    task, completed=done, description=detail, status=visible(str(snap.status))
+                )
                 if snap.is_terminal:
                     break
                 if deadline is not None and time.monotonic() >= deadline:
@@ -164,13 +167,13 @@ def wait(
                     fail(f"job {job_id} was deleted while waiting")
                 snap = fresh
     if as_json:
-        click.echo(json.dumps(snap.to_json(), indent=2, ensure_ascii=False))
+        click.echo(dumps(snap.to_json(), indent=2))
     else:
         line = f"{snap.id} {snap.status}"
         if snap.error is not None and snap.status != "completed":
             first = snap.error.message.splitlines()[0] if snap.error.message else ""
             line += f": {snap.error.code}: {first}"
-        click.echo(line)
+        click.echo(visible(line))
     if not snap.is_terminal:
         fail(f"timed out after {timeout:g}s; the job is still {snap.status}")
     if snap.status != "completed":

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-import json
 import os
 import time
 
 import click
 from rich.table import Table
+from rich.text import Text
 
 from jobledger._observe.read_model import STATUSES, Diagnosis, iso
 from jobledger._storage.sqlite.connections import checkpoint_truncate, open_writer
 from jobledger._storage.sqlite.store import SqliteStore
 from jobledger.cli._common import EXIT_FAILED, Settings, out, reader
 from jobledger.cli._jobs import status_style
+from jobledger.cli._text import cell, dumps
 
 __all__ = ["doctor", "gc", "queues"]
 
@@ -28,7 +29,7 @@ def queues(settings: Settings, as_json: bool) -> None:
     with reader(settings) as rm:
         stats = rm.queue_stats()
     if as_json:
-        click.echo(json.dumps([s.to_json() for s in stats], indent=2))
+        click.echo(dumps([s.to_json() for s in stats], indent=2))
         return
     console = out()
     if not stats:
@@ -41,11 +42,10 @@ def queues(settings: Settings, as_json: bool) -> None:
         table.add_column(s.upper(), justify="right")
     table.add_column("OLDEST PENDING", no_wrap=True)
     for qs in stats:
-        cells = [
-            f"[{status_style(s)}]{qs.counts[s]}[/]" if qs.counts[s] else "[dim]0[/]"
-            for s in STATUSES
-        ]
-        table.add_row(qs.name, qs.type or "-", *cells, iso(qs.oldest_pending_at) or "-")
+        cells = [cell(qs.counts[s], status_style(s) if qs.counts[s] else "dim") for s in STATUSES]
+        table.add_row(
+            cell(qs.name), cell(qs.type or "-"), *cells, cell(iso(qs.oldest_pending_at) or "-")
+        )
     console.print(table)
 
 
@@ -65,25 +65,28 @@ def _print_diagnosis(d: Diagnosis) -> None:
     console = out()
 
     def line(ok: bool, text: str) -> None:
-        mark = "[green]ok[/]  " if ok else "[red]FAIL[/]"
-        console.print(f"{mark} {text}")
+        mark = Text("ok  ", style="green") if ok else Text("FAIL", style="red")
+        console.print(Text.assemble(mark, " ", cell(text)))
 
-    console.print(f"[bold]{d.path}[/]")
+    def note(text: str) -> None:
+        console.print(cell(text))
+
+    console.print(cell(d.path, "bold"))
     line(d.integrity == ["ok"], f"integrity_check: {'; '.join(d.integrity[:3])}")
     line(
         d.schema_version == d.library_schema_version,
         f"schema version {d.schema_version} (library {d.library_schema_version})",
     )
     line(d.journal_mode.lower() == "wal", f"journal mode {d.journal_mode}")
-    console.print(f"     size {_mib(d.db_bytes)}, WAL {_mib(d.wal_bytes)}, {d.jobs} job rows")
+    note(f"     size {_mib(d.db_bytes)}, WAL {_mib(d.wal_bytes)}, {d.jobs} job rows")
     alive = [w for w in d.workers if w.state == "alive"]
     dead = [w for w in d.workers if w.state == "dead"]
     line(not dead, f"workers: {len(alive)} alive, {len(dead)} dead (not stopped)")
     for w in d.workers:
         if w.state != "stopped":
-            console.print(f"       {w.state:<5} {w.id} pid {w.pid} heartbeat {iso(w.heartbeat_at)}")
+            note(f"       {w.state:<5} {w.id} pid {w.pid} heartbeat {iso(w.heartbeat_at)}")
     if d.leader is None:
-        console.print("     leader: none")
+        note("     leader: none")
     else:
         if d.leader.expires_at <= 0:
             state = "released"
@@ -91,14 +94,14 @@ def _print_diagnosis(d: Diagnosis) -> None:
             state = f"valid until {iso(d.leader.expires_at)}"
         else:
             state = f"expired at {iso(d.leader.expires_at)}"
-        console.print(f"     leader: {d.leader.worker_id} term {d.leader.term} ({state})")
+        note(f"     leader: {d.leader.worker_id} term {d.leader.term} ({state})")
     line(not d.stuck_running, f"running jobs of workers not alive: {len(d.stuck_running)}")
     for s in d.stuck_running[:10]:
-        console.print(f"       {s.id} {s.type} worker {s.worker_id}")
+        note(f"       {s.id} {s.type} worker {s.worker_id}")
     line(not d.orphans or not alive, f"orphan jobs: {len(d.orphans)}")
     if d.unhandled:
         kinds = ", ".join(f"{t} ({n})" for t, n in sorted(d.unhandled.items()))
-        console.print(f"     waiting jobs no live worker handles: {kinds}")
+        note(f"     waiting jobs no live worker handles: {kinds}")
     if d.problems:
         console.print(f"[red]{len(d.problems)} problem(s)[/]")
     else:
@@ -130,7 +133,7 @@ def doctor(settings: Settings, checkpoint: bool, as_json: bool) -> None:
                 **dict(zip(("busy", "log", "checkpointed"), checkpointed, strict=True)),
                 "wal_bytes_after": _wal_bytes(settings.db),
             }
-        click.echo(json.dumps(data, indent=2))
+        click.echo(dumps(data, indent=2))
     else:
         _print_diagnosis(diagnosis)
         if checkpointed is not None:

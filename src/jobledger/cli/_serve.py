@@ -26,7 +26,9 @@ import click
 
 from jobledger._observe.read_model import ReadModel
 from jobledger._runtime.manager import JobManager
+from jobledger._storage.open import redact
 from jobledger.cli._common import EXIT_BAD_INPUT, Settings, fail, load_manager, reader
+from jobledger.cli._text import visible
 
 __all__ = ["bind", "demo", "is_loopback", "serve", "serve_app"]
 
@@ -178,7 +180,7 @@ def serve(
         fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
 
     def ready() -> None:
-        click.echo(f"jobledger: serving {settings.db} at {url_of(sock)}")
+        click.echo(f"jobledger: serving {visible(redact(settings.db))} at {url_of(sock)}")
         sys.stdout.flush()
 
     async def main() -> None:

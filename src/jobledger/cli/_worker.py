@@ -9,7 +9,9 @@ import signal
 import click
 
 from jobledger._runtime.manager import JobManager
+from jobledger._storage.open import redact
 from jobledger.cli._common import Settings, load_manager
+from jobledger.cli._text import configure_logging, visible
 
 __all__ = ["run_until_signal", "worker"]
 
@@ -26,7 +28,7 @@ async def run_until_signal(manager: JobManager, *, banner: str | None = None) ->
     try:
         await manager.start()
         if banner:
-            click.echo(banner, err=True)
+            click.echo(visible(banner), err=True)
         await stop.wait()
         click.echo("jobledger: stopping (running jobs are cancelled; at most 4.5 s)", err=True)
     finally:
@@ -69,7 +71,7 @@ def worker(
     path is exported as JOBLEDGER_DB before the import.
     """
     level = logging.DEBUG if settings.debug else getattr(logging, log_level.upper())
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(level, "%(asctime)s %(levelname)s %(name)s: %(message)s")
     manager = load_manager(app, settings)
     if startup_delay is not None:
         manager.startup_delay = startup_delay
@@ -79,7 +81,7 @@ def worker(
     limit = manager.process_max_concurrency
     at_once = "" if limit is None else f" at most {limit} at once here;"
     banner = (
-        f"jobledger worker {manager.worker_id} on {manager.path}: handles {types};"
+        f"jobledger worker {manager.worker_id} on {redact(manager.path)}: handles {types};"
         f"{at_once} dispatch starts after {manager.startup_delay:g}s. Ctrl-C to stop."
     )
     asyncio.run(run_until_signal(manager, banner=banner))
