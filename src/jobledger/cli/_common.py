@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 import os
 import sys
 from dataclasses import dataclass
@@ -87,9 +88,21 @@ def reader(settings: Settings) -> ReadModel:
     return ReadModel(settings.db)
 
 
+def _no_constant(name: str) -> Any:
+    # Python's json reads NaN/Infinity, which JSON has not: another reader would choke.
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is out of range for a JSON number")
+    return value
+
+
 def parse_json_option(name: str, text: str) -> Any:
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=_no_constant, parse_float=_finite)
     except ValueError as exc:
         fail(f"{name} is not valid JSON: {exc}", EXIT_BAD_INPUT)
 

@@ -12,7 +12,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from jobledger._core.registry import JobType
-from jobledger._observe.read_model import JobQuery, parse_statuses
+from jobledger._observe.read_model import JobQuery
 from jobledger._runtime.manager import JobManager
 from jobledger._types import JobSnapshot
 from jobledger.cli._common import (
@@ -25,6 +25,7 @@ from jobledger.cli._common import (
     parse_json_option,
     reader,
 )
+from jobledger.cli._params import INT_MAX, OFFSET_MAX, STATUSES_OPTION, Seconds, bounded_int
 from jobledger.cli._text import cell, dumps, visible
 
 __all__ = ["jobs", "status_style"]
@@ -61,16 +62,16 @@ def jobs() -> None:
 
 
 @jobs.command("list")
-@click.option("--status", default=None, help="Comma list, e.g. pending,running.")
+@STATUSES_OPTION
 @click.option("--queue", default=None)
 @click.option("--type", "type_", default=None, help="Job type name.")
 @click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
-@click.option("--offset", type=click.IntRange(min=0), default=0)
+@click.option("--offset", type=bounded_int(0, OFFSET_MAX), default=0)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 @click.pass_obj
 def list_jobs(
     settings: Settings,
-    status: str | None,
+    statuses: tuple[str, ...],
     queue: str | None,
     type_: str | None,
     limit: int,
@@ -78,10 +79,6 @@ def list_jobs(
     as_json: bool,
 ) -> None:
     """Jobs, newest first."""
-    try:
-        statuses = parse_statuses(status)
-    except ValueError as exc:
-        fail(f"--status: {exc}", EXIT_BAD_INPUT)
     query = JobQuery(status=statuses, queue=queue, type=type_)
     with reader(settings) as rm:
         page = rm.page(query, limit=limit, offset=offset)
@@ -126,8 +123,8 @@ def show(settings: Settings, job_id: str) -> None:
 
 @jobs.command("wait")
 @click.argument("job_id")
-@click.option("--timeout", type=click.FloatRange(min=0), default=None, help="Give up after S s.")
-@click.option("--interval", type=click.FloatRange(min=0.01), default=0.1, show_default=True)
+@click.option("--timeout", type=Seconds(), default=None, help="Give up after S s.")
+@click.option("--interval", type=Seconds(0.01, 3600), default=0.1, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the final job as JSON.")
 @click.pass_obj
 def wait(
@@ -234,11 +231,17 @@ def _enqueue_options(
 @jobs.command("enqueue")
 @click.argument("job_type", metavar="TYPE")
 @click.option("--payload", default="{}", show_default=True, help="The payload as JSON.")
-@click.option("--delay", type=click.FloatRange(min=0), default=None, help="Seconds from now.")
-@click.option("--priority", type=int, default=0, show_default=True, help="Lower runs first.")
+@click.option("--delay", type=Seconds(), default=None, help="Seconds from now.")
+@click.option(
+    "--priority",
+    type=bounded_int(-INT_MAX, INT_MAX),
+    default=0,
+    show_default=True,
+    help="Lower runs first.",
+)
 @click.option("--key", default=None, help="Idempotency key.")
 @click.option("--queue", default=None, help="Queue (default: the handler's or the type name).")
-@click.option("--max-attempts", type=int, default=None)
+@click.option("--max-attempts", type=bounded_int(1), default=None)
 @click.option("--metadata", default=None, help="A JSON object.")
 @click.option(
     "--app",

@@ -14,6 +14,7 @@ from jobledger._storage.sqlite.connections import checkpoint_truncate, open_writ
 from jobledger._storage.sqlite.store import SqliteStore
 from jobledger.cli._common import EXIT_FAILED, Settings, out, reader
 from jobledger.cli._jobs import status_style
+from jobledger.cli._params import Seconds
 from jobledger.cli._text import cell, dumps
 
 __all__ = ["doctor", "gc", "queues"]
@@ -150,7 +151,7 @@ def doctor(settings: Settings, checkpoint: bool, as_json: bool) -> None:
 @click.command()
 @click.option(
     "--older-than",
-    type=click.FloatRange(min=0),
+    type=Seconds(),
     default=WEEK,
     show_default=True,
     help="Seconds since the job finished.",

@@ -28,6 +28,7 @@ from jobledger._observe.read_model import ReadModel
 from jobledger._runtime.manager import JobManager
 from jobledger._storage.open import redact
 from jobledger.cli._common import EXIT_BAD_INPUT, Settings, fail, load_manager, reader
+from jobledger.cli._params import Seconds
 from jobledger.cli._text import visible
 
 __all__ = ["bind", "demo", "is_loopback", "serve", "serve_app"]
@@ -143,7 +144,7 @@ async def serve_app(app: Any, sock: socket.socket, *, on_ready: Any = None) -> N
     metavar="MODULE:ATTR",
     help="With --allow-actions: the JobManager whose handlers run schedules on demand.",
 )
-@click.option("--poll", type=click.FloatRange(min=0.01), default=0.25, show_default=True)
+@click.option("--poll", type=Seconds(0.01, 3600), default=0.25, show_default=True)
 @click.pass_obj
 def serve(
     settings: Settings,
@@ -177,6 +178,8 @@ def serve(
         sock = bind(host, port)
     except OSError as exc:
         rm.close()
+        if isinstance(exc, socket.gaierror):  # a name that does not resolve is bad input
+            fail(f"--host {host!r} does not resolve: {exc.strerror or exc}", EXIT_BAD_INPUT)
         fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
 
     def ready() -> None:

@@ -11,6 +11,7 @@ import click
 from jobledger._runtime.manager import JobManager
 from jobledger._storage.open import redact
 from jobledger.cli._common import Settings, load_manager
+from jobledger.cli._params import Seconds, bounded_int
 from jobledger.cli._text import configure_logging, visible
 
 __all__ = ["run_until_signal", "worker"]
@@ -41,13 +42,13 @@ async def run_until_signal(manager: JobManager, *, banner: str | None = None) ->
 @click.argument("app", metavar="MODULE:ATTR")
 @click.option(
     "--startup-delay",
-    type=click.FloatRange(min=0),
+    type=Seconds(),
     default=None,
     help="Seconds before recovery and dispatch start (default: the manager's own).",
 )
 @click.option(
     "--process-max-concurrency",
-    type=click.IntRange(min=1),
+    type=bounded_int(1),
     default=None,
     help="At most N jobs running at once in this process (default: the manager's own).",
 )
