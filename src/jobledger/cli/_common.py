@@ -13,6 +13,7 @@ import importlib
 import json
 import math
 import os
+import re
 import sys
 from dataclasses import dataclass
 from typing import Any, NoReturn
@@ -41,11 +42,13 @@ __all__ = [
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 DEFAULT_DB = "jobledger.db"
+_LINE_BREAK = re.compile(r"\s*\n\s*")
 
 
 def error_line(message: str, *, prefix: str = "error") -> None:
     """`jobledger: error: MESSAGE` on stderr, safe to show (no password, no controls)."""
-    click.echo(f"jobledger: {prefix}: {visible(redact(message))}", err=True)
+    one_line = _LINE_BREAK.sub(" ", message.strip())  # a driver's message may span lines
+    click.echo(f"jobledger: {prefix}: {visible(redact(one_line))}", err=True)
 
 
 class CliError(Exception):
