@@ -35,6 +35,8 @@ BAD = [
     ("worker", "m:jobs", "--log-level", "loud"),
     ("serve", "--poll", "nan"),
     ("serve", "--port", "70000"),
+    ("serve", "--origin", "jobs.example.com"),
+    ("serve", "--origin", "ftp://jobs.example.com"),
 ]
 
 
