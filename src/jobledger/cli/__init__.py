@@ -19,7 +19,7 @@ from typing import Any
 
 import click
 
-from jobledger._storage.open import redact
+from jobledger._storage.open import is_postgres_url, redact
 from jobledger.cli._common import (
     DEFAULT_DB,
     EXIT_BAD_INPUT,
@@ -111,6 +111,16 @@ def main(ctx: click.Context, db: str | None, debug: bool) -> None:
     """jobledger: durable jobs and schedules on one SQL table."""
     env = os.environ.get("JOBLEDGER_DB")
     path = db or env or DEFAULT_DB
+    folder = os.path.dirname(path)
+    if folder and not is_postgres_url(path) and not os.path.isdir(folder):
+        # Opening would create the directory too (the writer lease makes its parents),
+        # so a typo in the path would grow a tree and an empty database; refuse instead.
+        source = "--db" if db else "$JOBLEDGER_DB"
+        raise click.BadParameter(
+            f"the directory {folder} does not exist (create it first)",
+            ctx,
+            param_hint=f"'{source}'",
+        )
     ctx.obj = Settings(db=path, db_explicit=bool(db or env), debug=debug)
     if debug:
         configure_logging(logging.DEBUG, "%(levelname)s:%(name)s:%(message)s")

@@ -9,8 +9,10 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from jobledger._observe.read_model import STATUSES, Diagnosis, iso
+from jobledger._observe.read_model import STATUSES, Diagnosis, iso, unlinked_problem
+from jobledger._storage.open import is_postgres_url
 from jobledger._storage.sqlite.connections import checkpoint_truncate, open_writer
+from jobledger._storage.sqlite.files import unlinked_holders
 from jobledger._storage.sqlite.store import SqliteStore
 from jobledger.cli._common import EXIT_FAILED, Settings, out, reader
 from jobledger.cli._jobs import status_style
@@ -79,6 +81,8 @@ def _print_diagnosis(d: Diagnosis) -> None:
         f"schema version {d.schema_version} (library {d.library_schema_version})",
     )
     line(d.journal_mode.lower() == "wal", f"journal mode {d.journal_mode}")
+    held = ", ".join(map(str, d.unlinked_holders[:10])) or "none"
+    line(not d.unlinked_holders, f"processes writing to a deleted or replaced copy: {held}")
     note(f"     size {_mib(d.db_bytes)}, WAL {_mib(d.wal_bytes)}, {d.jobs} job rows")
     alive = [w for w in d.workers if w.state == "alive"]
     dead = [w for w in d.workers if w.state == "dead"]
@@ -109,6 +113,25 @@ def _print_diagnosis(d: Diagnosis) -> None:
         console.print("[green]healthy[/]")
 
 
+def _fail_if_only_an_unlinked_copy_is_left(db: str, as_json: bool) -> None:
+    """A deleted file that workers still write to is worse news than a wrong path."""
+    if is_postgres_url(db) or os.path.exists(db):
+        return
+    holders = unlinked_holders(db)
+    if not holders:
+        return  # reader() says there is no database there
+    problem = unlinked_problem(db, holders)
+    if as_json:
+        data = {"path": db, "ok": False, "problems": [problem], "unlinked_holders": holders}
+        click.echo(dumps(data, indent=2))
+    else:
+        console = out()
+        console.print(cell(db, "bold"))
+        console.print(Text.assemble(Text("FAIL", style="red"), " ", cell(problem)))
+        console.print(Text("1 problem(s)", style="red"))
+    raise SystemExit(EXIT_FAILED)
+
+
 @click.command()
 @click.option("--checkpoint", is_flag=True, help="Run a TRUNCATE checkpoint (empties the WAL).")
 @click.option("--json", "as_json", is_flag=True)
@@ -118,6 +141,7 @@ def doctor(settings: Settings, checkpoint: bool, as_json: bool) -> None:
 
     Exits 1 when a problem is found.
     """
+    _fail_if_only_an_unlinked_copy_is_left(settings.db, as_json)
     with reader(settings) as rm:
         diagnosis = rm.diagnose()
     checkpointed: tuple[int, int, int] | None = None
