@@ -1,7 +1,12 @@
 """close(): idempotent, and a closed store reopens on use (a stopped manager still
-enqueues and reads, DESIGN §4)."""
+enqueues and reads, DESIGN §4); `report_file_replaced()` on a file deleted under it."""
 
 from __future__ import annotations
+
+import logging
+import os
+
+import pytest
 
 from tests.conformance import Backend, new_job
 
@@ -17,3 +22,17 @@ def test_a_closed_store_reopens_on_use(backend: Backend) -> None:
     assert isinstance(store.data_version(), int)
     store.close()
     assert store.get(job.id) is not None
+
+
+def test_report_file_replaced_only_when_the_file_went_away(
+    backend: Backend, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = backend.store
+    assert store.report_file_replaced() is False
+    if backend.name == "postgres":
+        return  # no file to lose
+    os.unlink(store.path)
+    with caplog.at_level(logging.ERROR, logger="jobledger.storage"):
+        assert store.report_file_replaced() is True
+        assert store.report_file_replaced() is True
+    assert [r.getMessage().count("was deleted or replaced") for r in caplog.records] == [1]

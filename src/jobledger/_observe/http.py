@@ -16,12 +16,24 @@ Invariants:
   writes are the optional actions (`allow_actions=True`, which needs a token): cancel a
   job and run a schedule now, done through a never-started `JobManager`.
 * Errors are one JSON envelope, `{"error": {"code", "message"}}`: 400 INVALID_QUERY, 401
-  UNAUTHORIZED, 404 JOB_NOT_FOUND / NOT_FOUND, 405 METHOD_NOT_ALLOWED, 503 for a database
-  that cannot be read, 500 INTERNAL (never a traceback).
+  UNAUTHORIZED, 403 FORBIDDEN_ORIGIN, 404 JOB_NOT_FOUND / NOT_FOUND, 405
+  METHOD_NOT_ALLOWED, 503 for a database that cannot be read, 500 INTERNAL (never a
+  traceback).
 * Without a token the app is meant for loopback: `allowed_hosts` (set by the CLI) refuses
   other Host headers, which defeats DNS rebinding. With a token every route except
   `/api/health` needs it (`Authorization: Bearer`, the `jobledger_token` cookie, or
-  `?token=` once, which sets the cookie).
+  `?token=` once, which sets the cookie). A token in the query string is read on GET and
+  HEAD only: on a state-changing request it would sit in logs and browser history next
+  to the action it authorised, so there it counts as no token.
+* Every state-changing request (anything but GET, HEAD, OPTIONS) passes the origin rule
+  before it reaches a route: its `Origin` (else the origin of its `Referer`) must be the
+  server's own (`scheme://Host` of the request) or one of `allowed_origins`, else 403
+  FORBIDDEN_ORIGIN. A request with neither header is let through only when it
+  authenticates with the `Authorization` header, which no other site can make a browser
+  send; one that rides on the cookie must say where it comes from (every browser sends
+  `Origin` on a POST). The SameSite=Strict cookie already keeps other sites out; this is
+  the second lock, and it also holds against a sibling subdomain, which SameSite counts
+  as the same site.
 * Server-sent events come from polling the row (`poll_interval`), so progress written by
   any process shows up; a stream sends a comment every few seconds so a gone client is
   noticed.
@@ -37,6 +49,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -145,29 +158,85 @@ def _state_key(snap: JobSnapshot) -> str:
     return json.dumps(data, sort_keys=True, default=str)
 
 
-class _Guard:
-    """Pure ASGI middleware: token check and security headers (streams pass untouched)."""
+_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 
-    def __init__(self, app: ASGIApp, token: str | None) -> None:
+
+def origin_of(url: str) -> str | None:
+    """`scheme://host[:port]` of an absolute http(s) URL, normalised (lower case, no
+    default port), or None for anything else (including the opaque origin `null`)."""
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError:
+        return None
+    scheme = parts.scheme.lower()
+    if scheme not in _DEFAULT_PORTS or not parts.hostname:
+        return None
+    host = parts.hostname.lower()
+    if ":" in host:
+        host = f"[{host}]"
+    return (
+        f"{scheme}://{host}"
+        if port in (None, _DEFAULT_PORTS[scheme])
+        else f"{scheme}://{host}:{port}"
+    )
+
+
+class _Guard:
+    """Pure ASGI middleware: origin rule, token check and security headers (streams pass
+    untouched)."""
+
+    def __init__(
+        self, app: ASGIApp, token: str | None, allowed_origins: Sequence[str] = ()
+    ) -> None:
         self.app = app
         self.token = token
+        self.allowed_origins = frozenset(
+            o for o in (origin_of(url) for url in allowed_origins) if o is not None
+        )
 
-    def _authorised(self, request: Request) -> tuple[bool, bool]:
-        """(authorised, came from the query string)."""
+    def _authorised(self, request: Request) -> str | None:
+        """How the request carries the token: "header", "cookie", "query", or None."""
         assert self.token is not None
         expected = self.token.encode()
         auth = request.headers.get("authorization", "")
         if auth.lower().startswith("bearer ") and hmac.compare_digest(
             auth[7:].strip().encode(), expected
         ):
-            return True, False
+            return "header"
         cookie = request.cookies.get(_TOKEN_COOKIE)
         if cookie is not None and hmac.compare_digest(cookie.encode(), expected):
-            return True, False
+            return "cookie"
         query = request.query_params.get("token")
-        if query is not None and hmac.compare_digest(query.encode(), expected):
-            return True, True
-        return False, False
+        if (
+            request.method in _SAFE_METHODS
+            and query is not None
+            and hmac.compare_digest(query.encode(), expected)
+        ):
+            return "query"
+        return None
+
+    def _origin_refused(self, request: Request, via: str | None) -> str | None:
+        """Why a state-changing request is refused by the origin rule, or None."""
+        claimed = request.headers.get("origin")
+        source = "Origin"
+        if claimed is None:
+            claimed = request.headers.get("referer")
+            source = "Referer"
+        if claimed is None:
+            if via == "cookie":
+                return "a request authorised by the cookie must send Origin or Referer"
+            return None
+        origin = origin_of(claimed)
+        host = request.headers.get("host")
+        own = origin_of(f"{request.scope.get('scheme', 'http')}://{host}") if host else None
+        if origin is not None and (origin == own or origin in self.allowed_origins):
+            return None
+        return (
+            f"{source} {claimed[:100]!r} is not this server's origin"
+            f"{f' ({own})' if own else ''}; see --origin"
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -175,11 +244,27 @@ class _Guard:
             return
         path: str = scope.get("path", "")
         set_cookie = False
+        request = Request(scope)
+        via = self._authorised(request) if self.token is not None else None
+        if request.method not in _SAFE_METHODS:
+            refused = self._origin_refused(request, via)
+            if refused is not None:
+                await self._send_with_headers(
+                    _error(403, "FORBIDDEN_ORIGIN", refused), scope, receive, send
+                )
+                return
         if self.token is not None and path != "/api/health":
-            ok, from_query = self._authorised(Request(scope))
+            ok, from_query = via is not None, via == "query"
             if not ok:
                 response: Response
-                if path.startswith(("/api/", "/metrics", "/openapi.json", "/static/")):
+                if request.method not in _SAFE_METHODS and "token" in request.query_params:
+                    response = _error(
+                        401,
+                        "UNAUTHORIZED",
+                        f"{request.method} does not read the token from the query string; "
+                        "send it as Authorization: Bearer (or the cookie ?token= sets)",
+                    )
+                elif path.startswith(("/api/", "/metrics", "/openapi.json", "/static/")):
                     response = _error(401, "UNAUTHORIZED", "a valid token is required")
                 else:
                     response = HTMLResponse(
@@ -241,12 +326,15 @@ def create_app(
     allowed_hosts: Sequence[str] | None = None,
     read_model: ReadModel | None = None,
     action_manager: JobManager | None = None,
+    allowed_origins: Sequence[str] = (),
 ) -> Starlette:
     """The ASGI app over the database at `db_path` (opened read-only at once).
 
     `allow_actions` adds POST routes (cancel a job, run a schedule now) and needs `token`.
     They use `action_manager` (never started; the caller closes it), else a bare
     `JobManager(db_path)` made on first use and kept in `app.state.action_manager`.
+    `allowed_origins` are origins (`https://jobs.example.com`) besides the server's own
+    that state-changing requests may come from: a reverse proxy's public address.
     """
     if allow_actions and not token:
         raise ValueError("allow_actions needs a token")
@@ -417,7 +505,7 @@ def create_app(
     async def internal_error(request: Request, exc: Exception) -> Response:
         return _error(500, "INTERNAL", "internal error; see the server log")
 
-    middleware = [Middleware(_Guard, token=token)]
+    middleware = [Middleware(_Guard, token=token, allowed_origins=list(allowed_origins))]
     if allowed_hosts is not None:
         middleware.insert(0, Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts)))
     app = Starlette(

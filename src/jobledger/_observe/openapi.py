@@ -165,6 +165,15 @@ _JOB_ID = {
 }
 
 
+_ACTION_REFUSALS = {
+    "401": _error("UNAUTHORIZED: no token (a query-string token is not read on POST)."),
+    "403": _error(
+        "FORBIDDEN_ORIGIN: Origin (or Referer) is not the server's own; a request "
+        "authorised by the cookie must send one of them."
+    ),
+}
+
+
 def openapi_schema(*, actions: bool = False) -> dict[str, Any]:
     paths: dict[str, Any] = {
         "/api/jobs": {
@@ -298,6 +307,7 @@ def openapi_schema(*, actions: bool = False) -> dict[str, Any]:
                             }
                         ),
                     ),
+                    **_ACTION_REFUSALS,
                     "404": _error("JOB_NOT_FOUND"),
                 },
             }
@@ -315,6 +325,7 @@ def openapi_schema(*, actions: bool = False) -> dict[str, Any]:
                         "The schedule cannot run here (e.g. JOB_UNKNOWN_TYPE: serve without "
                         "--app has no handler for its type)."
                     ),
+                    **_ACTION_REFUSALS,
                     "404": _error("JOB_SCHEDULE_NOT_FOUND"),
                 },
             }

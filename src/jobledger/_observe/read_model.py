@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 from jobledger._storage.rows import snapshot_from_row
 from jobledger._storage.sqlite import queries as q
 from jobledger._storage.sqlite.connections import open_reader
+from jobledger._storage.sqlite.files import unlinked_holders
 from jobledger._storage.sqlite.keys import ROWID_KEY_VERSION, key_of
 from jobledger._storage.sqlite.migrate import SCHEMA_VERSION
 from jobledger._storage.sqlite.workers import pid_alive
@@ -56,6 +57,7 @@ __all__ = [
     "WorkerInfo",
     "iso",
     "parse_statuses",
+    "unlinked_problem",
 ]
 
 T = TypeVar("T")
@@ -249,6 +251,8 @@ class Diagnosis:
     orphans: list[JobSnapshot]  # dead-owned waiting rows whose type no live worker handles
     unhandled: dict[str, int]  # waiting rows per type that no live worker handles
     problems: list[str]
+    # Processes on this host still writing to a deleted file that was at `path`.
+    unlinked_holders: list[int] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -267,6 +271,7 @@ class Diagnosis:
             "stuck_running": [s.id for s in self.stuck_running],
             "orphans": [s.id for s in self.orphans],
             "unhandled": dict(self.unhandled),
+            "unlinked_holders": list(self.unlinked_holders),
         }
 
 
@@ -515,6 +520,9 @@ class ReadModel:
         version = self.schema_version()
         mode = str(self._read(lambda c: c.execute("PRAGMA journal_mode").fetchone()[0]))
         problems: list[str] = []
+        holders = unlinked_holders(self.path)
+        if holders:
+            problems.append(unlinked_problem(self.path, holders))
         if integrity != ["ok"]:
             problems.append("integrity_check: " + "; ".join(integrity[:5]))
         if version != SCHEMA_VERSION:
@@ -540,6 +548,7 @@ class ReadModel:
                 [],
                 {},
                 problems,
+                holders,
             )
         workers = self.workers()
         leader = self.leader(workers)
@@ -590,7 +599,16 @@ class ReadModel:
             orphans,
             unhandled,
             problems,
+            holders,
         )
+
+
+def unlinked_problem(path: str, holders: Sequence[int]) -> str:
+    pids = ", ".join(map(str, holders[:10]))
+    return (
+        f"the database file {path} was deleted or replaced while process(es) {pids} had it "
+        "open: they are writing to an unlinked file nobody else sees"
+    )
 
 
 def _size(path: str) -> int:

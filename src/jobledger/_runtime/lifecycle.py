@@ -496,6 +496,9 @@ class WorkerService(Service):
 
     def beat(self) -> None:
         m = self.lc.m
+        # SQLite goes on writing to a deleted or replaced file without an error; the store
+        # logs it once (a stat, no I/O on the database).
+        m._store.report_file_replaced()
         now = m._engine.now_ms()
         try:
             beats = m._store.write(

@@ -8,21 +8,52 @@
 Durability settings map onto each backend: SQLite's `synchronous` pragma as given;
 PostgreSQL keeps the server's `synchronous_commit` (durable at COMMIT) unless
 `synchronous="OFF"` asks for `synchronous_commit=off`.
+
+`redact` is the one place that hides passwords in what a human reads (DESIGN §8.5): every
+URL shown by the CLI, the server and their logs goes through it.
 """
 
 from __future__ import annotations
 
+import re
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from jobledger._storage.interface import Store
 from jobledger._storage.sqlite.connections import Synchronous
 from jobledger.errors import JobValidationError
 
-__all__ = ["is_postgres_url", "open_store", "split_schema"]
+__all__ = ["is_postgres_url", "open_store", "redact", "split_schema"]
+
+_MASK = "***"
+# scheme://authority: the authority ends at the first "/" (libpq's rule, and a password
+# holding "?" or "#" unencoded still counts as the password).
+_URL_AUTHORITY = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<auth>[^/\s]*)")
+# `password=` as a URL query parameter or a libpq `key=value` conninfo entry.
+_PASSWORD_PARAM = re.compile(r"(?i)(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&#'\"]+)")
 
 
 def is_postgres_url(path: str) -> bool:
     return path.startswith(("postgresql://", "postgres://"))
+
+
+def _mask_authority(match: re.Match[str]) -> str:
+    auth = match["auth"]
+    at = auth.rfind("@")
+    colon = auth.find(":", 0, at)
+    if at < 0 or colon < 0:
+        return match[0]
+    # Everything between the user's first ":" and the last "@": Python's urlsplit takes
+    # the last "@", libpq the first, and a mask must cover what either would send.
+    return f"{match['scheme']}{auth[:colon]}:{_MASK}{auth[at:]}"
+
+
+def redact(text: str) -> str:
+    """`text` with every password in a URL (`user:PASSWORD@host`, `?password=`) or a
+    conninfo (`password=...`) replaced by `***`; anything else is left as it is."""
+    if "://" not in text and "password" not in text.lower():
+        return text
+    text = _URL_AUTHORITY.sub(_mask_authority, text)
+    return _PASSWORD_PARAM.sub(lambda m: f"{m[1]}{_MASK}", text)
 
 
 def split_schema(url: str) -> tuple[str, str]:

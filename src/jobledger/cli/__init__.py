@@ -19,13 +19,16 @@ from typing import Any
 
 import click
 
+from jobledger._storage.open import is_postgres_url, redact
 from jobledger.cli._common import (
     DEFAULT_DB,
     EXIT_BAD_INPUT,
     EXIT_FAILED,
     CliError,
     Settings,
+    error_line,
 )
+from jobledger.cli._text import configure_logging, visible
 from jobledger.errors import (
     HandlerRegistrationError,
     JobError,
@@ -36,6 +39,11 @@ from jobledger.errors import (
 __all__ = ["main"]
 
 _INTERRUPTED = 130
+
+
+def _traceback() -> None:
+    # A traceback quotes exception messages, and a connection error may quote the URL.
+    click.echo(visible(redact(traceback.format_exc()), keep_newlines=True), err=True, nl=False)
 
 
 class _Main(click.Group):
@@ -57,37 +65,33 @@ class _Main(click.Group):
             )
         except click.UsageError as exc:
             hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
-            click.echo(f"jobledger: error: {exc.format_message()}{hint}", err=True)
+            error_line(f"{exc.format_message()}{hint}")
             sys.exit(EXIT_BAD_INPUT)
         except CliError as exc:
             if debug:
-                traceback.print_exc()
+                _traceback()
             exc.show()
             sys.exit(exc.exit_code)
         except click.ClickException as exc:
-            click.echo(f"jobledger: error: {exc.format_message()}", err=True)
+            error_line(exc.format_message())
             sys.exit(exc.exit_code)
         except (click.Abort, KeyboardInterrupt):
             click.echo("jobledger: interrupted", err=True)
             sys.exit(_INTERRUPTED)
         except JobError as exc:
             if debug:
-                traceback.print_exc()
-            click.echo(f"jobledger: error: {exc.code}: {exc.message}", err=True)
+                _traceback()
+            error_line(f"{exc.code}: {exc.message}")
             bad_input = isinstance(
                 exc, JobValidationError | ScheduleError | HandlerRegistrationError
             )
             sys.exit(EXIT_BAD_INPUT if bad_input else EXIT_FAILED)
         except Exception as exc:
             if debug:
-                traceback.print_exc()
+                _traceback()
             else:
                 first = str(exc).splitlines()[0] if str(exc) else ""
-                click.echo(
-                    f"jobledger: error: {type(exc).__name__}: {first} "
-                    "(--debug shows the traceback)",
-                    err=True,
-                )
+                error_line(f"{type(exc).__name__}: {first} (--debug shows the traceback)")
             sys.exit(EXIT_FAILED)
         sys.exit(rv if isinstance(rv, int) else 0)
 
@@ -107,9 +111,19 @@ def main(ctx: click.Context, db: str | None, debug: bool) -> None:
     """jobledger: durable jobs and schedules on one SQL table."""
     env = os.environ.get("JOBLEDGER_DB")
     path = db or env or DEFAULT_DB
+    folder = os.path.dirname(path)
+    if folder and not is_postgres_url(path) and not os.path.isdir(folder):
+        # Opening would create the directory too (the writer lease makes its parents),
+        # so a typo in the path would grow a tree and an empty database; refuse instead.
+        source = "--db" if db else "$JOBLEDGER_DB"
+        raise click.BadParameter(
+            f"the directory {folder} does not exist (create it first)",
+            ctx,
+            param_hint=f"'{source}'",
+        )
     ctx.obj = Settings(db=path, db_explicit=bool(db or env), debug=debug)
     if debug:
-        logging.basicConfig(level=logging.DEBUG)
+        configure_logging(logging.DEBUG, "%(levelname)s:%(name)s:%(message)s")
 
 
 def _register() -> None:

@@ -3,14 +3,17 @@
 Error policy: a failure is one line on stderr (`jobledger: error: ...`) and a non-zero
 exit code: 2 for bad input (usage, a bad `--payload`, a payload the type rejects), 1 for
 everything else (not found, a job that did not complete, an unhealthy database). No
-traceback unless `--debug`.
+traceback unless `--debug`. Every message goes through `error_line`, which masks
+passwords and makes control characters visible (see `_text.py`).
 """
 
 from __future__ import annotations
 
 import importlib
 import json
+import math
 import os
+import re
 import sys
 from dataclasses import dataclass
 from typing import Any, NoReturn
@@ -20,12 +23,15 @@ from rich.console import Console
 
 from jobledger._observe.read_model import ReadModel
 from jobledger._runtime.manager import JobManager
+from jobledger._storage.open import redact
+from jobledger.cli._text import visible
 
 __all__ = [
     "EXIT_BAD_INPUT",
     "EXIT_FAILED",
     "CliError",
     "Settings",
+    "error_line",
     "fail",
     "load_manager",
     "out",
@@ -36,6 +42,13 @@ __all__ = [
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 DEFAULT_DB = "jobledger.db"
+_LINE_BREAK = re.compile(r"\s*\n\s*")
+
+
+def error_line(message: str, *, prefix: str = "error") -> None:
+    """`jobledger: error: MESSAGE` on stderr, safe to show (no password, no controls)."""
+    one_line = _LINE_BREAK.sub(" ", message.strip())  # a driver's message may span lines
+    click.echo(f"jobledger: {prefix}: {visible(redact(one_line))}", err=True)
 
 
 class CliError(Exception):
@@ -47,7 +60,7 @@ class CliError(Exception):
         self.exit_code = exit_code
 
     def show(self) -> None:
-        click.echo(f"jobledger: error: {self.message}", err=True)
+        error_line(self.message)
 
 
 def fail(message: str, exit_code: int = EXIT_FAILED) -> NoReturn:
@@ -78,9 +91,21 @@ def reader(settings: Settings) -> ReadModel:
     return ReadModel(settings.db)
 
 
+def _no_constant(name: str) -> Any:
+    # Python's json reads NaN/Infinity, which JSON has not: another reader would choke.
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is out of range for a JSON number")
+    return value
+
+
 def parse_json_option(name: str, text: str) -> Any:
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=_no_constant, parse_float=_finite)
     except ValueError as exc:
         fail(f"{name} is not valid JSON: {exc}", EXIT_BAD_INPUT)
 
@@ -118,8 +143,5 @@ def load_manager(spec: str, settings: Settings) -> JobManager:
     if not isinstance(target, JobManager):
         fail(f"{spec} is a {type(target).__name__}, not a jobledger JobManager", EXIT_BAD_INPUT)
     if settings.db_explicit and os.path.abspath(target.path) != os.path.abspath(settings.db):
-        click.echo(
-            f"jobledger: warning: {spec} uses the database {target.path}, not {settings.db}",
-            err=True,
-        )
+        error_line(f"{spec} uses the database {target.path}, not {settings.db}", prefix="warning")
     return target

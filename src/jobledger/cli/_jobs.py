@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -13,7 +12,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from jobledger._core.registry import JobType
-from jobledger._observe.read_model import JobQuery, parse_statuses
+from jobledger._observe.read_model import JobQuery
 from jobledger._runtime.manager import JobManager
 from jobledger._types import JobSnapshot
 from jobledger.cli._common import (
@@ -26,6 +25,8 @@ from jobledger.cli._common import (
     parse_json_option,
     reader,
 )
+from jobledger.cli._params import INT_MAX, OFFSET_MAX, STATUSES_OPTION, Seconds, bounded_int
+from jobledger.cli._text import cell, dumps, visible
 
 __all__ = ["jobs", "status_style"]
 
@@ -61,16 +62,16 @@ def jobs() -> None:
 
 
 @jobs.command("list")
-@click.option("--status", default=None, help="Comma list, e.g. pending,running.")
+@STATUSES_OPTION
 @click.option("--queue", default=None)
 @click.option("--type", "type_", default=None, help="Job type name.")
 @click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
-@click.option("--offset", type=click.IntRange(min=0), default=0)
+@click.option("--offset", type=bounded_int(0, OFFSET_MAX), default=0)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 @click.pass_obj
 def list_jobs(
     settings: Settings,
-    status: str | None,
+    statuses: tuple[str, ...],
     queue: str | None,
     type_: str | None,
     limit: int,
@@ -78,16 +79,12 @@ def list_jobs(
     as_json: bool,
 ) -> None:
     """Jobs, newest first."""
-    try:
-        statuses = parse_statuses(status)
-    except ValueError as exc:
-        fail(f"--status: {exc}", EXIT_BAD_INPUT)
     query = JobQuery(status=statuses, queue=queue, type=type_)
     with reader(settings) as rm:
         page = rm.page(query, limit=limit, offset=offset)
     if as_json:
         for s in page.items:
-            click.echo(json.dumps(s.to_json(), ensure_ascii=False))
+            click.echo(dumps(s.to_json()))
         return
     console = out()
     if not page.items:
@@ -98,14 +95,14 @@ def list_jobs(
         table.add_column(name, no_wrap=True)
     for s in page.items:
         table.add_row(
-            s.id,
-            s.type,
-            f"[{status_style(str(s.status))}]{s.status}[/]",
-            s.queue,
-            f"{s.attempt + 1}/{s.max_attempts}",
-            _progress_text(s),
-            _ago(s.created_at),
-            _ago(s.finished_at),
+            cell(s.id),
+            cell(s.type),
+            cell(s.status, status_style(str(s.status))),
+            cell(s.queue),
+            cell(f"{s.attempt + 1}/{s.max_attempts}"),
+            cell(_progress_text(s)),
+            cell(_ago(s.created_at)),
+            cell(_ago(s.finished_at)),
         )
     console.print(table)
     shown = f"{offset + 1}-{offset + len(page.items)}"
@@ -121,13 +118,13 @@ def show(settings: Settings, job_id: str) -> None:
         snap = rm.get_job(job_id)
     if snap is None:
         fail(f"JOB_NOT_FOUND: no job with id {job_id!r}")
-    click.echo(json.dumps(snap.to_json(), indent=2, ensure_ascii=False))
+    click.echo(dumps(snap.to_json(), indent=2))
 
 
 @jobs.command("wait")
 @click.argument("job_id")
-@click.option("--timeout", type=click.FloatRange(min=0), default=None, help="Give up after S s.")
-@click.option("--interval", type=click.FloatRange(min=0.01), default=0.1, show_default=True)
+@click.option("--timeout", type=Seconds(), default=None, help="Give up after S s.")
+@click.option("--interval", type=Seconds(0.01, 3600), default=0.1, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the final job as JSON.")
 @click.pass_obj
 def wait(
@@ -139,21 +136,24 @@ def wait(
         snap = rm.get_job(job_id)
         if snap is None:
             fail(f"JOB_NOT_FOUND: no job with id {job_id!r}")
+        # markup=False: the description is the job's stored progress detail.
         progress = Progress(
-            TextColumn("{task.fields[status]:<9}"),
+            TextColumn("{task.fields[status]:<9}", markup=False),
             BarColumn(),
             TextColumn("{task.percentage:>5.1f}%"),
-            TextColumn("{task.description}"),
+            TextColumn("{task.description}", markup=False),
             TimeElapsedColumn(),
             console=out(stderr=True),
             transient=False,
         )
         with progress:
-            task = progress.add_task(snap.type, total=100, status=str(snap.status))
+            task = progress.add_task(visible(snap.type), total=100, status=str(snap.status))
             while True:
                 done = 100.0 if snap.status == "completed" else (snap.progress or 0.0)
-                detail = snap.progress_detail or snap.type
-                progress.update(task, completed=done, description=detail, status=str(snap.status))
+                detail = visible(snap.progress_detail or snap.type)
+                progress.update(
+                    task, completed=done, description=detail, status=visible(str(snap.status))
+                )
                 if snap.is_terminal:
                     break
                 if deadline is not None and time.monotonic() >= deadline:
@@ -164,13 +164,13 @@ def wait(
                     fail(f"job {job_id} was deleted while waiting")
                 snap = fresh
     if as_json:
-        click.echo(json.dumps(snap.to_json(), indent=2, ensure_ascii=False))
+        click.echo(dumps(snap.to_json(), indent=2))
     else:
         line = f"{snap.id} {snap.status}"
         if snap.error is not None and snap.status != "completed":
             first = snap.error.message.splitlines()[0] if snap.error.message else ""
             line += f": {snap.error.code}: {first}"
-        click.echo(line)
+        click.echo(visible(line))
     if not snap.is_terminal:
         fail(f"timed out after {timeout:g}s; the job is still {snap.status}")
     if snap.status != "completed":
@@ -231,11 +231,17 @@ def _enqueue_options(
 @jobs.command("enqueue")
 @click.argument("job_type", metavar="TYPE")
 @click.option("--payload", default="{}", show_default=True, help="The payload as JSON.")
-@click.option("--delay", type=click.FloatRange(min=0), default=None, help="Seconds from now.")
-@click.option("--priority", type=int, default=0, show_default=True, help="Lower runs first.")
+@click.option("--delay", type=Seconds(), default=None, help="Seconds from now.")
+@click.option(
+    "--priority",
+    type=bounded_int(-INT_MAX, INT_MAX),
+    default=0,
+    show_default=True,
+    help="Lower runs first.",
+)
 @click.option("--key", default=None, help="Idempotency key.")
 @click.option("--queue", default=None, help="Queue (default: the handler's or the type name).")
-@click.option("--max-attempts", type=int, default=None)
+@click.option("--max-attempts", type=bounded_int(1), default=None)
 @click.option("--metadata", default=None, help="A JSON object.")
 @click.option(
     "--app",

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
-import json
 import os
 import time
 
 import click
 from rich.table import Table
+from rich.text import Text
 
-from jobledger._observe.read_model import STATUSES, Diagnosis, iso
+from jobledger._observe.read_model import STATUSES, Diagnosis, iso, unlinked_problem
+from jobledger._storage.open import is_postgres_url
 from jobledger._storage.sqlite.connections import checkpoint_truncate, open_writer
+from jobledger._storage.sqlite.files import unlinked_holders
 from jobledger._storage.sqlite.store import SqliteStore
 from jobledger.cli._common import EXIT_FAILED, Settings, out, reader
 from jobledger.cli._jobs import status_style
+from jobledger.cli._params import Seconds
+from jobledger.cli._text import cell, dumps
 
 __all__ = ["doctor", "gc", "queues"]
 
@@ -28,7 +32,7 @@ def queues(settings: Settings, as_json: bool) -> None:
     with reader(settings) as rm:
         stats = rm.queue_stats()
     if as_json:
-        click.echo(json.dumps([s.to_json() for s in stats], indent=2))
+        click.echo(dumps([s.to_json() for s in stats], indent=2))
         return
     console = out()
     if not stats:
@@ -41,11 +45,10 @@ def queues(settings: Settings, as_json: bool) -> None:
         table.add_column(s.upper(), justify="right")
     table.add_column("OLDEST PENDING", no_wrap=True)
     for qs in stats:
-        cells = [
-            f"[{status_style(s)}]{qs.counts[s]}[/]" if qs.counts[s] else "[dim]0[/]"
-            for s in STATUSES
-        ]
-        table.add_row(qs.name, qs.type or "-", *cells, iso(qs.oldest_pending_at) or "-")
+        cells = [cell(qs.counts[s], status_style(s) if qs.counts[s] else "dim") for s in STATUSES]
+        table.add_row(
+            cell(qs.name), cell(qs.type or "-"), *cells, cell(iso(qs.oldest_pending_at) or "-")
+        )
     console.print(table)
 
 
@@ -65,25 +68,30 @@ def _print_diagnosis(d: Diagnosis) -> None:
     console = out()
 
     def line(ok: bool, text: str) -> None:
-        mark = "[green]ok[/]  " if ok else "[red]FAIL[/]"
-        console.print(f"{mark} {text}")
+        mark = Text("ok  ", style="green") if ok else Text("FAIL", style="red")
+        console.print(Text.assemble(mark, " ", cell(text)))
 
-    console.print(f"[bold]{d.path}[/]")
+    def note(text: str) -> None:
+        console.print(cell(text))
+
+    console.print(cell(d.path, "bold"))
     line(d.integrity == ["ok"], f"integrity_check: {'; '.join(d.integrity[:3])}")
     line(
         d.schema_version == d.library_schema_version,
         f"schema version {d.schema_version} (library {d.library_schema_version})",
     )
     line(d.journal_mode.lower() == "wal", f"journal mode {d.journal_mode}")
-    console.print(f"     size {_mib(d.db_bytes)}, WAL {_mib(d.wal_bytes)}, {d.jobs} job rows")
+    held = ", ".join(map(str, d.unlinked_holders[:10])) or "none"
+    line(not d.unlinked_holders, f"processes writing to a deleted or replaced copy: {held}")
+    note(f"     size {_mib(d.db_bytes)}, WAL {_mib(d.wal_bytes)}, {d.jobs} job rows")
     alive = [w for w in d.workers if w.state == "alive"]
     dead = [w for w in d.workers if w.state == "dead"]
     line(not dead, f"workers: {len(alive)} alive, {len(dead)} dead (not stopped)")
     for w in d.workers:
         if w.state != "stopped":
-            console.print(f"       {w.state:<5} {w.id} pid {w.pid} heartbeat {iso(w.heartbeat_at)}")
+            note(f"       {w.state:<5} {w.id} pid {w.pid} heartbeat {iso(w.heartbeat_at)}")
     if d.leader is None:
-        console.print("     leader: none")
+        note("     leader: none")
     else:
         if d.leader.expires_at <= 0:
             state = "released"
@@ -91,18 +99,37 @@ def _print_diagnosis(d: Diagnosis) -> None:
             state = f"valid until {iso(d.leader.expires_at)}"
         else:
             state = f"expired at {iso(d.leader.expires_at)}"
-        console.print(f"     leader: {d.leader.worker_id} term {d.leader.term} ({state})")
+        note(f"     leader: {d.leader.worker_id} term {d.leader.term} ({state})")
     line(not d.stuck_running, f"running jobs of workers not alive: {len(d.stuck_running)}")
     for s in d.stuck_running[:10]:
-        console.print(f"       {s.id} {s.type} worker {s.worker_id}")
+        note(f"       {s.id} {s.type} worker {s.worker_id}")
     line(not d.orphans or not alive, f"orphan jobs: {len(d.orphans)}")
     if d.unhandled:
         kinds = ", ".join(f"{t} ({n})" for t, n in sorted(d.unhandled.items()))
-        console.print(f"     waiting jobs no live worker handles: {kinds}")
+        note(f"     waiting jobs no live worker handles: {kinds}")
     if d.problems:
         console.print(f"[red]{len(d.problems)} problem(s)[/]")
     else:
         console.print("[green]healthy[/]")
+
+
+def _fail_if_only_an_unlinked_copy_is_left(db: str, as_json: bool) -> None:
+    """A deleted file that workers still write to is worse news than a wrong path."""
+    if is_postgres_url(db) or os.path.exists(db):
+        return
+    holders = unlinked_holders(db)
+    if not holders:
+        return  # reader() says there is no database there
+    problem = unlinked_problem(db, holders)
+    if as_json:
+        data = {"path": db, "ok": False, "problems": [problem], "unlinked_holders": holders}
+        click.echo(dumps(data, indent=2))
+    else:
+        console = out()
+        console.print(cell(db, "bold"))
+        console.print(Text.assemble(Text("FAIL", style="red"), " ", cell(problem)))
+        console.print(Text("1 problem(s)", style="red"))
+    raise SystemExit(EXIT_FAILED)
 
 
 @click.command()
@@ -114,6 +141,7 @@ def doctor(settings: Settings, checkpoint: bool, as_json: bool) -> None:
 
     Exits 1 when a problem is found.
     """
+    _fail_if_only_an_unlinked_copy_is_left(settings.db, as_json)
     with reader(settings) as rm:
         diagnosis = rm.diagnose()
     checkpointed: tuple[int, int, int] | None = None
@@ -130,7 +158,7 @@ def doctor(settings: Settings, checkpoint: bool, as_json: bool) -> None:
                 **dict(zip(("busy", "log", "checkpointed"), checkpointed, strict=True)),
                 "wal_bytes_after": _wal_bytes(settings.db),
             }
-        click.echo(json.dumps(data, indent=2))
+        click.echo(dumps(data, indent=2))
     else:
         _print_diagnosis(diagnosis)
         if checkpointed is not None:
@@ -147,7 +175,7 @@ def doctor(settings: Settings, checkpoint: bool, as_json: bool) -> None:
 @click.command()
 @click.option(
     "--older-than",
-    type=click.FloatRange(min=0),
+    type=Seconds(),
     default=WEEK,
     show_default=True,
     help="Seconds since the job finished.",

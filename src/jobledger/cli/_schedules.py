@@ -9,7 +9,6 @@ leader process re-arms its timers from the row.
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 import click
@@ -17,6 +16,7 @@ from rich.table import Table
 
 from jobledger._runtime.manager import JobManager
 from jobledger.cli._common import EXIT_BAD_INPUT, Settings, fail, load_manager, out, reader
+from jobledger.cli._text import cell, dumps
 
 __all__ = ["schedules"]
 
@@ -35,7 +35,7 @@ def list_schedules(settings: Settings, type_: str | None, as_json: bool) -> None
     with reader(settings) as rm:
         items = [s for s in rm.schedules() if type_ is None or s["type"] == type_]
     if as_json:
-        click.echo(json.dumps(items, indent=2, ensure_ascii=False))
+        click.echo(dumps(items, indent=2))
         return
     console = out()
     if not items:
@@ -46,14 +46,14 @@ def list_schedules(settings: Settings, type_: str | None, as_json: bool) -> None
         table.add_column(name, no_wrap=True)
     for s in items:
         table.add_row(
-            s["id"],
-            s["type"],
-            s["name"] or "-",
-            s["trigger_text"],
-            "[green]enabled[/]" if s["enabled"] else "[yellow]paused[/]",
-            s["next_run"] or "-",
-            s["last_run"] or "-",
-            str(s["fire_count"]),
+            cell(s["id"]),
+            cell(s["type"]),
+            cell(s["name"] or "-"),
+            cell(s["trigger_text"]),
+            cell("enabled", "green") if s["enabled"] else cell("paused", "yellow"),
+            cell(s["next_run"] or "-"),
+            cell(s["last_run"] or "-"),
+            cell(s["fire_count"]),
         )
     console.print(table)
 
@@ -71,7 +71,7 @@ def _get(settings: Settings, schedule_id: str) -> dict[str, Any]:
 @click.pass_obj
 def show(settings: Settings, schedule_id: str) -> None:
     """One schedule as JSON."""
-    click.echo(json.dumps(_get(settings, schedule_id), indent=2, ensure_ascii=False))
+    click.echo(dumps(_get(settings, schedule_id), indent=2))
 
 
 def _manager(settings: Settings, app: str | None, item: dict[str, Any], what: str) -> JobManager:

@@ -26,7 +26,10 @@ import click
 
 from jobledger._observe.read_model import ReadModel
 from jobledger._runtime.manager import JobManager
+from jobledger._storage.open import redact
 from jobledger.cli._common import EXIT_BAD_INPUT, Settings, fail, load_manager, reader
+from jobledger.cli._params import Seconds
+from jobledger.cli._text import visible
 
 __all__ = ["bind", "demo", "is_loopback", "serve", "serve_app"]
 
@@ -120,6 +123,16 @@ async def serve_app(app: Any, sock: socket.socket, *, on_ready: Any = None) -> N
             loop.remove_signal_handler(sig)
 
 
+def _origins(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
+    _, http = _web()
+    for url in value:
+        if http.origin_of(url) is None:
+            raise click.BadParameter(
+                f"{url!r} is not an http(s) origin such as https://jobs.example.com", ctx, param
+            )
+    return value
+
+
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True)
@@ -127,8 +140,8 @@ async def serve_app(app: Any, sock: socket.socket, *, on_ready: Any = None) -> N
     "--token",
     envvar="JOBLEDGER_TOKEN",
     default=None,
-    help="Required on every request (Bearer header, or ?token= once in the browser). "
-    "Needed to bind beyond loopback. Also read from $JOBLEDGER_TOKEN.",
+    help="Required on every request (Bearer header, or ?token= once in the browser on a "
+    "GET). Needed to bind beyond loopback. Also read from $JOBLEDGER_TOKEN.",
 )
 @click.option(
     "--allow-actions",
@@ -141,7 +154,16 @@ async def serve_app(app: Any, sock: socket.socket, *, on_ready: Any = None) -> N
     metavar="MODULE:ATTR",
     help="With --allow-actions: the JobManager whose handlers run schedules on demand.",
 )
-@click.option("--poll", type=click.FloatRange(min=0.01), default=0.25, show_default=True)
+@click.option(
+    "--origin",
+    "origins",
+    multiple=True,
+    metavar="URL",
+    callback=_origins,
+    help="With --allow-actions behind a proxy: the public origin (https://jobs.example.com) "
+    "the dashboard's POSTs come from, besides the server's own. Repeatable.",
+)
+@click.option("--poll", type=Seconds(0.01, 3600), default=0.25, show_default=True)
 @click.pass_obj
 def serve(
     settings: Settings,
@@ -150,6 +172,7 @@ def serve(
     token: str | None,
     allow_actions: bool,
     app: str | None,
+    origins: tuple[str, ...],
     poll: float,
 ) -> None:
     """Serve the read-only HTTP API and the dashboard."""
@@ -159,6 +182,8 @@ def serve(
         fail("--allow-actions needs --token", EXIT_BAD_INPUT)
     if app is not None and not allow_actions:
         fail("--app is only used with --allow-actions", EXIT_BAD_INPUT)
+    if origins and not allow_actions:
+        fail("--origin is only used with --allow-actions", EXIT_BAD_INPUT)
     _, http = _web()
     rm = reader(settings)
     manager = load_manager(app, settings) if app is not None else None
@@ -170,15 +195,18 @@ def serve(
         allowed_hosts=None if token else list(http.LOOPBACK_HOSTS),
         read_model=rm,
         action_manager=manager,
+        allowed_origins=origins,
     )
     try:
         sock = bind(host, port)
     except OSError as exc:
         rm.close()
+        if isinstance(exc, socket.gaierror):  # a name that does not resolve is bad input
+            fail(f"--host {host!r} does not resolve: {exc.strerror or exc}", EXIT_BAD_INPUT)
         fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
 
     def ready() -> None:
-        click.echo(f"jobledger: serving {settings.db} at {url_of(sock)}")
+        click.echo(f"jobledger: serving {visible(redact(settings.db))} at {url_of(sock)}")
         sys.stdout.flush()
 
     async def main() -> None:

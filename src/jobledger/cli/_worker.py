@@ -12,7 +12,10 @@ import threading
 import click
 
 from jobledger._runtime.manager import JobManager
+from jobledger._storage.open import redact
 from jobledger.cli._common import Settings, load_manager
+from jobledger.cli._params import Seconds, bounded_int
+from jobledger.cli._text import configure_logging, visible
 
 __all__ = ["run_until_signal", "worker"]
 
@@ -39,7 +42,7 @@ async def run_until_signal(manager: JobManager, *, banner: str | None = None) ->
     try:
         await manager.start()
         if banner:
-            click.echo(banner, err=True)
+            click.echo(visible(banner), err=True)
         await stop.wait()
         click.echo(
             f"jobledger: stopping: running jobs get {manager.shutdown_grace:g}s to finish, "
@@ -75,13 +78,13 @@ def _lingering_threads() -> list[threading.Thread]:
 @click.argument("app", metavar="MODULE:ATTR")
 @click.option(
     "--startup-delay",
-    type=click.FloatRange(min=0),
+    type=Seconds(),
     default=None,
     help="Seconds before recovery and dispatch start (default: the manager's own).",
 )
 @click.option(
     "--process-max-concurrency",
-    type=click.IntRange(min=1),
+    type=bounded_int(1),
     default=None,
     help="At most N jobs running at once in this process (default: the manager's own).",
 )
@@ -114,7 +117,7 @@ def worker(
     path is exported as JOBLEDGER_DB before the import.
     """
     level = logging.DEBUG if settings.debug else getattr(logging, log_level.upper())
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(level, "%(asctime)s %(levelname)s %(name)s: %(message)s")
     manager = load_manager(app, settings)
     if startup_delay is not None:
         manager.startup_delay = startup_delay
@@ -125,7 +128,7 @@ def worker(
     limit = manager.process_max_concurrency
     at_once = "" if limit is None else f" at most {limit} at once here;"
     banner = (
-        f"jobledger worker {manager.worker_id} on {manager.path}: handles {types};"
+        f"jobledger worker {manager.worker_id} on {redact(manager.path)}: handles {types};"
         f"{at_once} dispatch starts after {manager.startup_delay:g}s. Ctrl-C to stop."
     )
     asyncio.run(run_until_signal(manager, banner=banner))

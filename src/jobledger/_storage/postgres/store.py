@@ -331,6 +331,9 @@ class PostgresStore:
         except psycopg.Error as exc:
             raise _storage_error(exc, "read", None) from exc
 
+    def report_file_replaced(self) -> bool:
+        return False  # no file: the server owns its storage
+
     def close(self) -> None:
         # No early return on `_closed`: a use after close() reopens what it needs (the
         # reader pool, the listener), and a later close() must close that too.

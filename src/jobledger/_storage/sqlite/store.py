@@ -47,6 +47,7 @@ from jobledger._storage.sqlite.connections import (
     open_reader,
     open_writer,
 )
+from jobledger._storage.sqlite.files import FileIdentity
 from jobledger._storage.sqlite.keys import key_of, keys_of
 from jobledger._storage.sqlite.migrate import migrate, migrate_connection
 from jobledger.errors import JobNotFound, StorageError
@@ -119,6 +120,10 @@ class SqliteStore:
         )
         if self.memory:
             migrate_connection(self.conn)
+        self._file = FileIdentity(os.path.abspath(path))
+        if not self.memory:
+            self._file.record()
+        self._told_replaced = False
         self.lock = threading.RLock()
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
@@ -160,6 +165,8 @@ class SqliteStore:
                 self.path, busy_timeout=self._busy_timeout, synchronous=self._synchronous
             )
             self._closed = False
+            self._file.record()
+            self._told_replaced = False
 
     def write(self, work: Callable[[sqlite3.Connection], T], label: str) -> T:
         with self.lock:
@@ -218,6 +225,22 @@ class SqliteStore:
                 pass
         with self.lock:
             self.conn.close()
+
+    def report_file_replaced(self) -> bool:
+        """Whether `path` no longer names the file the writer has open (deleted, or
+        another file moved into place). Logs an ERROR the first time it is seen: the
+        heartbeat asks every beat, and one loud line is what an operator needs."""
+        if self.memory or not self._file.replaced():
+            return False
+        if not self._told_replaced:
+            self._told_replaced = True
+            log.error(
+                "the database file %s was deleted or replaced; this worker is writing to an "
+                "unlinked file that no other process sees (stop it and start it again on "
+                "the right file)",
+                self.path,
+            )
+        return True
 
     def data_version(self) -> int:
         """Changes whenever *another* connection commits; cheap enough to poll."""

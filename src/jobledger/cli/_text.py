@@ -1,0 +1,82 @@
+"""Showing stored strings on a terminal.
+
+Queue, type and schedule names, ids, error messages and progress details come from the
+table, and the table may have been written by an older release, another tool or an
+attacker. Two rules follow:
+
+* never as rich markup: `[/]` would crash a table and `[link=...]` would make a
+  hyperlink, so cells are `rich.text.Text` (no markup parsing) or escaped;
+* never as raw control characters: an ESC byte could move the cursor, retitle the
+  window or rewrite earlier lines, so C0/C1 controls, DEL and the bidirectional
+  overrides (which reorder what is shown) are printed as `\\x1b`-style escapes.
+
+Passwords in URLs go through `redact` (`jobledger._storage.open`) before either.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from typing import Any
+
+from rich.text import Text
+
+from jobledger._storage.open import redact
+
+__all__ = ["RedactingFormatter", "cell", "configure_logging", "dumps", "visible"]
+
+# C0 controls, DEL, C1 controls, and the bidi embeddings/overrides/isolates/marks.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# What `json.dumps` leaves raw inside strings (it escapes C0 itself; outside strings there
+# is only layout whitespace, which must stay).
+_JSON_RAW = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_CONTROL_BUT_LAYOUT = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]"
+)
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match[0])
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def visible(text: str, *, keep_newlines: bool = False) -> str:
+    """`text` with every control character shown as an escape (`\\x1b`, `\\u202e`).
+
+    `keep_newlines` leaves newlines and tabs alone (multi-line log records)."""
+    pattern = _CONTROL_BUT_LAYOUT if keep_newlines else _CONTROL
+    return pattern.sub(_escape, text)
+
+
+def cell(value: object, style: str = "") -> Text:
+    """A table cell or a printed fragment: plain text, never markup, controls visible."""
+    return Text(visible(redact(str(value))), style=style)
+
+
+def dumps(value: Any, **kwargs: Any) -> str:
+    """`json.dumps(..., ensure_ascii=False)` that still escapes what `visible` escapes.
+
+    JSON always escapes C0 controls; DEL, C1 and the bidi controls are legal raw in JSON
+    strings, and only ever occur inside strings, so `\\uXXXX` for them stays valid JSON."""
+    text = json.dumps(value, ensure_ascii=False, **kwargs)
+    return _JSON_RAW.sub(lambda m: f"\\u{ord(m[0]):04x}", text)
+
+
+class RedactingFormatter(logging.Formatter):
+    """Log records as a human reads them: passwords masked, control characters visible."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return visible(redact(super().format(record)), keep_newlines=True)
+
+
+def configure_logging(level: int, fmt: str) -> None:
+    """`logging.basicConfig(level=, format=)` with a `RedactingFormatter` on stderr (and,
+    like basicConfig, nothing when the root logger already has handlers)."""
+    root = logging.getLogger()
+    if root.handlers:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(RedactingFormatter(fmt))
+    root.addHandler(handler)
+    root.setLevel(level)
