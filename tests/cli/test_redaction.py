@@ -1,4 +1,4 @@
-"""A password in a `postgresql://` URL is never printed (DESIGN §8.5): not in the worker
+"""A password in a `postgresql://` URL is never printed (docs/reference/cli.md): not in the worker
 banner, not in errors, tracebacks or logs. The CLI runs as a child process here, as users
 run it, and the password is only ever shown as `***`."""
 

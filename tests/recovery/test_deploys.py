@@ -1,4 +1,4 @@
-"""Deploys never lose work (DESIGN §8.1), proven on the real `jobledger worker` process.
+"""Deploys never lose work, proven on the real `jobledger worker` process.
 
 A deploy sends SIGTERM: claims stop, running jobs get `--grace` seconds to finish, then
 the rest are interrupted; a retry or singleton job goes back to `pending` with its attempt
@@ -235,7 +235,7 @@ def test_rows_written_while_no_worker_ran_start_at_once_and_dead_owned_rows_wait
     db: str,
 ) -> None:
     """Producers' rows run within poll_interval of start(); a dead worker's rows wait
-    for the sweep after `startup_delay`, which applies their strategy (§8.1)."""
+    for the sweep after `startup_delay`, which applies their strategy."""
     clock = FakeClock()
     producer = jl.JobManager(db, clock=clock)
     mine = [h.id for h in producer.enqueue_many(FINISHING, [0.0] * 3)]

@@ -176,7 +176,7 @@ def test_stop_interrupts_cooperative_handlers_and_leaves_stubborn_ones_to_recove
     assert GRACE + 1.0 - 0.1 <= took < GRACE + 1.0 + 2.0, took
     found = _sql(db, "SELECT id, status, attempt, error FROM jobs")
     rows = {i: (st, a, e) for i, st, a, e in found}
-    # Interrupted by the deploy, under retry: work again, its attempt not spent (§8.1).
+    # Interrupted by the deploy, under retry: work again, its attempt not spent.
     assert rows[ids["honours"]] == ("pending", 0, None)
     # Under abandon: cancelled as before.
     status, _, error = rows[ids["honours_abandon"]]

@@ -1,4 +1,4 @@
-"""A transient write failure never strands a live worker's rows (DESIGN §8.1).
+"""A transient write failure never strands a live worker's rows.
 
 Real faults, each while the worker lives and keeps running:
 * another process holds SQLite's write lock (`BEGIN IMMEDIATE`) for ~3 s, past the

@@ -24,7 +24,7 @@ ELSEWHERE = jl.JobType("t.elsewhere", N)
 def test_drain_starts_the_manager_and_runs_a_producers_row_without_the_quiet_window(
     tmp_path: Path,
 ) -> None:
-    # A row written by another process (a producer) is work at once (DESIGN §8.1): it
+    # A row written by another process (a producer) is work at once: it
     # does not wait for the worker's 60 s quiet window, on the fake clock or any other.
     clock = FakeClock()
     producer = jl.JobManager(tmp_path / "j.db", clock=clock)

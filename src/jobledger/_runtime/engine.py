@@ -478,7 +478,7 @@ class Engine:
                 attempt, job, "JOB_HANDLER_TIMEOUT", token.message or "timed out", True
             )
         if token.reason == "shutdown" and attempt.spec.recovery != "abandon":
-            # A deploy is not a failure (DESIGN §8.1): the row is work again, its attempt
+            # A deploy is not a failure: the row is work again, its attempt
             # not spent, claimable at once by the next worker.
             return self._outcome(attempt, "requeue")
         info = JobErrorInfo(
@@ -575,7 +575,7 @@ class Engine:
     def _keep(self, batch: list[tuple[Outcome, Attempt]], exc: Exception) -> None:
         """The outcomes' write failed (busy past the coordinator, a full disk, a lost
         server): keep them, slots and handles included, and write them again later. A
-        live worker never leaves its own rows `running` (DESIGN §8.1); the rows hold
+        live worker never leaves its own rows `running`; the rows hold
         their SQL slots meanwhile, so the caps stay exact."""
         self._write_failures += 1
         for _, attempt in batch:

@@ -6,7 +6,7 @@ Services, in dependency order:
     jobs       the quiet window, the startup recovery flow, the bounded shutdown drain
 
 Startup: `start()` returns at once and dispatches every known queue of a handled type:
-every row not owned by a dead worker is work at once (DESIGN §8.1). Until the reset step
+every row not owned by a dead worker is work at once. Until the reset step
 has run, claims skip the rows that the workers found dead at start enqueued
 (`Engine.exclude_owners`), since the sweep may cancel them by strategy.
 After `startup_delay` the recovery flow runs:
@@ -18,7 +18,7 @@ After `startup_delay` the recovery flow runs:
 `recovery_done` resolves when the flow ends. A stop inside the window means the flow
 never runs. A pause defers the flow: it runs from where it stopped on release.
 
-Shutdown (DESIGN §8.1): claims stop; running handlers get `shutdown_grace` seconds to end
+Shutdown: claims stop; running handlers get `shutdown_grace` seconds to end
 by themselves; then their tokens fire ("shutdown") and they get `SETTLE_AFTER_ABORT` more.
 An interrupted retry/singleton job is written back to `pending` with its attempt unspent
 (the engine's `requeue` outcome), an abandon job `cancelled`.
@@ -55,7 +55,7 @@ __all__ = ["DRAIN_TIMEOUT", "Hold", "Lifecycle"]
 log = logging.getLogger("jobledger.lifecycle")
 
 DRAIN_TIMEOUT = 4.5  # the default `shutdown_grace`
-# After the grace, interrupted handlers get this long to settle (DESIGN §8.1).
+# After the grace, interrupted handlers get this long to settle.
 SETTLE_AFTER_ABORT = 1.0
 # Dead workers whose rows a claim skips before the sweep, at most (bound parameters).
 MAX_EXCLUDED = 500
@@ -158,7 +158,7 @@ class Lifecycle:
         self._exclude_dead_owners()
         self._runtime = Runtime([WorkerService(self), JobService(self)])
         await self._runtime.start()
-        # Every row not owned by a dead worker is work now (DESIGN §8.1): producers'
+        # Every row not owned by a dead worker is work now: producers'
         # rows, live workers' and this manager's own; only the sweep waits for the window.
         try:
             for seq, qname, type_name in m._store.queues_since(0):
@@ -390,7 +390,7 @@ class Lifecycle:
                 pass
         await self.schedules.on_stop()
         engine = m._engine
-        engine.accepting = False  # claims stop first (DESIGN §8.1)
+        engine.accepting = False  # claims stop first
         grace = m.shutdown_grace
         if engine.inflight and grace > 0:
             # The grace: running handlers may end by themselves, so a deploy finishes them.

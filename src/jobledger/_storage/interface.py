@@ -159,12 +159,12 @@ class ClaimRequest:
     worker_id: str
     types: tuple[str, ...]
     # Rows enqueued by these (dead) workers are not taken: they wait for the recovery
-    # sweep, which applies their type's strategy first (DESIGN §8.1).
+    # sweep, which applies their type's strategy first.
     exclude_owners: tuple[str, ...] = ()
 
 
 # "requeue": an attempt interrupted by shutdown goes back to `pending` with its attempt
-# number unchanged and no owner (DESIGN §8.1), or `cancelled` when its cancel was requested.
+# number unchanged and no owner, or `cancelled` when its cancel was requested.
 OutcomeKind = Literal["completed", "failed", "cancelled", "retry", "requeue"]
 
 

@@ -9,7 +9,7 @@ Durability settings map onto each backend: SQLite's `synchronous` pragma as give
 PostgreSQL keeps the server's `synchronous_commit` (durable at COMMIT) unless
 `synchronous="OFF"` asks for `synchronous_commit=off`.
 
-`redact` is the one place that hides passwords in what a human reads (DESIGN §8.5): every
+`redact` is the one place that hides passwords in what a human reads (docs/reference/cli.md): every
 URL shown by the CLI, the server and their logs goes through it.
 """
 

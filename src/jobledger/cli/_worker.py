@@ -26,7 +26,7 @@ async def run_until_signal(manager: JobManager, *, banner: str | None = None) ->
     """Start `manager`, wait for SIGINT/SIGTERM, stop it (the grace, then interrupt).
 
     A second SIGINT/SIGTERM while stopping exits at once: the rows still running are
-    left for recovery (DESIGN §8.1)."""
+    left for recovery."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     signals = (signal.SIGINT, signal.SIGTERM)
