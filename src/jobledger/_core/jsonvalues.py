@@ -1,0 +1,85 @@
+"""Why a value would not come back from its stored JSON as it went in.
+
+Serializers do not refuse everything that breaks a row later: pydantic writes NaN and
+infinities as `null`, replaces a lone surrogate in a `dict[str, ...]` key with U+FFFD,
+and both it and `json.dumps` turn `{1: "a", "1": "b"}` into an object with one key
+twice. `problem(value)` finds these in one walk; callers run it only where the
+serializer's output says it may be needed (see `JobType.encode`), or on values that are
+small by contract (metadata).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from pydantic import BaseModel
+
+from jobledger._core.limits import has_surrogate
+
+__all__ = ["problem"]
+
+
+def problem(value: object) -> str | None:
+    """The first reason `value` is not faithful JSON, or None.
+
+    Iterative, so a deep value cannot hit the recursion limit here.
+    """
+    stack: list[Any] = [value]
+    pop, extend = stack.pop, stack.extend
+    while stack:
+        v = pop()
+        t = type(v)
+        if t is str:
+            if has_surrogate(v):
+                return "a string holds a lone surrogate, which is not UTF-8"
+        elif t is float:
+            if v - v != 0.0:  # NaN and +-inf are the floats for which this holds
+                return "NaN and infinite numbers are not JSON"
+        elif t is int or t is bool or v is None:
+            continue
+        elif isinstance(v, dict):
+            clash = _key_problem(v)
+            if clash is not None:
+                return clash
+            extend(v.values())
+        elif isinstance(v, list | tuple | set | frozenset):
+            extend(v)
+        elif isinstance(v, BaseModel):
+            extend(v.__dict__.values())
+            if v.__pydantic_extra__:
+                extend(v.__pydantic_extra__.values())
+        elif dataclasses.is_dataclass(v) and not isinstance(v, type):
+            extend(getattr(v, f.name) for f in dataclasses.fields(v))
+        elif isinstance(v, str):
+            stack.append(str(v))
+        elif isinstance(v, float):
+            stack.append(float(v))
+    return None
+
+
+def _key_problem(d: dict[Any, Any]) -> str | None:
+    mixed = False
+    for k in d:
+        if type(k) is str:
+            if has_surrogate(k):
+                return "a key holds a lone surrogate, which is not UTF-8"
+        else:
+            mixed = True
+    if not mixed:
+        return None
+    seen: set[str] = set()
+    for k in d:
+        if type(k) is str:
+            forms: tuple[str, ...] = (k,)
+        elif isinstance(k, float) and k - k != 0.0:
+            return "NaN and infinite numbers are not JSON"
+        else:
+            # Serializers differ on how a non-str key is written (json: `null`, `true`;
+            # pydantic: `None`); a clash under either is a duplicate key in one of them.
+            forms = (str(k), json.dumps(k) if isinstance(k, int | float | None) else str(k))
+        if any(f in seen for f in forms):
+            return f"two keys are both written as {forms[0]!r} in JSON"
+        seen.update(forms)
+    return None
