@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from jobledger._core.limits import has_surrogate
+from jobledger._core.limits import SURROGATE
 
 __all__ = ["problem"]
 
@@ -27,12 +27,12 @@ def problem(value: object) -> str | None:
     Iterative, so a deep value cannot hit the recursion limit here.
     """
     stack: list[Any] = [value]
-    pop, extend = stack.pop, stack.extend
+    pop, extend, surrogate = stack.pop, stack.extend, SURROGATE.search
     while stack:
         v = pop()
         t = type(v)
         if t is str:
-            if has_surrogate(v):
+            if not v.isascii() and surrogate(v):  # isascii is O(1): a flag on the str
                 return "a string holds a lone surrogate, which is not UTF-8"
         elif t is float:
             if v - v != 0.0:  # NaN and +-inf are the floats for which this holds
@@ -61,12 +61,12 @@ def problem(value: object) -> str | None:
 
 def _key_problem(d: dict[Any, Any]) -> str | None:
     mixed = False
+    surrogate = SURROGATE.search
     for k in d:
-        if type(k) is str:
-            if has_surrogate(k):
-                return "a key holds a lone surrogate, which is not UTF-8"
-        else:
+        if type(k) is not str:
             mixed = True
+        elif not k.isascii() and surrogate(k):
+            return "a key holds a lone surrogate, which is not UTF-8"
     if not mixed:
         return None
     seen: set[str] = set()

@@ -33,6 +33,7 @@ __all__ = [
     "MAX_MS",
     "MAX_TIMEOUT_SECONDS",
     "MIN_MS",
+    "SURROGATE",
     "bad_name_char",
     "findable",
     "has_surrogate",
@@ -49,7 +50,7 @@ MAX_METADATA_BYTES = 64 * 1024
 
 # C0 and C1 controls, DEL, and the surrogate block: one compiled scan per name.
 _BAD_NAME = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
-_SURROGATE = re.compile("[\ud800-\udfff]")
+SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def ms_in_range(ms: int) -> bool:
@@ -64,7 +65,7 @@ def bad_name_char(name: str) -> str | None:
 
 def has_surrogate(text: str) -> bool:
     # isascii() is O(1) in CPython (a flag on the string), so ASCII text costs no scan.
-    return not text.isascii() and _SURROGATE.search(text) is not None
+    return not text.isascii() and SURROGATE.search(text) is not None
 
 
 def is_finite_number(value: object) -> TypeGuard[int | float]:
