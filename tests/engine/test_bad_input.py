@@ -26,6 +26,8 @@ from tests.conftest import db_rows, run
 from tests.engine import ITEM, Item, make_manager
 
 LOOSE = jl.JobType("test.loose", dict[str, Any])
+ANY = jl.JobType("test.any", Any)
+ROWS = jl.JobType("test.rows", list[dict[Any, Any]])
 END_OF_9999 = datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
 
 
@@ -70,6 +72,9 @@ BAD_PAYLOADS: list[tuple[str, jl.JobType[Any], Any]] = [
     ("JOB_PAYLOAD_INVALID", LOOSE, {"a": [1.0, -math.inf]}),
     ("JOB_PAYLOAD_INVALID", LOOSE, {"a": {"b": (math.inf,)}}),
     ("JOB_PAYLOAD_INVALID", LOOSE, {"a": {1: "a", "1": "b"}}),
+    ("JOB_PAYLOAD_INVALID", ANY, {1: "a", "1": "b"}),
+    ("JOB_PAYLOAD_INVALID", ANY, {None: "a", "None": "b"}),
+    ("JOB_PAYLOAD_INVALID", ROWS, [{"k": 1}, {2: "a", "2": "b"}]),
     ("JOB_PAYLOAD_INVALID", LOOSE, {"\ud800": 1}),
     ("JOB_PAYLOAD_INVALID", LOOSE, {"a": "\udfff"}),
     ("JOB_PAYLOAD_INVALID", READING, {"value": math.nan}),

@@ -21,60 +21,83 @@ from jobledger._core.limits import SURROGATE
 __all__ = ["problem"]
 
 
+_SURROGATE_TEXT = "a string holds a lone surrogate, which is not UTF-8"
+_NOT_FINITE = "NaN and infinite numbers are not JSON"
+
+
 def problem(value: object) -> str | None:
     """The first reason `value` is not faithful JSON, or None.
 
-    Iterative, so a deep value cannot hit the recursion limit here.
+    Iterative, so a deep value cannot hit the recursion limit here. Scalars inside a
+    dict or list are judged in place rather than pushed: this runs on every payload of a
+    loose type (`dict[str, Any]`), so the common flat dict costs one loop.
     """
     stack: list[Any] = [value]
-    pop, extend, surrogate = stack.pop, stack.extend, SURROGATE.search
+    pop, push, surrogate = stack.pop, stack.append, SURROGATE.search
     while stack:
         v = pop()
         t = type(v)
-        if t is str:
-            if not v.isascii() and surrogate(v):  # isascii is O(1): a flag on the str
-                return "a string holds a lone surrogate, which is not UTF-8"
+        if t is dict or t is list:
+            mixed = False
+            for k, x in v.items() if t is dict else enumerate(v):
+                if t is dict:
+                    if type(k) is not str:
+                        mixed = True
+                    elif not k.isascii() and surrogate(k):  # isascii is O(1)
+                        return "a key holds a lone surrogate, which is not UTF-8"
+                tx = type(x)
+                if tx is str:
+                    if not x.isascii() and surrogate(x):
+                        return _SURROGATE_TEXT
+                elif tx is float:
+                    if x - x != 0.0:  # NaN and +-inf are the floats for which this holds
+                        return _NOT_FINITE
+                elif not (tx is int or tx is bool or x is None):
+                    push(x)
+            if mixed:
+                clash = _key_problem(v)
+                if clash is not None:
+                    return clash
+        elif t is str:
+            if not v.isascii() and surrogate(v):
+                return _SURROGATE_TEXT
         elif t is float:
-            if v - v != 0.0:  # NaN and +-inf are the floats for which this holds
-                return "NaN and infinite numbers are not JSON"
+            if v - v != 0.0:
+                return _NOT_FINITE
         elif t is int or t is bool or v is None:
             continue
         elif isinstance(v, dict):
             clash = _key_problem(v)
             if clash is not None:
                 return clash
-            extend(v.values())
+            stack.extend(v.keys())  # a str or float subclass key is judged as a value
+            stack.extend(v.values())
         elif isinstance(v, list | tuple | set | frozenset):
-            extend(v)
+            stack.extend(v)
         elif isinstance(v, BaseModel):
-            extend(v.__dict__.values())
+            stack.extend(v.__dict__.values())
             if v.__pydantic_extra__:
-                extend(v.__pydantic_extra__.values())
+                stack.extend(v.__pydantic_extra__.values())
         elif dataclasses.is_dataclass(v) and not isinstance(v, type):
-            extend(getattr(v, f.name) for f in dataclasses.fields(v))
+            stack.extend(getattr(v, f.name) for f in dataclasses.fields(v))
         elif isinstance(v, str):
-            stack.append(str(v))
+            push(str(v))
         elif isinstance(v, float):
-            stack.append(float(v))
+            push(float(v))
     return None
 
 
 def _key_problem(d: dict[Any, Any]) -> str | None:
-    mixed = False
     surrogate = SURROGATE.search
     for k in d:
-        if type(k) is not str:
-            mixed = True
-        elif not k.isascii() and surrogate(k):
+        if type(k) is str and not k.isascii() and surrogate(k):
             return "a key holds a lone surrogate, which is not UTF-8"
-    if not mixed:
-        return None
     seen: set[str] = set()
     for k in d:
         if type(k) is str:
             forms: tuple[str, ...] = (k,)
         elif isinstance(k, float) and k - k != 0.0:
-            return "NaN and infinite numbers are not JSON"
+            return _NOT_FINITE
         else:
             # Serializers differ on how a non-str key is written (json: `null`, `true`;
             # pydantic: `None`); a clash under either is a duplicate key in one of them.

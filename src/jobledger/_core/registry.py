@@ -102,30 +102,55 @@ def _is_typing_typeddict(tp: object) -> bool:
     return typing.is_typeddict(tp) and type(tp).__module__ == "typing"
 
 
-def _loose(schema: object) -> bool:
-    """Whether values of this core schema may hold dicts with non-str keys (an `any`
-    anywhere, or a dict keyed by something else), so that `encode` must walk them."""
+# How `encode` finds keys that collide in JSON (`_key_walk`): never (no dict can have a
+# non-str key), when the JSON text has an object below the top, or always.
+_NO_KEY_WALK, _NESTED_KEY_WALK, _KEY_WALK = 0, 1, 2
+# Top-level kinds whose own keys are str or that have none: only nested dicts can have
+# other keys, and a nested dict is a `{` after the first character of the text.
+_STR_KEYED_TOPS = frozenset({"model", "dataclass", "typed-dict", "list", "tuple", "set"})
+
+
+def _key_walk(schema: object) -> int:
+    """When values of this core schema must be walked for keys that collide in JSON: a
+    dict with non-str keys can only come from an `any`, or a dict keyed by another type."""
+    loose = False
     stack = [schema]
-    while stack:
+    while stack and not loose:
         node = stack.pop()
         if isinstance(node, dict):
             kind = node.get("type")
-            if kind == "any":
-                return True
-            if kind == "dict":
-                keys = node.get("keys_schema")
-                if not isinstance(keys, dict) or keys.get("type") != "str":
-                    return True
+            if kind == "any" or (kind == "dict" and not _str_keyed(node)):
+                loose = True
             stack.extend(node.values())
         elif isinstance(node, list | tuple):
             stack.extend(node)
-    return False
+    if not loose:
+        return _NO_KEY_WALK
+    top = schema.get("type") if isinstance(schema, dict) else None
+    if top in _STR_KEYED_TOPS or (top == "dict" and _str_keyed(schema)):
+        return _NESTED_KEY_WALK
+    return _KEY_WALK
+
+
+def _may_collide(value: Any, text: str, walk: int) -> bool:
+    """Whether `value` (of a type whose dicts may have non-str keys) needs the key walk."""
+    if text.find("{", 1) != -1:
+        return True  # an object below the top (or a `{` in a string: walked anyway)
+    if walk == _NESTED_KEY_WALK or text[0] != "{":
+        return False  # no object at all, or only a top level whose keys are str
+    # Only the top-level object, whose keys pydantic did not make str.
+    return type(value) is not dict or not all(type(k) is str for k in value)
+
+
+def _str_keyed(node: Any) -> bool:
+    keys = node.get("keys_schema")
+    return isinstance(keys, dict) and keys.get("type") == "str"
 
 
 class JobType(Generic[P]):
     """A job type: a name and the type its payloads must have."""
 
-    __slots__ = ("_adapter", "_loose", "name", "payload_type")
+    __slots__ = ("_adapter", "_key_walk", "name", "payload_type")
 
     def __init__(self, name: str, payload_type: type[P]) -> None:
         if (
@@ -149,7 +174,7 @@ class JobType(Generic[P]):
         self.name = name
         self.payload_type = payload_type
         self._adapter: TypeAdapter[P] | None = None
-        self._loose = True
+        self._key_walk = _KEY_WALK
 
     @property
     def adapter(self) -> TypeAdapter[P]:
@@ -157,14 +182,14 @@ class JobType(Generic[P]):
             try:
                 adapter = TypeAdapter(self.payload_type)
                 # Reading the schema completes a deferred build now, not at first use.
-                loose = _loose(adapter.core_schema)
+                key_walk = _key_walk(adapter.core_schema)
             except (PydanticUserError, PydanticUndefinedAnnotation) as exc:
                 # e.g. a typing.TypedDict nested in the payload type (before 3.12)
                 raise HandlerRegistrationError(
                     f"pydantic cannot use the payload type of {self.name!r}: {exc}",
                     params={"name": self.name, "payload_type": repr(self.payload_type)},
                 ) from None
-            self._loose = loose
+            self._key_walk = key_walk
             self._adapter = adapter
         return self._adapter
 
@@ -199,8 +224,14 @@ class JobType(Generic[P]):
                 params={"type": self.name},
             ) from None
         # pydantic writes NaN/inf as null and a surrogate in a key as U+FFFD; only then,
-        # or for types whose dicts may have non-str keys, is the value walked.
-        if self._loose or "null" in text or "\ufffd" in text:
+        # or where a dict with non-str keys may be in the value, is the value walked.
+        walk = self._key_walk
+        if (
+            "null" in text
+            or "\ufffd" in text
+            # Fewer than 6 characters hold no key (`{"":0}` is the shortest that does).
+            or (walk and len(text) > 5 and _may_collide(value, text, walk))
+        ):
             bad = jsonvalues.problem(value)
             if bad is not None:
                 raise JobValidationError(
