@@ -20,7 +20,10 @@ Codes are a public contract: they are added, never renamed. A caller matches on
           ├── DatabaseBusy           DB_BUSY: the write lock was not had in time; try later
           ├── WriteTransactionFailed DB_WRITE_TX_FAILED: a write failed and was rolled back
           ├── DatabaseFull           DB_FULL: the disk or max_page_count is exhausted
-          └── SchemaError            DB_SCHEMA: the file's schema is newer than this library
+          └── SchemaError            DB_SCHEMA: the file's schema is newer than this library,
+                                     or it is not a jobledger database this process can
+                                     use (garbage, foreign, truncated, read-only); it is
+                                     left unchanged
 
 Codes stored in job rows but never raised: `JOB_HANDLER_THREW`, `JOB_HANDLER_TIMEOUT`,
 `JOB_FINALIZE_TX_FAILED`, `JOB_ORPHANED`, `JOB_WORKER_LOST`.
@@ -127,4 +130,6 @@ class DatabaseFull(StorageError):
 
 
 class SchemaError(StorageError):
+    """The database file is newer than this library, or not one it can use; unchanged."""
+
     code = "DB_SCHEMA"

@@ -9,11 +9,11 @@ longer than the un-jittered delay.
 
 from __future__ import annotations
 
-import math
 import random
 from dataclasses import dataclass
 from typing import Literal
 
+from jobledger._core.limits import MAX_INT, MAX_TIMEOUT_SECONDS, is_finite_number
 from jobledger.errors import JobValidationError
 
 __all__ = ["DEFAULT_RETRY", "Backoff", "RetryPolicy", "compute_backoff"]
@@ -22,9 +22,9 @@ Backoff = Literal["none", "fixed", "exponential"]
 
 
 def validate_max_attempts(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_INT:
         raise JobValidationError(
-            f"max_attempts must be an integer >= 1, not {value!r}",
+            f"max_attempts must be an integer in [1, 2**62], not {value!r}",
             code="JOB_INVALID_MAX_ATTEMPTS",
             params={"max_attempts": repr(value)},
         )
@@ -49,9 +49,10 @@ class RetryPolicy:
             )
         for name in ("base_delay", "max_delay"):
             value = getattr(self, name)
-            if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+            if not is_finite_number(value) or not 0 <= value <= MAX_TIMEOUT_SECONDS:
                 raise JobValidationError(
-                    f"{name} must be a finite number of seconds >= 0, not {value!r}",
+                    f"{name} must be a number of seconds in [0, {MAX_TIMEOUT_SECONDS:g}], "
+                    f"not {value!r}",
                     code="JOB_INVALID_OPTION",
                     params={name: repr(value)},
                 )

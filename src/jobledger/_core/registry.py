@@ -14,14 +14,23 @@ from __future__ import annotations
 
 import inspect
 import json
-import math
-from collections.abc import Awaitable, Callable
+import sys
+import typing
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import PydanticUndefinedAnnotation, PydanticUserError, TypeAdapter, ValidationError
 
+from jobledger._core import jsonvalues
 from jobledger._core.backoff import DEFAULT_RETRY, RetryPolicy
+from jobledger._core.limits import (
+    MAX_METADATA_BYTES,
+    MAX_TIMEOUT_SECONDS,
+    bad_name_char,
+    has_surrogate,
+    is_finite_number,
+)
 from jobledger._types import MissedEvent, RecoveryStrategy, SettledEvent
 from jobledger.errors import HandlerRegistrationError, JobValidationError
 
@@ -35,6 +44,7 @@ __all__ = [
     "JobType",
     "QueueOption",
     "dumps",
+    "encode_metadata",
     "validate_timeout",
 ]
 
@@ -48,29 +58,139 @@ QueueOption = str | Callable[[Any], str] | None
 
 
 def dumps(value: Any) -> str:
-    """Compact JSON; rejects NaN/Infinity, which are not JSON."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    """Compact JSON; rejects NaN/Infinity, which are not JSON, and lone surrogates, which
+    neither backend can store (ValueError, like `json.dumps` for NaN)."""
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    if has_surrogate(text):
+        raise ValueError("a string holds a lone surrogate, which is not UTF-8")
+    return text
+
+
+def encode_metadata(value: object) -> str:
+    """The stored JSON of a metadata mapping, or JOB_INVALID_OPTION saying why not.
+
+    Capped at MAX_METADATA_BYTES characters: metadata is read with every snapshot and
+    rewritten by every `patch_metadata`, so it is for labels, not data. Small by that
+    cap, so the walk for keys that collide in JSON (`{1: "a", "1": "b"}`) is cheap.
+    """
+    if not isinstance(value, Mapping):
+        raise JobValidationError("metadata must be a mapping", code="JOB_INVALID_OPTION")
+    data = dict(value)
+    try:
+        text = dumps(data)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise JobValidationError(
+            f"metadata must be JSON: {exc}", code="JOB_INVALID_OPTION"
+        ) from None
+    if len(text) > MAX_METADATA_BYTES:
+        raise JobValidationError(
+            f"metadata is {len(text)} characters of JSON; the limit is {MAX_METADATA_BYTES}",
+            code="JOB_INVALID_OPTION",
+            params={"size": len(text), "limit": MAX_METADATA_BYTES},
+        )
+    bad = jsonvalues.problem(data)
+    if bad is not None:
+        raise JobValidationError(f"metadata must be JSON: {bad}", code="JOB_INVALID_OPTION")
+    return text
+
+
+def _is_typing_typeddict(tp: object) -> bool:
+    """`typing.TypedDict` before 3.12, which pydantic refuses (it needs the
+    typing_extensions class, which carries what pydantic reads on older Pythons)."""
+    if sys.version_info >= (3, 12) or not isinstance(tp, type):
+        return False
+    return typing.is_typeddict(tp) and type(tp).__module__ == "typing"
+
+
+# How `encode` finds keys that collide in JSON (`_key_walk`): never (no dict can have a
+# non-str key), when the JSON text has an object below the top, or always.
+_NO_KEY_WALK, _NESTED_KEY_WALK, _KEY_WALK = 0, 1, 2
+# Top-level kinds whose own keys are str or that have none: only nested dicts can have
+# other keys, and a nested dict is a `{` after the first character of the text.
+_STR_KEYED_TOPS = frozenset({"model", "dataclass", "typed-dict", "list", "tuple", "set"})
+
+
+def _key_walk(schema: object) -> int:
+    """When values of this core schema must be walked for keys that collide in JSON: a
+    dict with non-str keys can only come from an `any`, or a dict keyed by another type."""
+    loose = False
+    stack = [schema]
+    while stack and not loose:
+        node = stack.pop()
+        if isinstance(node, dict):
+            kind = node.get("type")
+            if kind == "any" or (kind == "dict" and not _str_keyed(node)):
+                loose = True
+            stack.extend(node.values())
+        elif isinstance(node, list | tuple):
+            stack.extend(node)
+    if not loose:
+        return _NO_KEY_WALK
+    top = schema.get("type") if isinstance(schema, dict) else None
+    if top in _STR_KEYED_TOPS or (top == "dict" and _str_keyed(schema)):
+        return _NESTED_KEY_WALK
+    return _KEY_WALK
+
+
+def _may_collide(value: Any, text: str, walk: int) -> bool:
+    """Whether `value` (of a type whose dicts may have non-str keys) needs the key walk."""
+    if text.find("{", 1) != -1:
+        return True  # an object below the top (or a `{` in a string: walked anyway)
+    if walk == _NESTED_KEY_WALK or text[0] != "{":
+        return False  # no object at all, or only a top level whose keys are str
+    # Only the top-level object, whose keys pydantic did not make str.
+    return type(value) is not dict or not all(type(k) is str for k in value)
+
+
+def _str_keyed(node: Any) -> bool:
+    keys = node.get("keys_schema")
+    return isinstance(keys, dict) and keys.get("type") == "str"
 
 
 class JobType(Generic[P]):
     """A job type: a name and the type its payloads must have."""
 
-    __slots__ = ("_adapter", "name", "payload_type")
+    __slots__ = ("_adapter", "_key_walk", "name", "payload_type")
 
     def __init__(self, name: str, payload_type: type[P]) -> None:
-        if not isinstance(name, str) or not name or name != name.strip() or len(name) > 200:
+        if (
+            not isinstance(name, str)
+            or not name
+            or name != name.strip()
+            or len(name) > 200
+            or bad_name_char(name) is not None
+        ):
             raise HandlerRegistrationError(
-                f"a job type name must be 1-200 characters without surrounding spaces: {name!r}",
+                "a job type name must be 1-200 characters without surrounding spaces or "
+                f"control characters: {name!r}",
                 params={"name": repr(name)},
+            )
+        if _is_typing_typeddict(payload_type):
+            raise HandlerRegistrationError(
+                f"the payload type of {name!r} is a typing.TypedDict, which pydantic cannot "
+                "use before Python 3.12: define it with typing_extensions.TypedDict",
+                params={"name": name, "payload_type": repr(payload_type)},
             )
         self.name = name
         self.payload_type = payload_type
         self._adapter: TypeAdapter[P] | None = None
+        self._key_walk = _KEY_WALK
 
     @property
     def adapter(self) -> TypeAdapter[P]:
         if self._adapter is None:
-            self._adapter = TypeAdapter(self.payload_type)
+            try:
+                adapter = TypeAdapter(self.payload_type)
+                # Reading the schema completes a deferred build now, not at first use.
+                key_walk = _key_walk(adapter.core_schema)
+            except (PydanticUserError, PydanticUndefinedAnnotation) as exc:
+                # e.g. a typing.TypedDict nested in the payload type (before 3.12)
+                raise HandlerRegistrationError(
+                    f"pydantic cannot use the payload type of {self.name!r}: {exc}",
+                    params={"name": self.name, "payload_type": repr(self.payload_type)},
+                ) from None
+            self._key_walk = key_walk
+            self._adapter = adapter
         return self._adapter
 
     def _build_adapter(self) -> None:
@@ -97,12 +217,28 @@ class JobType(Generic[P]):
                 code="JOB_PAYLOAD_INVALID",
                 params={"type": self.name, "errors": _errors(exc)},
             ) from None
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, RecursionError) as exc:
             raise JobValidationError(
                 f"payload for {self.name!r} is not JSON-serialisable: {exc}",
                 code="JOB_PAYLOAD_INVALID",
                 params={"type": self.name},
             ) from None
+        # pydantic writes NaN/inf as null and a surrogate in a key as U+FFFD; only then,
+        # or where a dict with non-str keys may be in the value, is the value walked.
+        walk = self._key_walk
+        if (
+            "null" in text
+            or "\ufffd" in text
+            # Fewer than 6 characters hold no key (`{"":0}` is the shortest that does).
+            or (walk and len(text) > 5 and _may_collide(value, text, walk))
+        ):
+            bad = jsonvalues.problem(value)
+            if bad is not None:
+                raise JobValidationError(
+                    f"payload for {self.name!r} is not JSON: {bad}",
+                    code="JOB_PAYLOAD_INVALID",
+                    params={"type": self.name},
+                )
         if len(text) > max_bytes:
             raise JobValidationError(
                 f"payload for {self.name!r} is {len(text)} characters of JSON; "
@@ -140,14 +276,10 @@ def _errors(exc: ValidationError) -> list[dict[str, Any]]:
 def validate_timeout(value: object, *, what: str = "timeout") -> float | None:
     if value is None:
         return None
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value <= 0
-    ):
+    if not is_finite_number(value) or value <= 0 or value > MAX_TIMEOUT_SECONDS:
         raise JobValidationError(
-            f"{what} must be a number of seconds > 0 or None, not {value!r}",
+            f"{what} must be a number of seconds in (0, {MAX_TIMEOUT_SECONDS:g}] or None, "
+            f"not {value!r}",
             code="JOB_INVALID_TIMEOUT",
             params={what: repr(value)},
         )
@@ -208,7 +340,7 @@ class HandlerSpec(Generic[P]):
         if isinstance(q, str):
             return q
         name = q(payload_value)
-        if not isinstance(name, str) or not name:
+        if not isinstance(name, str) or not name or len(name) > 200 or bad_name_char(name):
             raise JobValidationError(
                 f"the queue resolver of {self.name!r} returned {name!r}, not a queue name",
                 code="JOB_INVALID_OPTION",

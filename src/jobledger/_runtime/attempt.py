@@ -19,7 +19,8 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from jobledger._core.registry import HandlerSpec, dumps
+from jobledger._core.limits import has_surrogate, is_finite_number
+from jobledger._core.registry import HandlerSpec, encode_metadata
 from jobledger._runtime.context import CancelToken
 from jobledger._runtime.timers import call_later
 from jobledger.errors import JobError, JobValidationError
@@ -120,17 +121,18 @@ class Attempt:
     # -- progress and metadata ------------------------------------------------------
 
     def report_progress(self, progress: float, detail: str | None) -> None:
-        if (
-            isinstance(progress, bool)
-            or not isinstance(progress, int | float)
-            or not math.isfinite(progress)
-        ):
+        if not is_finite_number(progress):
             raise JobValidationError(
                 f"progress must be a number from 0 to 100, not {progress!r}",
                 code="JOB_INVALID_OPTION",
             )
-        value = min(100.0, max(0.0, float(progress)))
+        value = float(min(100, max(0, progress)))  # clamped first: a huge int has no float
         detail = None if detail is None else str(detail)
+        if detail is not None and has_surrogate(detail):
+            raise JobValidationError(
+                "progress detail must be UTF-8 text (it holds a lone surrogate)",
+                code="JOB_INVALID_OPTION",
+            )
         self.progress, self.progress_detail = value, detail
         engine = self._engine
         now = engine.clock.monotonic()
@@ -188,12 +190,10 @@ class Attempt:
     def patch_metadata(self, patch: Mapping[str, Any]) -> dict[str, Any]:
         if not isinstance(patch, Mapping):
             raise JobValidationError("patch_metadata takes a mapping", code="JOB_INVALID_OPTION")
-        try:
-            dumps(dict(patch))
-        except (TypeError, ValueError) as exc:
-            raise JobValidationError(
-                f"metadata must be JSON: {exc}", code="JOB_INVALID_OPTION"
-            ) from None
+        encode_metadata(patch)
+        # The store merges into the row's metadata, which only this attempt can change
+        # while it holds the claim, so the merge here is what the row will hold.
+        encode_metadata({**self.metadata, **patch})
         engine = self._engine
         merged = engine.store.patch_metadata(
             self.job_id, engine.worker_id, self.attempt, dict(patch), engine.now_ms()

@@ -7,7 +7,6 @@ timeout, idempotency key, priority, run_at/delay, metadata, queue. Any failure r
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -15,7 +14,8 @@ from typing import Any, Generic, TypeVar, cast
 
 from jobledger._core.backoff import validate_max_attempts
 from jobledger._core.ids import new_id, new_ids
-from jobledger._core.registry import HandlerSpec, JobType, dumps, validate_timeout
+from jobledger._core.limits import MAX_INT, MAX_MS, bad_name_char, is_finite_number
+from jobledger._core.registry import HandlerSpec, JobType, encode_metadata, validate_timeout
 from jobledger._storage.interface import JobRow, NewJob, new_row
 from jobledger.clock import to_ms
 from jobledger.errors import JobError, JobValidationError
@@ -260,7 +260,7 @@ def _options(
     if max_attempts is None:
         # The handler's policy was validated when it was registered.
         max_attempts = spec.retry.max_attempts if spec is not None else 3
-    elif type(max_attempts) is not int or max_attempts < 1:
+    elif type(max_attempts) is not int or not 1 <= max_attempts <= MAX_INT:
         max_attempts = validate_max_attempts(max_attempts)
     timeout = (
         (spec.timeout if spec is not None else None)
@@ -268,14 +268,17 @@ def _options(
         else validate_timeout(opts.timeout)
     )
     key = opts.idempotency_key
-    if key is not None and (not isinstance(key, str) or not key.strip() or len(key) > 500):
+    if key is not None and (
+        not isinstance(key, str) or not key.strip() or len(key) > 500 or bad_name_char(key)
+    ):
         raise JobValidationError(
-            f"idempotency_key must be a non-empty string of at most 500 characters: {key!r}",
+            "idempotency_key must be a non-empty string of at most 500 characters, without "
+            f"control characters: {key!r}",
             code="JOB_INVALID_IDEMPOTENCY_KEY",
             params={"idempotency_key": repr(key)[:600]},
         )
     priority = opts.priority
-    if isinstance(priority, bool) or not isinstance(priority, int) or abs(priority) > 2**62:
+    if isinstance(priority, bool) or not isinstance(priority, int) or abs(priority) > MAX_INT:
         raise JobValidationError(
             f"priority must be an integer, not {priority!r}",
             code="JOB_INVALID_OPTION",
@@ -285,20 +288,14 @@ def _options(
         scheduled_at = now_ms
     else:
         scheduled_at = _scheduled_at(opts.run_at, opts.delay, now_ms)
-    metadata = "{}"
-    if opts.metadata is not None:
-        if not isinstance(opts.metadata, Mapping):
-            raise JobValidationError("metadata must be a mapping", code="JOB_INVALID_OPTION")
-        try:
-            metadata = dumps(dict(opts.metadata))
-        except (TypeError, ValueError) as exc:
-            raise JobValidationError(
-                f"metadata must be JSON: {exc}", code="JOB_INVALID_OPTION"
-            ) from None
+    metadata = "{}" if opts.metadata is None else encode_metadata(opts.metadata)
     queue = opts.queue
-    if queue is not None and (not isinstance(queue, str) or not queue or len(queue) > 200):
+    if queue is not None and (
+        not isinstance(queue, str) or not queue or len(queue) > 200 or bad_name_char(queue)
+    ):
         raise JobValidationError(
-            f"queue must be a non-empty string of at most 200 characters, not {queue!r}",
+            "queue must be a non-empty string of at most 200 characters, without control "
+            f"characters, not {queue!r}",
             code="JOB_INVALID_OPTION",
         )
     return (
@@ -321,18 +318,26 @@ def _scheduled_at(run_at: datetime | None, delay: float | timedelta | None, now_
             raise JobValidationError(
                 f"run_at must be a datetime, not {run_at!r}", code="JOB_INVALID_OPTION"
             )
-        return to_ms(run_at)
+        try:
+            at = to_ms(run_at)
+        except (OverflowError, ValueError, OSError):  # a tzinfo whose offset is out of range
+            at = -1
+        # Outside these years a row's times no longer read back as datetimes.
+        if not 0 <= at <= MAX_MS:
+            raise JobValidationError(
+                f"run_at must be between 1970 and the end of year 9999 (UTC), not {run_at!r}",
+                code="JOB_INVALID_OPTION",
+                params={"run_at": repr(run_at)},
+            )
+        return at
     if delay is not None:
         seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
-        if (
-            isinstance(seconds, bool)
-            or not isinstance(seconds, int | float)
-            or not math.isfinite(seconds)
-            or seconds < 0
-        ):
+        if not is_finite_number(seconds) or seconds < 0 or seconds * 1000 > MAX_MS - now_ms:
             raise JobValidationError(
-                f"delay must be a number of seconds >= 0, not {delay!r}",
+                f"delay must be a number of seconds >= 0 that ends before year 10000, "
+                f"not {delay!r}",
                 code="JOB_INVALID_OPTION",
+                params={"delay": repr(delay)},
             )
         return now_ms + round(seconds * 1000)
     return now_ms

@@ -29,6 +29,14 @@ from types import TracebackType
 from typing import Any, TypeVar, overload
 
 from jobledger._core.backoff import RetryPolicy
+from jobledger._core.limits import (
+    MAX_INT,
+    MAX_TIMEOUT_SECONDS,
+    bad_name_char,
+    findable,
+    has_surrogate,
+    is_finite_number,
+)
 from jobledger._core.registry import (
     MAX_PAYLOAD_BYTES,
     HandlerSpec,
@@ -89,11 +97,16 @@ _TYPE, _STATUS, _QUEUE, _SCHEDULED_AT = (
 class WriteTx:
     """An open write transaction on the job database (`with jobs.write_tx() as tx:`)."""
 
-    __slots__ = ("_after_commit", "conn")
+    __slots__ = ("_after_commit", "_open", "_store", "conn")
 
-    def __init__(self, conn: Any) -> None:
+    def __init__(self, conn: Any, store: Store | None = None) -> None:
         self.conn = conn
         self._after_commit: list[Callable[[], None]] = []
+        # Which manager's transaction this is, and whether it is still open: a row
+        # written through another manager's tx lands in the other database, and one
+        # written after the commit is committed on its own (autocommit).
+        self._store = store
+        self._open = True
 
     def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> Any:
         return self.conn.execute(sql, params)
@@ -106,7 +119,7 @@ class WriteTx:
 
 
 def _is_count(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_INT
 
 
 def _check_count(name: str, value: object) -> None:
@@ -150,20 +163,51 @@ class JobManager:
         _check_count("global_max_concurrency", global_max_concurrency)
         _check_process_max(process_max_concurrency)
         _check_count("thread_pool_size", thread_pool_size)
+        _check_count("claim_batch", claim_batch)
+        _check_count("max_payload_bytes", max_payload_bytes)
         for name, value in (
             ("startup_delay", startup_delay),
             ("heartbeat_interval", heartbeat_interval),
             ("worker_timeout", worker_timeout),
             ("gc_retention", gc_retention),
+            ("gc_interval", gc_interval),
             ("poll_interval", poll_interval),
             ("leader_ttl", leader_ttl),
             ("shutdown_grace", shutdown_grace),
+            ("busy_timeout", busy_timeout),
         ):
-            if not isinstance(value, int | float) or value < 0 or value != value:
+            if not is_finite_number(value) or not 0 <= value <= MAX_TIMEOUT_SECONDS:
                 raise JobValidationError(
-                    f"{name} must be a number of seconds >= 0", code="JOB_INVALID_OPTION"
+                    f"{name} must be a number of seconds in [0, {MAX_TIMEOUT_SECONDS:g}]",
+                    code="JOB_INVALID_OPTION",
+                    params={name: repr(value)},
                 )
-        self.path = os.fspath(path)
+        if synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
+            raise JobValidationError(
+                f"synchronous must be OFF, NORMAL, FULL or EXTRA, not {synchronous!r}",
+                code="JOB_INVALID_OPTION",
+            )
+        if worker_id is not None and (
+            not isinstance(worker_id, str)
+            or not 1 <= len(worker_id) <= 200
+            or bad_name_char(worker_id)
+        ):
+            raise JobValidationError(
+                "worker_id must be 1-200 characters without control characters",
+                code="JOB_INVALID_OPTION",
+            )
+        try:
+            self.path = os.fspath(path)
+        except TypeError:
+            raise JobValidationError(
+                f"the database must be a path or a URL, not {path!r}", code="JOB_INVALID_OPTION"
+            ) from None
+        if not isinstance(self.path, str) or bad_name_char(self.path):
+            raise JobValidationError(
+                "the database path must be a str without control characters",
+                code="JOB_INVALID_OPTION",
+                params={"path": repr(self.path)},
+            )
         self.clock: Clock = clock or SystemClock()
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.startup_delay = float(startup_delay)
@@ -397,8 +441,11 @@ class JobManager:
         own writes. Dispatch, events and handle resolution happen only after COMMIT.
         """
         with self._store.user_transaction() as conn:
-            wtx = WriteTx(conn)
-            yield wtx
+            wtx = WriteTx(conn, self._store)
+            try:
+                yield wtx
+            finally:
+                wtx._open = False
         for fn in wtx._after_commit:
             try:
                 fn()
@@ -422,10 +469,7 @@ class JobManager:
         parent_id: str | None = None,
     ) -> JobHandle:
         """Enqueue inside `tx`: the row commits or rolls back with the caller's writes."""
-        if not isinstance(tx, WriteTx):
-            raise JobValidationError(
-                "enqueue_tx takes the tx of jobs.write_tx()", code="JOB_INVALID_OPTION"
-            )
+        self._check_tx(tx)
         opts = EnqueueOptions(
             queue,
             priority,
@@ -441,6 +485,13 @@ class JobManager:
         row = self._store.enqueue_rows((new,), conn=tx.conn)[0]
         tx.after_commit(lambda: self._after_one(new, row))
         return JobHandle(self, row)
+
+    def _check_tx(self, tx: object) -> None:
+        if not isinstance(tx, WriteTx) or tx._store is not self._store or not tx._open:
+            raise JobValidationError(
+                "this call takes the open tx of this manager's write_tx()",
+                code="JOB_INVALID_OPTION",
+            )
 
     def _prepare(self, job_type: JobType[Any] | str, payload: Any, opts: EnqueueOptions) -> JobRow:
         jt, spec = self._resolve(job_type)
@@ -528,6 +579,8 @@ class JobManager:
     async def cancel(self, job_id: str, reason: str | None = None) -> CancelOutcome:
         """Cancel one job; see DESIGN.md §7 for the three outcomes."""
         _check_reason(reason)
+        if not findable(job_id, "job_id"):
+            return "not-cancellable"
         message = f"Job cancelled: {reason}" if reason else "Job cancelled"
         error = error_to_json(
             JobErrorInfo(
@@ -605,6 +658,7 @@ class JobManager:
                 "cancel_many needs a queue or a type", code="JOB_FILTER_REQUIRED"
             )
         _check_reason(reason)
+        _check_filter_values(queue=queue, type=type)
         error = error_to_json(
             JobErrorInfo(
                 "JOB_CANCELLED", reason or "Cancelled by cancel_many", False, {"reason": "cancel"}
@@ -645,6 +699,8 @@ class JobManager:
     # -- reads ----------------------------------------------------------------------
 
     def get(self, job_id: str) -> JobSnapshot | None:
+        if not findable(job_id, "job_id"):
+            return None
         row = self._store.get(job_id)
         return None if row is None else snapshot_from_row(row)
 
@@ -662,8 +718,10 @@ class JobManager:
         """Jobs, newest first (created_at, then id). `limit` is capped at 1000."""
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise JobValidationError("limit must be an integer >= 1", code="JOB_INVALID_OPTION")
-        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-            raise JobValidationError("offset must be an integer >= 0", code="JOB_INVALID_OPTION")
+        if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= MAX_INT:
+            raise JobValidationError(
+                "offset must be an integer in [0, 2**62]", code="JOB_INVALID_OPTION"
+            )
         flt = _filter(status, queue, type, schedule_id, parent_id)
         rows = self._store.list(flt, limit=min(limit, LIST_CAP), offset=offset)
         return [snapshot_from_row(r) for r in rows]
@@ -832,6 +890,7 @@ class JobManager:
     ) -> str:
         """Insert through `tx`; no timer is touched: call `sync_job_schedule_timer_by_id`
         after the commit."""
+        self._check_tx(tx)
         return self._schedules.register_in(
             tx.conn,
             job_type,
@@ -859,6 +918,7 @@ class JobManager:
         self, tx: WriteTx, schedule_id: str, **patch: Any
     ) -> ScheduleSnapshot | None:
         """Update through `tx`; touches no timer (a rollback keeps the armed timer as it was)."""
+        self._check_tx(tx)
         return self._schedules.update_in(tx.conn, schedule_id, patch)
 
     def sync_job_schedule_timer_by_id(self, schedule_id: str) -> None:
@@ -880,6 +940,8 @@ class JobManager:
 
     def unregister_job_schedule_by_id(self, schedule_id: str) -> bool:
         """Delete the schedule; its jobs stay, with `schedule_id` set to None."""
+        if not findable(schedule_id, "schedule_id"):
+            return False
         deleted = self._store.write(
             lambda c: c.execute(self._store.q.DELETE_SCHEDULE, (schedule_id,)).rowcount,
             "delete_schedule",
@@ -1059,8 +1121,10 @@ def _type_name(job_type: JobType[Any] | str) -> str:
 def _check_reason(reason: object) -> None:
     if reason is None:
         return
-    if not isinstance(reason, str):
-        raise JobValidationError("reason must be a string", code="JOB_INVALID_OPTION")
+    if not isinstance(reason, str) or has_surrogate(reason):
+        raise JobValidationError(
+            "reason must be a string (of UTF-8 text)", code="JOB_INVALID_OPTION"
+        )
     if len(reason) > MAX_REASON:
         raise JobValidationError(
             f"the cancel reason is {len(reason)} characters; the limit is {MAX_REASON}",
@@ -1080,8 +1144,15 @@ def _filter(
     parent_id: str | None,
 ) -> JobFilter:
     statuses: tuple[str, ...] = ()
+    _check_filter_values(queue=queue, type=type_, schedule_id=schedule_id, parent_id=parent_id)
     if status is not None:
-        raw = (status,) if isinstance(status, str) else tuple(status)
+        try:
+            raw = (status,) if isinstance(status, str) else tuple(status)
+        except TypeError:
+            raise JobValidationError(
+                f"status must be a status or a list of them, not {status!r}",
+                code="JOB_INVALID_OPTION",
+            ) from None
         for s in raw:
             if str(s) not in _STATUSES:
                 raise JobValidationError(
@@ -1096,3 +1167,16 @@ def _filter(
         schedule_id=schedule_id,
         parent_id=parent_id,
     )
+
+
+def _check_filter_values(**values: object) -> None:
+    """A filter is a string (or a JobType, for `type`) that a stored row could hold."""
+    for name, value in values.items():
+        if value is None or isinstance(value, JobType):
+            continue
+        if not isinstance(value, str) or has_surrogate(value):
+            raise JobValidationError(
+                f"{name} must be a string of UTF-8 text, not {value!r}",
+                code="JOB_INVALID_OPTION",
+                params={name: repr(value)[:200]},
+            )

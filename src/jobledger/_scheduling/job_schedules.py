@@ -42,7 +42,8 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from jobledger._core.registry import HandlerSpec, JobType, dumps
+from jobledger._core.limits import findable, has_surrogate
+from jobledger._core.registry import HandlerSpec, JobType, dumps, encode_metadata
 from jobledger._runtime.enqueue import EnqueueOptions, prepare
 from jobledger._runtime.lifecycle import ScheduleHooks
 from jobledger._scheduling.scheduler import SchedulerService
@@ -87,6 +88,7 @@ def validate_name(name: object) -> str:
         or name != name.strip()
         or name.startswith("__")
         or any(unicodedata.category(ch) == "Cc" for ch in name)
+        or has_surrogate(name)
     ):
         raise ScheduleError(
             f"invalid schedule name {name!r}: 1-200 characters, no surrounding spaces or "
@@ -173,16 +175,7 @@ class JobSchedules(ScheduleHooks):
 
     @staticmethod
     def _metadata_json(metadata: Mapping[str, Any] | None) -> str:
-        if metadata is None:
-            return "{}"
-        if not isinstance(metadata, Mapping):
-            raise JobValidationError("metadata must be a mapping", code="JOB_INVALID_OPTION")
-        try:
-            return dumps(dict(metadata))
-        except (TypeError, ValueError) as exc:
-            raise JobValidationError(
-                f"metadata must be JSON: {exc}", code="JOB_INVALID_OPTION"
-            ) from None
+        return "{}" if metadata is None else encode_metadata(metadata)
 
     # -- register / update / delete -------------------------------------------------
 
@@ -242,6 +235,8 @@ class JobSchedules(ScheduleHooks):
             )
 
     def update_in(self, conn: Any, sid: str, patch: Mapping[str, Any]) -> ScheduleSnapshot | None:
+        if not findable(sid, "schedule_id"):
+            return None
         unknown = set(patch) - _PATCH_KEYS
         if unknown:
             raise JobValidationError(
@@ -278,6 +273,8 @@ class JobSchedules(ScheduleHooks):
         return None if new is None else snapshot_of(new)
 
     def get_row(self, sid: str) -> ScheduleRow | None:
+        if not findable(sid, "schedule_id"):
+            return None
         row: ScheduleRow | None = self.m._store.read(
             lambda c: c.execute(self.q.GET_SCHEDULE, (sid,)).fetchone()
         )

@@ -28,7 +28,6 @@ Invariants (docs/design/scheduling.md has the long form):
 from __future__ import annotations
 
 import heapq
-import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
@@ -37,6 +36,7 @@ from zoneinfo import ZoneInfo
 
 from cronsim import CronSim
 
+from jobledger._core.limits import MAX_TIMEOUT_SECONDS, is_finite_number, ms_in_range
 from jobledger.clock import from_ms, to_ms
 from jobledger.errors import ScheduleError
 
@@ -259,7 +259,7 @@ def _check_cron(cron: Cron) -> None:
 
 def _period_us(interval: Interval) -> int:
     seconds = interval.seconds
-    if not _is_number(seconds) or not math.isfinite(seconds):
+    if not is_finite_number(seconds):
         raise _invalid("interval seconds must be a finite number", seconds=repr(seconds))
     if not MIN_INTERVAL_SECONDS <= seconds <= MAX_INTERVAL_SECONDS:
         raise _invalid(
@@ -372,6 +372,16 @@ def validate_trigger(trigger: Trigger, *, now: datetime) -> None:
             raise _invalid("once trigger needs a datetime", at=repr(at))
         if at.tzinfo is None or at.utcoffset() is None:
             raise _invalid("once trigger needs an aware datetime (with a timezone)", at=str(at))
+        try:
+            at_ms = to_ms(at)
+        except (OverflowError, ValueError, OSError):
+            at_ms = -1
+        # Stored in epoch ms: the last microseconds of year 9999 round up into year
+        # 10000, which reads back as no datetime at all.
+        if not ms_in_range(at_ms):
+            raise _invalid(
+                "once trigger must be between 1970 and the end of year 9999 (UTC)", at=str(at)
+            )
     else:
         raise _invalid(f"not a trigger: {trigger!r}")
 
@@ -382,9 +392,10 @@ def validate_catch_up(policy: CatchUpPolicy) -> None:
         return
     if isinstance(policy, AfterStartup):
         minutes = policy.minutes
-        if not _is_number(minutes) or not math.isfinite(minutes) or minutes < 0:
+        if not is_finite_number(minutes) or not 0 <= minutes * 60 <= MAX_TIMEOUT_SECONDS:
             raise _invalid(
-                "after-startup minutes must be a finite number >= 0", minutes=repr(minutes)
+                "after-startup minutes must be a finite number >= 0 (at most 10 years)",
+                minutes=repr(minutes),
             )
         return
     raise _invalid(f"not a catch-up policy: {policy!r}")
@@ -453,6 +464,6 @@ def catch_up_from_json(data: object) -> CatchUpPolicy:
     """Anything unrecognised or malformed reads as `SkipMissed`: never invent make-up work."""
     if isinstance(data, Mapping) and data.get("kind") == "after-startup":
         minutes = data.get("minutes", 0)
-        if _is_number(minutes) and math.isfinite(minutes) and minutes >= 0:
+        if is_finite_number(minutes) and minutes >= 0:
             return AfterStartup(minutes)
     return SkipMissed()

@@ -21,6 +21,12 @@ Invariants:
   `executescript`, which would COMMIT the open transaction first.
 * A file from a newer library (`user_version > SCHEMA_VERSION`) raises `SchemaError` and
   is left untouched.
+* So does every file that is not a jobledger database, checked on a read-only connection
+  before anything writes (`_read_state`): a directory, garbage or a file cut short
+  (SQLite cannot read it, or a table's first page is past its end), another program's
+  database (version 0 with objects in it, or a version whose tables are missing), and a
+  file this process cannot open for writing. Without this, the switch to WAL would
+  change another program's file before its first migration failed.
 * A migration whose first line is `-- jobledger: foreign_keys=off` (a table rebuild) runs
   with foreign keys off, since the pragma cannot change inside a transaction, and must
   not add a `foreign_key_check` violation before it commits; the connection's setting
@@ -195,21 +201,72 @@ def _apply(conn: sqlite3.Connection, migration: Migration) -> None:
     conn.execute(f"PRAGMA user_version = {migration.number:d}")
 
 
+def _not_ours(db_path: str, why: str, **params: object) -> SchemaError:
+    return SchemaError(
+        f"{db_path} is not a jobledger database this process can use: {why}; "
+        "nothing in it was changed",
+        params={"path": db_path, "reason": why, **params},
+    )
+
+
+@functools.cache
+def _tables_at(version: int) -> frozenset[str]:
+    """The tables a jobledger database at `version` has (from the migrations themselves)."""
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    try:
+        for migration in load_migrations()[:version]:
+            for statement in split_statements(migration.sql):
+                conn.execute(statement)
+        return _tables(conn)
+    finally:
+        conn.close()
+
+
+def _tables(conn: sqlite3.Connection) -> frozenset[str]:
+    rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+    return frozenset(str(r[0]) for r in rows)
+
+
 def _read_state(db_path: str, busy_timeout: float) -> tuple[int, str] | None:
-    """(user_version, journal_mode) from a read-only look, or None when that is not known."""
-    if not os.path.exists(db_path):
+    """(user_version, journal_mode) from a read-only look, or None when that is not known
+    (no file yet, or a busy one). Raises `SchemaError` for a file that is not ours."""
+    if not os.path.lexists(db_path):
         return None
+    if os.path.isdir(db_path):
+        raise _not_ours(db_path, "it is a directory")
     try:
         conn = connections.open_reader(db_path, busy_timeout=busy_timeout, read_only=True)
         try:
             version = schema_version(conn)
             mode = str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
+            objects = int(conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0])
+            tables = _tables(conn)
+            # A table whose root page lies past the end was cut off (a truncated copy).
+            last_root = conn.execute("SELECT max(rootpage) FROM sqlite_master").fetchone()[0]
+            pages = int(conn.execute("PRAGMA page_count").fetchone()[0])
         finally:
             conn.close()
     except sqlite3.Error as exc:
         if is_busy_error(exc):
             return None  # someone is switching the file over; the slow path will wait
-        raise
+        raise _not_ours(db_path, f"SQLite cannot read it ({exc})") from exc
+    if last_root is not None and int(last_root) > pages:
+        raise _not_ours(db_path, "it is cut short (a table starts past its end)")
+    if version > SCHEMA_VERSION:
+        raise _too_new(version)
+    if version == 0 and objects:
+        raise _not_ours(db_path, "it holds another program's tables", tables=sorted(tables))
+    missing = _tables_at(version) - tables if version else frozenset()
+    if missing:
+        raise _not_ours(
+            db_path, f"it lacks jobledger's tables {sorted(missing)}", user_version=version
+        )
+    try:
+        os.close(os.open(db_path, os.O_RDWR | os.O_CLOEXEC))
+    except OSError as exc:
+        # A worker writes; SQLite would open the file read-only without a word and fail
+        # at the first write. Observers (`ReadModel`, the CLI, HTTP) read such files.
+        raise _not_ours(db_path, f"it cannot be opened for writing ({exc.strerror})") from exc
     return version, mode
 
 
@@ -228,6 +285,18 @@ def migrate(
     """
     if db_path == ":memory:" or db_path.startswith("file::memory:"):
         raise ValueError("migrate() needs a file; use migrate_connection() for :memory:")
+    try:
+        return _migrate(db_path, lease_wait, busy_timeout, lease_mode)
+    except (sqlite3.Error, OSError) as exc:
+        if isinstance(exc, sqlite3.Error) and is_busy_error(exc):
+            raise DatabaseBusy(
+                f"migrate: {db_path} stayed busy", params={"sqlite_error": str(exc)}
+            ) from exc
+        # E.g. a directory that does not exist, or one where the lease file cannot be made.
+        raise _not_ours(db_path, f"it cannot be opened ({exc})") from exc
+
+
+def _migrate(db_path: str, lease_wait: float, busy_timeout: float, lease_mode: LeaseMode) -> int:
     state = _read_state(db_path, busy_timeout)
     if state is not None:
         version, mode = state
