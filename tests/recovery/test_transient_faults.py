@@ -152,7 +152,7 @@ def test_a_real_enospc_keeps_outcomes_until_space_returns(tmp_path: Path) -> Non
                 _fill(filler)
                 refused: jl.JobError | None = None
                 try:
-                    jobs.enqueue(BIG, 9, metadata={"pad": "y" * 400_000})
+                    jobs.enqueue_many(BIG, list(range(20_000)))  # pages the disk lacks
                 except jl.JobError as exc:
                     refused = exc
                 waits = [asyncio.ensure_future(h.finished) for h in handles]
