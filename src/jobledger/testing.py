@@ -27,8 +27,8 @@ from pydantic import TypeAdapter
 from jobledger._core.registry import JobType
 from jobledger._fake_clock import FakeClock
 from jobledger._runtime.manager import JobManager
+from jobledger._storage import layout as L
 from jobledger._storage.rows import snapshot_from_row
-from jobledger._storage.sqlite import queries as q
 from jobledger._types import JobSnapshot
 from jobledger.errors import JobError
 
@@ -138,14 +138,14 @@ async def drain(jobs: JobManager, *, timeout: float = 30.0) -> list[JobSnapshot]
 
     rows = _rows(
         jobs,
-        f"SELECT {q.JOB_COLUMNS} FROM jobs WHERE created_at >= ? ORDER BY created_at, id",
+        f"SELECT {L.JOB_COLUMNS} FROM jobs WHERE created_at >= ? ORDER BY created_at, id",
         (start_ms,),
     )
-    fresh = [r for r in rows if r[q.C_ID] not in seen_before or r[q.C_ID] in involved]
-    ids = {r[q.C_ID] for r in fresh}
+    fresh = [r for r in rows if r[L.C_ID] not in seen_before or r[L.C_ID] in involved]
+    ids = {r[L.C_ID] for r in fresh}
     missing = [i for i in involved if i not in ids]
     fresh.extend(row for row in map(jobs._store.get, missing) if row is not None)
-    fresh.sort(key=lambda r: (r[q.C_CREATED_AT], r[q.C_ID]))
+    fresh.sort(key=lambda r: (r[L.C_CREATED_AT], r[L.C_ID]))
     return [snapshot_from_row(r) for r in fresh]
 
 
@@ -181,7 +181,7 @@ def assert_enqueued(
     """
     name = job_type.name if isinstance(job_type, JobType) else job_type
     typed = job_type if isinstance(job_type, JobType) else jobs.job_types.get(name)
-    sql = f"SELECT {q.JOB_COLUMNS} FROM jobs WHERE type = ?"
+    sql = f"SELECT {L.JOB_COLUMNS} FROM jobs WHERE type = ?"
     params: tuple[Any, ...] = (name,)
     if status is not None:
         sql += " AND status = ?"

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from jobledger._storage import layout as L
 from jobledger._storage.interface import JobFilter
-from tests.conformance import ConformantStore, claim, col, new_job, outcome, q
+from tests.conformance import ConformantStore, claim, col, new_job, outcome
 
 
 def test_a_waiting_row_is_cancelled_at_once(store: ConformantStore) -> None:
@@ -13,10 +14,10 @@ def test_a_waiting_row_is_cancelled_at_once(store: ConformantStore) -> None:
         before, worker, row = store.request_cancel(job.id, "no longer needed", '{"c":1}', 7_000)
         assert (before, worker) == (status, None)
         assert row == store.get(job.id)
-        assert col(row, q.C_STATUS) == "cancelled"
-        assert col(row, q.C_CANCEL) == 1
-        assert col(row, q.C_ERROR) == '{"c":1}'
-        assert col(row, q.C_FINISHED_AT) == col(row, q.C_UPDATED_AT) == 7_000
+        assert col(row, L.C_STATUS) == "cancelled"
+        assert col(row, L.C_CANCEL) == 1
+        assert col(row, L.C_ERROR) == '{"c":1}'
+        assert col(row, L.C_FINISHED_AT) == col(row, L.C_UPDATED_AT) == 7_000
 
 
 def test_a_running_row_is_only_flagged(store: ConformantStore) -> None:
@@ -25,8 +26,8 @@ def test_a_running_row_is_only_flagged(store: ConformantStore) -> None:
     claim(store, worker="w7")
     assert store.request_cancel(job.id, "first", "{}", 7_000) == ("running", "w7", None)
     row = store.get(job.id)
-    assert col(row, q.C_STATUS) == "running"
-    assert col(row, q.C_CANCEL) == 1
+    assert col(row, L.C_STATUS) == "running"
+    assert col(row, L.C_CANCEL) == 1
     assert store.cancel_requested_among([job.id, "unknown"]) == [(job.id, "first")]
     # The first reason is kept.
     store.request_cancel(job.id, "second", "{}", 7_001)
@@ -44,7 +45,7 @@ def test_unknown_and_terminal_rows_are_not_cancellable(store: ConformantStore) -
     claim(store)
     store.finalize([outcome(job.id)], 2)
     assert store.request_cancel(job.id, None, "{}", 3) == (None, None, None)
-    assert col(store.get(job.id), q.C_CANCEL) == 0
+    assert col(store.get(job.id), L.C_CANCEL) == 0
 
 
 def test_force_cancel_is_fenced_on_the_claim(store: ConformantStore) -> None:
@@ -54,13 +55,13 @@ def test_force_cancel_is_fenced_on_the_claim(store: ConformantStore) -> None:
     store.set_progress(job.id, "w1", 0, 10.0, None, 2)
     assert store.force_cancel(job.id, "w2", 0, "{}", 3) is None
     assert store.force_cancel(job.id, "w1", 1, "{}", 3) is None
-    assert col(store.get(job.id), q.C_STATUS) == "running"
+    assert col(store.get(job.id), L.C_STATUS) == "running"
     row = store.force_cancel(job.id, "w1", 0, '{"forced":true}', 4)
     assert row == store.get(job.id)
-    assert col(row, q.C_STATUS) == "cancelled"
-    assert col(row, q.C_ERROR) == '{"forced":true}'
-    assert col(row, q.C_OUTPUT) is None
-    assert col(row, q.C_FINISHED_AT) == 4
+    assert col(row, L.C_STATUS) == "cancelled"
+    assert col(row, L.C_ERROR) == '{"forced":true}'
+    assert col(row, L.C_OUTPUT) is None
+    assert col(row, L.C_FINISHED_AT) == 4
     # The late result of the handler is dropped: the first terminal write won.
     assert store.finalize([outcome(job.id, worker="w1", output="late")], 5) == [None]
 
@@ -76,16 +77,16 @@ def test_cancel_many_flags_running_and_cancels_waiting_rows(store: ConformantSto
 
     running, waiting = store.cancel_many("x", "t.a", "bulk", '{"bulk":1}', 9_000)
     assert running == [(run_a.id, "w1")]
-    assert sorted(r[q.C_ID] for r in waiting) == sorted([wait_a.id, delayed_a.id])
+    assert sorted(r[L.C_ID] for r in waiting) == sorted([wait_a.id, delayed_a.id])
     for row in waiting:
-        assert row == store.get(row[q.C_ID])
-        assert row[q.C_STATUS] == "cancelled"
-        assert row[q.C_CANCEL] == 1
-        assert row[q.C_ERROR] == '{"bulk":1}'
-    assert col(store.get(run_a.id), q.C_STATUS) == "running"
+        assert row == store.get(row[L.C_ID])
+        assert row[L.C_STATUS] == "cancelled"
+        assert row[L.C_CANCEL] == 1
+        assert row[L.C_ERROR] == '{"bulk":1}'
+    assert col(store.get(run_a.id), L.C_STATUS) == "running"
     assert store.cancel_requested_among([run_a.id]) == [(run_a.id, "bulk")]
     for untouched in (other_type, other_queue):
-        assert col(store.get(untouched.id), q.C_STATUS) == "pending"
+        assert col(store.get(untouched.id), L.C_STATUS) == "pending"
 
 
 def test_cancel_many_by_queue_alone_and_by_type_alone(store: ConformantStore) -> None:
@@ -100,7 +101,7 @@ def test_cancel_many_by_queue_alone_and_by_type_alone(store: ConformantStore) ->
     _, by_queue = store.cancel_many("x", None, None, "{}", 1)
     assert len(by_queue) == 2
     _, by_type = store.cancel_many(None, "t.b", None, "{}", 2)
-    assert [(r[q.C_QUEUE], r[q.C_TYPE]) for r in by_type] == [("y", "t.b")]
+    assert [(r[L.C_QUEUE], r[L.C_TYPE]) for r in by_type] == [("y", "t.b")]
     assert store.count(JobFilter(status=("pending",))) == 1
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import threading
 
+from jobledger._storage import layout as L
 from jobledger._storage.interface import JobFilter
-from tests.conformance import Backend, ConformantStore, claim, col, new_job, q
+from tests.conformance import Backend, ConformantStore, claim, col, new_job
 
 
 def test_claims_in_priority_then_scheduled_at_then_id_order(store: ConformantStore) -> None:
@@ -47,9 +48,9 @@ def test_a_claim_marks_rows_running_under_the_worker(store: ConformantStore) -> 
         job.scheduled_at,
     )
     row = store.get(job.id)
-    assert col(row, q.C_STATUS) == "running"
-    assert col(row, q.C_WORKER) == "w9"
-    assert col(row, q.C_STARTED_AT) == col(row, q.C_UPDATED_AT) == 12_345
+    assert col(row, L.C_STATUS) == "running"
+    assert col(row, L.C_WORKER) == "w9"
+    assert col(row, L.C_STARTED_AT) == col(row, L.C_UPDATED_AT) == 12_345
 
 
 def test_limit_bounds_one_claim(store: ConformantStore) -> None:
@@ -92,7 +93,7 @@ def test_only_the_handled_types_are_claimed(store: ConformantStore) -> None:
     store.enqueue([a, b, c])
     got = {j.id for j in claim(store, types=("t.a", "t.c")).jobs}
     assert got == {a.id, c.id}
-    assert col(store.get(b.id), q.C_STATUS) == "pending"
+    assert col(store.get(b.id), L.C_STATUS) == "pending"
     assert claim(store, types=("t.zzz",)).jobs == []
 
 
@@ -115,14 +116,14 @@ def test_delayed_and_cancel_requested_rows_are_not_claimed(backend: Backend) -> 
     reset = "UPDATE jobs SET status = 'pending', worker_id = NULL WHERE id = ?"
     assert backend.execute(reset, (flagged.id,)) == 1
     assert claim(store).jobs == []
-    assert col(store.get(delayed.id), q.C_STATUS) == "delayed"
+    assert col(store.get(delayed.id), L.C_STATUS) == "delayed"
 
 
 def test_other_queues_are_untouched(store: ConformantStore) -> None:
     mine, theirs = new_job(queue="mine"), new_job(queue="theirs")
     store.enqueue([mine, theirs])
     assert [j.id for j in claim(store, "mine").jobs] == [mine.id]
-    assert col(store.get(theirs.id), q.C_STATUS) == "pending"
+    assert col(store.get(theirs.id), L.C_STATUS) == "pending"
 
 
 def _race(backend: Backend, calls: list[dict[str, object]]) -> list[int]:

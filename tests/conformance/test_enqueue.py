@@ -4,56 +4,57 @@ from __future__ import annotations
 
 import pytest
 
+from jobledger._storage import layout as L
 from jobledger._storage.interface import JobFilter
 from jobledger.errors import JobNotFound
-from tests.conformance import Backend, ConformantStore, claim, col, new_job, outcome, q
+from tests.conformance import Backend, ConformantStore, claim, col, new_job, outcome
 
 
 def test_rows_come_back_in_input_order_as_stored(store: ConformantStore) -> None:
     jobs = [new_job(queue="a"), new_job(queue="b", status="delayed", scheduled_at=5_000)]
     rows = store.enqueue(jobs)
-    assert [r[q.C_ID] for r in rows] == [j.id for j in jobs]
+    assert [r[L.C_ID] for r in rows] == [j.id for j in jobs]
     for job, row in zip(jobs, rows, strict=True):
         assert store.get(job.id) == row
-        assert row[q.C_STATUS] == job.status
-        assert row[q.C_ATTEMPT] == 0
-        assert row[q.C_CANCEL] == 0
-        assert row[q.C_WORKER] is None
-        assert row[q.C_SCHEDULED_AT] == job.scheduled_at
-        assert row[q.C_CREATED_AT] == row[q.C_UPDATED_AT] == job.created_at
-        assert row[q.C_ENQUEUED_BY] == "producer"
-        assert row[q.C_PAYLOAD] == job.payload
+        assert row[L.C_STATUS] == job.status
+        assert row[L.C_ATTEMPT] == 0
+        assert row[L.C_CANCEL] == 0
+        assert row[L.C_WORKER] is None
+        assert row[L.C_SCHEDULED_AT] == job.scheduled_at
+        assert row[L.C_CREATED_AT] == row[L.C_UPDATED_AT] == job.created_at
+        assert row[L.C_ENQUEUED_BY] == "producer"
+        assert row[L.C_PAYLOAD] == job.payload
 
 
 def test_a_live_key_returns_the_existing_row(store: ConformantStore) -> None:
     first = store.enqueue([new_job(key="k1")])[0]
     again = store.enqueue([new_job(key="k1", type="t.other", queue="elsewhere")])[0]
-    assert again == store.get(first[q.C_ID])
+    assert again == store.get(first[L.C_ID])
     assert store.count(JobFilter()) == 1
     # Still a hit while the row runs (any non-terminal status).
     claim(store)
     hit = store.enqueue([new_job(key="k1")])[0]
-    assert hit[q.C_ID] == first[q.C_ID]
-    assert hit[q.C_STATUS] == "running"
+    assert hit[L.C_ID] == first[L.C_ID]
+    assert hit[L.C_STATUS] == "running"
 
 
 def test_a_terminal_key_is_free_again(store: ConformantStore) -> None:
     first = store.enqueue([new_job(key="k")])[0]
     claim(store)
-    store.finalize([outcome(first[q.C_ID])], 11_000)
+    store.finalize([outcome(first[L.C_ID])], 11_000)
     second = store.enqueue([new_job(key="k")])[0]
-    assert second[q.C_ID] != first[q.C_ID]
-    assert second[q.C_STATUS] == "pending"
+    assert second[L.C_ID] != first[L.C_ID]
+    assert second[L.C_STATUS] == "pending"
     # And the new row is now the live one.
-    assert store.enqueue([new_job(key="k")])[0][q.C_ID] == second[q.C_ID]
+    assert store.enqueue([new_job(key="k")])[0][L.C_ID] == second[L.C_ID]
     assert store.count(JobFilter()) == 2
 
 
 def test_duplicate_keys_inside_one_batch_share_one_row(store: ConformantStore) -> None:
     a, b, c = new_job(key="dup"), new_job(), new_job(key="dup")
     rows = store.enqueue([a, b, c])
-    assert rows[0][q.C_ID] == rows[2][q.C_ID] == a.id
-    assert rows[1][q.C_ID] == b.id
+    assert rows[0][L.C_ID] == rows[2][L.C_ID] == a.id
+    assert rows[1][L.C_ID] == b.id
     assert store.get(c.id) is None
     assert store.count(JobFilter()) == 2
 
@@ -70,28 +71,28 @@ def test_a_parent_is_an_existing_row(store: ConformantStore) -> None:
     # (Through the public API a parent is always a row written earlier: entries of one
     # batch share their options, so a batch never names its own sibling as parent.)
     parent = store.enqueue([new_job()])[0]
-    rows = store.enqueue([new_job(parent=parent[q.C_ID]), new_job(parent=parent[q.C_ID])])
+    rows = store.enqueue([new_job(parent=parent[L.C_ID]), new_job(parent=parent[L.C_ID])])
     for row in rows:
-        assert row[q.C_PARENT] == parent[q.C_ID]
-        assert col(store.get(row[q.C_ID]), q.C_PARENT) == parent[q.C_ID]
+        assert row[L.C_PARENT] == parent[L.C_ID]
+        assert col(store.get(row[L.C_ID]), L.C_PARENT) == parent[L.C_ID]
 
 
 def test_a_key_hit_wins_over_a_missing_parent(store: ConformantStore) -> None:
     live = store.enqueue([new_job(key="k")])[0]
-    assert store.enqueue([new_job(key="k", parent="gone")])[0][q.C_ID] == live[q.C_ID]
+    assert store.enqueue([new_job(key="k", parent="gone")])[0][L.C_ID] == live[L.C_ID]
 
 
 def test_keys_are_global_across_types_and_queues(store: ConformantStore) -> None:
     a = store.enqueue([new_job(key="shared", type="t.a", queue="x")])[0]
     b = store.enqueue([new_job(key="shared", type="t.b", queue="y")])[0]
-    assert a[q.C_ID] == b[q.C_ID]
+    assert a[L.C_ID] == b[L.C_ID]
 
 
 def test_enqueue_inside_a_user_transaction_commits_with_it(store: ConformantStore) -> None:
     job = new_job()
     with store.user_transaction() as conn:
         row = store.enqueue([job], conn=conn)[0]
-        assert row[q.C_ID] == job.id
+        assert row[L.C_ID] == job.id
     assert store.get(job.id) is not None
 
 
@@ -155,5 +156,5 @@ def test_remembered_queues_still_get_their_jobs(store: ConformantStore) -> None:
     store.remember_queues(["q"])
     job = new_job(queue="q")
     store.enqueue([job])
-    assert col(store.get(job.id), q.C_QUEUE) == "q"
+    assert col(store.get(job.id), L.C_QUEUE) == "q"
     assert [name for _, name, _ in store.queues_since(0)] == ["q"]

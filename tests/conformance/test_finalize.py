@@ -6,8 +6,9 @@ import json
 
 import pytest
 
+from jobledger._storage import layout as L
 from jobledger._storage.interface import APPLIED, JobRow, NewJob, OutcomeKind
-from tests.conformance import ConformantStore, claim, col, new_job, outcome, q
+from tests.conformance import ConformantStore, claim, col, new_job, outcome
 
 
 def _running(store: ConformantStore, job: NewJob | None = None, worker: str = "w1") -> NewJob:
@@ -36,20 +37,20 @@ def test_a_terminal_outcome_is_written_under_the_claim(
         20_000,
     )
     assert row == store.get(job.id)
-    assert col(row, q.C_STATUS) == kind
-    assert col(row, q.C_OUTPUT) == '{"ok":1}'
-    assert col(row, q.C_ERROR) == '{"code":"X"}'
-    assert col(row, q.C_FINISHED_AT) == col(row, q.C_UPDATED_AT) == 20_000
-    assert (col(row, q.C_PROGRESS), col(row, q.C_PROGRESS_DETAIL)) == (75.0, "three quarters")
-    assert col(row, q.C_ATTEMPT) == 0
-    assert col(row, q.C_WORKER) == "w1"  # the row records who ran it last
+    assert col(row, L.C_STATUS) == kind
+    assert col(row, L.C_OUTPUT) == '{"ok":1}'
+    assert col(row, L.C_ERROR) == '{"code":"X"}'
+    assert col(row, L.C_FINISHED_AT) == col(row, L.C_UPDATED_AT) == 20_000
+    assert (col(row, L.C_PROGRESS), col(row, L.C_PROGRESS_DETAIL)) == (75.0, "three quarters")
+    assert col(row, L.C_ATTEMPT) == 0
+    assert col(row, L.C_WORKER) == "w1"  # the row records who ran it last
 
 
 def test_an_outcome_without_progress_keeps_the_stored_progress(store: ConformantStore) -> None:
     job = _running(store)
     assert store.set_progress(job.id, "w1", 0, 40.0, "half-ish", 15_000)
     [row] = store.finalize([outcome(job.id)], 20_000)
-    assert (col(row, q.C_PROGRESS), col(row, q.C_PROGRESS_DETAIL)) == (40.0, "half-ish")
+    assert (col(row, L.C_PROGRESS), col(row, L.C_PROGRESS_DETAIL)) == (40.0, "half-ish")
 
 
 @pytest.mark.parametrize(("worker", "attempt"), [("intruder", 0), ("w1", 1), ("w1", -1)])
@@ -67,7 +68,7 @@ def test_a_waiting_or_unknown_row_cannot_be_finalized(store: ConformantStore) ->
     job = new_job()
     store.enqueue([job])
     assert store.finalize([outcome(job.id), outcome("no-such-id")], 20_000) == [None, None]
-    assert col(store.get(job.id), q.C_STATUS) == "pending"
+    assert col(store.get(job.id), L.C_STATUS) == "pending"
 
 
 def test_retry_moves_to_delayed_with_the_next_attempt(store: ConformantStore) -> None:
@@ -76,14 +77,14 @@ def test_retry_moves_to_delayed_with_the_next_attempt(store: ConformantStore) ->
         [outcome(job.id, "retry", error='{"code":"E"}', retry_at=31_000)], 20_000
     )
     assert row == store.get(job.id)
-    assert col(row, q.C_STATUS) == "delayed"
-    assert col(row, q.C_ATTEMPT) == 1
-    assert col(row, q.C_SCHEDULED_AT) == 31_000
-    assert col(row, q.C_ERROR) == '{"code":"E"}'
-    assert col(row, q.C_WORKER) is None
-    assert col(row, q.C_STARTED_AT) is None
-    assert col(row, q.C_FINISHED_AT) is None
-    assert col(row, q.C_UPDATED_AT) == 20_000
+    assert col(row, L.C_STATUS) == "delayed"
+    assert col(row, L.C_ATTEMPT) == 1
+    assert col(row, L.C_SCHEDULED_AT) == 31_000
+    assert col(row, L.C_ERROR) == '{"code":"E"}'
+    assert col(row, L.C_WORKER) is None
+    assert col(row, L.C_STARTED_AT) is None
+    assert col(row, L.C_FINISHED_AT) is None
+    assert col(row, L.C_UPDATED_AT) == 20_000
     # The next attempt is fenced on attempt 1; the old claim is stale.
     assert store.promote_due(31_000) == ["q"]
     [c] = claim(store, worker="w2", now=31_000).jobs
@@ -115,10 +116,10 @@ def test_the_first_terminal_write_in_a_batch_wins(store: ConformantStore) -> Non
         ],
         20_000,
     )
-    assert col(rows[0], q.C_STATUS) == "completed"
-    assert col(rows[1], q.C_STATUS) == "delayed"
+    assert col(rows[0], L.C_STATUS) == "completed"
+    assert col(rows[1], L.C_STATUS) == "delayed"
     assert rows[2] is None
-    assert col(store.get(a.id), q.C_OUTPUT) == "1"
+    assert col(store.get(a.id), L.C_OUTPUT) == "1"
 
 
 def test_promote_due_moves_due_delayed_rows_and_names_their_queues(
@@ -137,10 +138,10 @@ def test_promote_due_moves_due_delayed_rows_and_names_their_queues(
     assert store.promote_due(6_000) == ["a", "b"]
     for job in jobs[:3]:
         row = store.get(job.id)
-        assert col(row, q.C_STATUS) == "pending"
-        assert col(row, q.C_UPDATED_AT) == 6_000
-        assert col(row, q.C_SCHEDULED_AT) == job.scheduled_at
-    assert col(store.get(jobs[3].id), q.C_STATUS) == "delayed"
+        assert col(row, L.C_STATUS) == "pending"
+        assert col(row, L.C_UPDATED_AT) == 6_000
+        assert col(row, L.C_SCHEDULED_AT) == job.scheduled_at
+    assert col(store.get(jobs[3].id), L.C_STATUS) == "delayed"
     assert store.next_delayed_at() == 6_001
     assert store.promote_due(7_000) == ["c"]
     assert store.next_delayed_at() is None
@@ -150,12 +151,12 @@ def test_progress_is_fenced_on_the_claim(store: ConformantStore) -> None:
     job = _running(store)
     assert store.set_progress(job.id, "w1", 0, 12.5, "a bit", 15_000) is True
     row = store.get(job.id)
-    assert (col(row, q.C_PROGRESS), col(row, q.C_PROGRESS_DETAIL)) == (12.5, "a bit")
-    assert col(row, q.C_UPDATED_AT) == 15_000
+    assert (col(row, L.C_PROGRESS), col(row, L.C_PROGRESS_DETAIL)) == (12.5, "a bit")
+    assert col(row, L.C_UPDATED_AT) == 15_000
     assert store.set_progress(job.id, "w2", 0, 99.0, None, 16_000) is False
     assert store.set_progress(job.id, "w1", 1, 99.0, None, 16_000) is False
     assert store.set_progress("no-such-id", "w1", 0, 99.0, None, 16_000) is False
-    assert col(store.get(job.id), q.C_PROGRESS) == 12.5
+    assert col(store.get(job.id), L.C_PROGRESS) == 12.5
     store.finalize([outcome(job.id)], 20_000)
     assert store.set_progress(job.id, "w1", 0, 99.0, None, 21_000) is False
 
@@ -165,11 +166,11 @@ def test_metadata_patches_merge_shallowly_under_the_claim(store: ConformantStore
     merged = store.patch_metadata(job.id, "w1", 0, {"b": 2, "nested": {"y": 2}}, 15_000)
     assert merged == {"a": 1, "nested": {"y": 2}, "b": 2}
     row: JobRow | None = store.get(job.id)
-    assert json.loads(col(row, q.C_METADATA)) == merged
-    assert col(row, q.C_UPDATED_AT) == 15_000
+    assert json.loads(col(row, L.C_METADATA)) == merged
+    assert col(row, L.C_UPDATED_AT) == 15_000
     assert store.patch_metadata(job.id, "w2", 0, {"c": 3}, 16_000) is None
     assert store.patch_metadata(job.id, "w1", 1, {"c": 3}, 16_000) is None
-    assert json.loads(col(store.get(job.id), q.C_METADATA)) == merged
+    assert json.loads(col(store.get(job.id), L.C_METADATA)) == merged
 
 
 def test_an_outcome_nobody_waits_on_reports_only_that_it_applied(store: ConformantStore) -> None:
@@ -179,7 +180,7 @@ def test_an_outcome_nobody_waits_on_reports_only_that_it_applied(store: Conforma
     [answer] = store.finalize([outcome(job.id, output="7", want_row=False)], 20_000)
     assert answer is APPLIED
     row = store.get(job.id)
-    assert (col(row, q.C_STATUS), col(row, q.C_OUTPUT)) == ("completed", "7")
+    assert (col(row, L.C_STATUS), col(row, L.C_OUTPUT)) == ("completed", "7")
 
 
 def test_a_batch_of_outcomes_applies_each_under_its_own_fence(store: ConformantStore) -> None:
@@ -203,13 +204,13 @@ def test_a_batch_of_outcomes_applies_each_under_its_own_fence(store: ConformantS
     assert answers[:6] == [APPLIED, APPLIED, APPLIED, None, None, APPLIED]
     assert answers[6] == store.get(f)
     assert answers[7] is None
-    assert col(store.get(g), q.C_STATUS) == "completed"
+    assert col(store.get(g), L.C_STATUS) == "completed"
     rows = {j.id: store.get(j.id) for j in jobs}
-    assert (col(rows[a], q.C_STATUS), col(rows[a], q.C_OUTPUT)) == ("completed", '{"n":1}')
-    assert (col(rows[a], q.C_PROGRESS), col(rows[a], q.C_PROGRESS_DETAIL)) == (40.0, "x")
-    assert col(rows[a], q.C_FINISHED_AT) == 20_000
-    assert (col(rows[b], q.C_STATUS), col(rows[b], q.C_ERROR)) == ("failed", '{"code":"E"}')
-    assert [col(rows[x], q.C_STATUS) for x in (c, d, e, f)] == [
+    assert (col(rows[a], L.C_STATUS), col(rows[a], L.C_OUTPUT)) == ("completed", '{"n":1}')
+    assert (col(rows[a], L.C_PROGRESS), col(rows[a], L.C_PROGRESS_DETAIL)) == (40.0, "x")
+    assert col(rows[a], L.C_FINISHED_AT) == 20_000
+    assert (col(rows[b], L.C_STATUS), col(rows[b], L.C_ERROR)) == ("failed", '{"code":"E"}')
+    assert [col(rows[x], L.C_STATUS) for x in (c, d, e, f)] == [
         "running",
         "running",
         "cancelled",
@@ -233,9 +234,9 @@ def test_a_batch_larger_than_one_statement_applies_every_outcome(store: Conforma
     for i, j in enumerate(jobs):
         row = store.get(j.id)
         if j.id in stale:
-            assert col(row, q.C_STATUS) == "running"
+            assert col(row, L.C_STATUS) == "running"
         else:
-            assert (col(row, q.C_STATUS), col(row, q.C_OUTPUT)) == ("completed", str(i))
+            assert (col(row, L.C_STATUS), col(row, L.C_OUTPUT)) == ("completed", str(i))
 
 
 def test_a_retry_of_a_cancel_requested_row_is_a_cancel(store: ConformantStore) -> None:
@@ -245,11 +246,11 @@ def test_a_retry_of_a_cancel_requested_row_is_a_cancel(store: ConformantStore) -
         [outcome(job.id, "retry", error='{"code":"E"}', retry_at=30_000, progress=5.0)], 20_000
     )
     assert row == store.get(job.id)
-    assert col(row, q.C_STATUS) == "cancelled"
-    assert col(row, q.C_ATTEMPT) == 0
-    assert col(row, q.C_FINISHED_AT) == 20_000
-    assert col(row, q.C_PROGRESS) == 5.0
-    assert json.loads(col(row, q.C_ERROR)) == {
+    assert col(row, L.C_STATUS) == "cancelled"
+    assert col(row, L.C_ATTEMPT) == 0
+    assert col(row, L.C_FINISHED_AT) == 20_000
+    assert col(row, L.C_PROGRESS) == 5.0
+    assert json.loads(col(row, L.C_ERROR)) == {
         "code": "JOB_CANCELLED",
         "message": "user asked",
         "retryable": False,

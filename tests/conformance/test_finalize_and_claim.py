@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from jobledger._storage import layout as L
 from jobledger._storage.interface import ClaimRequest
-from tests.conformance import Backend, ConformantStore, claim, col, new_job, outcome, q
+from tests.conformance import Backend, ConformantStore, claim, col, new_job, outcome
 
 
 def _request(
@@ -27,14 +28,14 @@ def test_the_claim_takes_the_slots_the_outcomes_freed(store: ConformantStore) ->
     rows, taken = store.finalize_and_claim(
         [outcome(running[0]), outcome(running[1], "failed", want_row=False)], 20_000, _request()
     )
-    assert col(rows[0], q.C_STATUS) == "completed"
-    assert col(store.get(running[1]), q.C_STATUS) == "failed"
+    assert col(rows[0], L.C_STATUS) == "completed"
+    assert col(store.get(running[1]), L.C_STATUS) == "failed"
     assert taken is not None
     assert [c.id for c in taken.jobs] == pending  # in claim order, the cap of 2 exact
     for job_id in pending:
         row = store.get(job_id)
-        assert (col(row, q.C_STATUS), col(row, q.C_WORKER)) == ("running", "w1")
-        assert col(row, q.C_STARTED_AT) == 20_000
+        assert (col(row, L.C_STATUS), col(row, L.C_WORKER)) == ("running", "w1")
+        assert col(row, L.C_STARTED_AT) == 20_000
 
 
 def test_a_stale_outcome_frees_no_slot(store: ConformantStore) -> None:
@@ -43,7 +44,7 @@ def test_a_stale_outcome_frees_no_slot(store: ConformantStore) -> None:
         [outcome(running[0]), outcome(running[1], worker="intruder")], 20_000, _request()
     )
     assert rows[1] is None
-    assert col(store.get(running[1]), q.C_STATUS) == "running"
+    assert col(store.get(running[1]), L.C_STATUS) == "running"
     assert taken is not None
     assert [c.id for c in taken.jobs] == pending[:1]  # one slot freed, one taken
 
@@ -69,7 +70,7 @@ def test_nothing_to_take_leaves_the_outcomes_written(store: ConformantStore) -> 
     store.enqueue([job])
     [claimed] = claim(store).jobs
     rows, taken = store.finalize_and_claim([outcome(claimed.id)], 20_000, _request())
-    assert col(rows[0], q.C_STATUS) == "completed"
+    assert col(rows[0], L.C_STATUS) == "completed"
     assert taken is not None
     assert (taken.jobs, taken.global_blocked) == ([], False)
 
@@ -80,7 +81,7 @@ def test_the_queue_cap_counts_what_is_still_running(store: ConformantStore, queu
     [row], taken = store.finalize_and_claim(
         [outcome(running[0])], 20_000, _request(queue_cap=queue_cap, limit=5)
     )
-    assert col(row, q.C_STATUS) == "completed"
+    assert col(row, L.C_STATUS) == "completed"
     assert taken is not None
     # running[1] still holds a slot: cap 1 is full, cap 2 has one free.
     assert [c.id for c in taken.jobs] == pending[: queue_cap - 1]
@@ -116,6 +117,6 @@ def test_a_failed_claim_still_commits_the_outcomes(backend: Backend) -> None:
         [outcome(running[0]), outcome(running[1], want_row=False)], 20_000, _request()
     )
     assert taken is None
-    assert col(rows[0], q.C_STATUS) == "completed"
-    assert [col(store.get(i), q.C_STATUS) for i in running] == ["completed", "completed"]
-    assert [col(store.get(i), q.C_STATUS) for i in pending] == ["pending", "pending"]
+    assert col(rows[0], L.C_STATUS) == "completed"
+    assert [col(store.get(i), L.C_STATUS) for i in running] == ["completed", "completed"]
+    assert [col(store.get(i), L.C_STATUS) for i in pending] == ["pending", "pending"]

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from jobledger._storage import layout as L
 from jobledger._storage.interface import JobFilter
 from jobledger.errors import (
     DatabaseBusy,
@@ -18,7 +19,7 @@ from jobledger.errors import (
     StorageError,
     WriteTransactionFailed,
 )
-from tests.conformance import claim, new_job, q
+from tests.conformance import claim, new_job
 from tests.conformance.conftest import PG_DSN, new_schema_name, require_postgres, schema_factory
 
 pytestmark = pytest.mark.postgres
@@ -135,8 +136,8 @@ def test_schemas_are_isolated_from_each_other(schema: str, stores: list[Any]) ->
         b = _open(stores, other_schema)
         b_version = b.data_version()
         a.enqueue([new_job(key="same"), new_job(queue="only-a")])
-        assert b.enqueue([new_job(key="same")])[0][q.C_ID] not in {
-            r[q.C_ID] for r in a.list(JobFilter(), limit=10, offset=0)
+        assert b.enqueue([new_job(key="same")])[0][L.C_ID] not in {
+            r[L.C_ID] for r in a.list(JobFilter(), limit=10, offset=0)
         }
         assert b.count(JobFilter()) == 1
         assert [n for _, n, _ in b.queues_since(0)] == ["q"]
@@ -157,7 +158,7 @@ def _enqueue_together(writers: list[Any], key: str) -> list[str]:
     def go(s: Any) -> None:
         try:
             start.wait(timeout=10)
-            ids.append(s.enqueue([new_job(key=key)])[0][q.C_ID])
+            ids.append(s.enqueue([new_job(key=key)])[0][L.C_ID])
         except BaseException as exc:
             errors.append(exc)
 

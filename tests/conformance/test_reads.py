@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from jobledger._core.ids import new_id
+from jobledger._storage import layout as L
 from jobledger._storage.interface import JobFilter, NewJob, OutcomeKind
-from tests.conformance import Backend, ConformantStore, claim, col, new_job, outcome, q
+from tests.conformance import Backend, ConformantStore, claim, col, new_job, outcome
 
 
 def _finish(store: ConformantStore, job_id: str, now: int, kind: OutcomeKind = "completed") -> None:
@@ -32,7 +33,7 @@ def test_terminal_among_takes_many_ids(store: ConformantStore) -> None:
     store.enqueue(jobs)
     store.cancel_many("q", None, None, "{}", 2_000)
     ids = [j.id for j in jobs] + [f"missing-{i}" for i in range(1_200)]
-    assert sorted(r[q.C_ID] for r in store.terminal_among(ids)) == [j.id for j in jobs]
+    assert sorted(r[L.C_ID] for r in store.terminal_among(ids)) == [j.id for j in jobs]
 
 
 def _made_at(ms: int) -> NewJob:
@@ -49,10 +50,10 @@ def test_list_is_newest_first_then_by_id(store: ConformantStore) -> None:
     assert d.id > b.id
     store.enqueue([a, b, c, d])
     rows = store.list(JobFilter(), limit=10, offset=0)
-    assert [r[q.C_ID] for r in rows] == [d.id, b.id, c.id, a.id]
+    assert [r[L.C_ID] for r in rows] == [d.id, b.id, c.id, a.id]
     assert rows[0] == store.get(d.id)
     page = store.list(JobFilter(), limit=2, offset=1)
-    assert [r[q.C_ID] for r in page] == [b.id, c.id]
+    assert [r[L.C_ID] for r in page] == [b.id, c.id]
     assert store.list(JobFilter(), limit=10, offset=4) == []
 
 
@@ -85,7 +86,7 @@ def test_list_and_count_filter_on_every_field(backend: Backend) -> None:
         (JobFilter(queue="none"), set()),
     ]
     for flt, expected in cases:
-        assert {r[q.C_ID] for r in store.list(flt, limit=100, offset=0)} == expected, flt
+        assert {r[L.C_ID] for r in store.list(flt, limit=100, offset=0)} == expected, flt
         assert store.count(flt) == len(expected), flt
 
 
@@ -115,4 +116,4 @@ def test_gc_works_in_batches_and_orphans_children(store: ConformantStore) -> Non
         _finish(store, job.id, 5_000)
     assert store.gc(6_000, batch=2) == 5
     assert store.count(JobFilter()) == 1
-    assert col(store.get(child.id), q.C_PARENT) is None
+    assert col(store.get(child.id), L.C_PARENT) is None

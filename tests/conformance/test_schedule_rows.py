@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.conformance import Backend, col, new_job, q
+from jobledger._storage import layout as L
+from tests.conformance import Backend, col, new_job
 
 
 def _insert(backend: Backend, sid: str, *, name: str = "", enabled: int = 1) -> None:
@@ -75,7 +76,7 @@ def test_a_fire_and_its_job_commit_together(backend: Backend) -> None:
 
     assert store.write(fire, "fire") is True
     assert store.write(fire, "fire") is False
-    assert col(store.get(job.id), q.C_SCHEDULE) == "s"
+    assert col(store.get(job.id), L.C_SCHEDULE) == "s"
 
 
 def test_deleting_a_schedule_detaches_its_jobs(backend: Backend) -> None:
@@ -83,5 +84,5 @@ def test_deleting_a_schedule_detaches_its_jobs(backend: Backend) -> None:
     job = new_job(schedule="s")
     backend.store.enqueue([job])
     assert _rowcount(backend, backend.queries.DELETE_SCHEDULE, ("s",)) == 1
-    assert col(backend.store.get(job.id), q.C_SCHEDULE) is None
+    assert col(backend.store.get(job.id), L.C_SCHEDULE) is None
     assert _one(backend, backend.queries.GET_SCHEDULE, ("s",)) is None

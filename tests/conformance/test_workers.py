@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
+from jobledger._storage import layout as L
 from jobledger._storage.interface import JobFilter
-from tests.conformance import Backend, claim, col, new_job, q
+from tests.conformance import Backend, claim, col, new_job
 
 HOST = socket.gethostname()
 
@@ -98,13 +99,13 @@ def test_retry_resets_running_rows_and_keeps_waiting_ones(backend: Backend) -> N
     stats = _recover(backend, "dead", {"t.a": "retry"})
     assert (stats.reset, stats.kept, stats.cancelled) == (1, 1, [])
     row = store.get(run.id)
-    assert col(row, q.C_STATUS) == "pending"
-    assert col(row, q.C_WORKER) is None
-    assert col(row, q.C_STARTED_AT) is None
-    assert col(row, q.C_ENQUEUED_BY) is None
-    assert col(row, q.C_ATTEMPT) == 0
-    assert col(store.get(wait.id), q.C_ENQUEUED_BY) is None
-    assert col(store.get(mine.id), q.C_ENQUEUED_BY) == "producer"
+    assert col(row, L.C_STATUS) == "pending"
+    assert col(row, L.C_WORKER) is None
+    assert col(row, L.C_STARTED_AT) is None
+    assert col(row, L.C_ENQUEUED_BY) is None
+    assert col(row, L.C_ATTEMPT) == 0
+    assert col(store.get(wait.id), L.C_ENQUEUED_BY) is None
+    assert col(store.get(mine.id), L.C_ENQUEUED_BY) == "producer"
     assert backend.workers.list_workers(store) == []
     # The same worker is never recovered twice.
     again = _recover(backend, "dead", {"t.a": "retry"})
@@ -120,14 +121,14 @@ def test_abandon_and_orphans_are_cancelled(backend: Backend, strategy: str | Non
     claim(store, worker="dead", limit=1)
     stats = _recover(backend, "dead", {} if strategy is None else {"t.a": strategy})
     assert (stats.reset, stats.kept) == (0, 0)
-    assert sorted(r[q.C_ID] for r in stats.cancelled) == sorted([run.id, wait.id])
+    assert sorted(r[L.C_ID] for r in stats.cancelled) == sorted([run.id, wait.id])
     why = "Orphan job" if strategy is None else "Abandoned by recovery"
     for row in stats.cancelled:
-        assert row == store.get(row[q.C_ID])
-        assert row[q.C_STATUS] == "cancelled"
-        assert row[q.C_FINISHED_AT] == 50_000
-        assert row[q.C_OUTPUT] is None
-        assert json.loads(row[q.C_ERROR])["message"].startswith(why)
+        assert row == store.get(row[L.C_ID])
+        assert row[L.C_STATUS] == "cancelled"
+        assert row[L.C_FINISHED_AT] == 50_000
+        assert row[L.C_OUTPUT] is None
+        assert json.loads(row[L.C_ERROR])["message"].startswith(why)
 
 
 def test_singleton_keeps_only_the_newest_row(backend: Backend) -> None:
@@ -139,8 +140,8 @@ def test_singleton_keeps_only_the_newest_row(backend: Backend) -> None:
     store.enqueue([old, mid, new])
     stats = _recover(backend, "dead", {"t.a": "singleton"})
     assert stats.kept == 1
-    assert sorted(r[q.C_ID] for r in stats.cancelled) == sorted([old.id, mid.id])
-    assert col(store.get(new.id), q.C_STATUS) == "pending"
+    assert sorted(r[L.C_ID] for r in stats.cancelled) == sorted([old.id, mid.id])
+    assert col(store.get(new.id), L.C_STATUS) == "pending"
 
 
 def test_cancel_requested_rows_are_cancelled_whatever_the_strategy(backend: Backend) -> None:
@@ -151,7 +152,7 @@ def test_cancel_requested_rows_are_cancelled_whatever_the_strategy(backend: Back
     claim(store, worker="dead")
     store.request_cancel(job.id, "user", "{}", 1)
     stats = _recover(backend, "dead", {"t.a": "retry"})
-    assert [r[q.C_ID] for r in stats.cancelled] == [job.id]
+    assert [r[L.C_ID] for r in stats.cancelled] == [job.id]
     assert stats.reset == 0
 
 
@@ -166,7 +167,7 @@ def test_recovery_releases_the_workers_locks_and_leaves_others(backend: Backend)
     assert store.try_lock("lb", b.id, "alive", 1)
     _recover(backend, "dead", {"t.a": "retry"})
     assert backend.rows("SELECT name FROM locks") == [("lb",)]
-    assert col(store.get(b.id), q.C_STATUS) == "running"
+    assert col(store.get(b.id), L.C_STATUS) == "running"
 
 
 def test_rows_running_under_a_live_worker_are_never_touched(backend: Backend) -> None:
@@ -177,5 +178,5 @@ def test_rows_running_under_a_live_worker_are_never_touched(backend: Backend) ->
     claim(store, worker="alive")  # enqueued by the dead one, but claimed by a live one
     stats = _recover(backend, "dead", {})
     assert (stats.reset, stats.kept, stats.cancelled) == (0, 0, [])
-    assert col(store.get(job.id), q.C_STATUS) == "running"
+    assert col(store.get(job.id), L.C_STATUS) == "running"
     assert store.count(JobFilter(status=("running",))) == 1

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from jobledger._storage import layout as L
 from jobledger._storage.lease import WriterLease, acquire_writer_lease, writer_lock_path_for
 from jobledger._storage.sqlite import migrate as migrate_module
 from jobledger._storage.sqlite import queries as q
@@ -157,7 +158,7 @@ def test_a_version_1_file_with_jobs_upgrades_in_place(db: str) -> None:
         statuses = [
             r[0]
             for r in conn.execute(
-                q.JobsWhere().list_sql(limit=10, offset=0)[0].replace(q.JOB_COLUMNS, "status"),
+                q.JobsWhere().list_sql(limit=10, offset=0)[0].replace(L.JOB_COLUMNS, "status"),
                 (10, 0),
             )
         ]
@@ -193,7 +194,7 @@ def _version_2_file_with_references(db: str) -> list[tuple[Any, ...]]:
         conn.execute(insert, (7, parent, "completed", '{"n": 1}', '"out"', None, "s1", 1, 1))
         conn.execute(insert, (3, child, "pending", '{"n": 2}', None, parent, "s1", 2, 2))
         conn.execute(insert, (5, orphan, "failed", "{}", None, "no-such-job", None, 3, 3))
-        return conn.execute(f"SELECT rowid, {q.JOB_COLUMNS} FROM jobs ORDER BY id").fetchall()
+        return conn.execute(f"SELECT rowid, {L.JOB_COLUMNS} FROM jobs ORDER BY id").fetchall()
     finally:
         conn.close()
 
@@ -205,13 +206,13 @@ def test_a_version_2_file_is_rebuilt_keeping_every_row_and_reference(db: str) ->
     try:
         assert dump_schema(conn) == _schema_file()
         # Dropping the old table with foreign keys on would have run ON DELETE SET NULL.
-        rows = conn.execute(f"SELECT rowid, {q.JOB_COLUMNS} FROM jobs ORDER BY id").fetchall()
+        rows = conn.execute(f"SELECT rowid, {L.JOB_COLUMNS} FROM jobs ORDER BY id").fetchall()
         assert [r[1:] for r in rows] == [r[1:] for r in before]
         # Schema 4 renumbered them below zero, in id order (they had rowids 7, 3, 5).
         assert [r[0] for r in rows] == [q.LEGACY_BASE + 1, q.LEGACY_BASE + 2, q.LEGACY_BASE + 3]
         assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
         sql, params = q.JobsWhere(("failed", "cancelled")).list_sql(limit=10, offset=0)
-        assert [r[q.C_ID] for r in conn.execute(sql, params)] == [before[2][1 + q.C_ID]]
+        assert [r[L.C_ID] for r in conn.execute(sql, params)] == [before[2][1 + L.C_ID]]
     finally:
         conn.close()
 

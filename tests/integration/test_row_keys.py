@@ -20,6 +20,7 @@ import pytest
 import jobledger as jl
 from jobledger._core import ids
 from jobledger._observe.read_model import ReadModel
+from jobledger._storage import layout as L
 from jobledger._storage.interface import NewJob, Outcome
 from jobledger._storage.sqlite import migrate as migrate_module
 from jobledger._storage.sqlite import queries as q
@@ -307,7 +308,7 @@ def test_ids_that_name_no_key_are_stored_below_zero_in_insertion_order(db: str) 
             Outcome(j.id, "w", j.attempt, "completed", want_row=False) for j in claimed.jobs
         ]
         assert all(r is not None for r in store.finalize(outcomes, now_ms=11))
-        assert [r[q.C_ID] for r in store.terminal_among(["a", keyed, "nope"])] == ["a", keyed]
+        assert [r[L.C_ID] for r in store.terminal_among(["a", keyed, "nope"])] == ["a", keyed]
     finally:
         store.close()
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 
+from jobledger._storage import layout as L
 from jobledger._storage.rows import snapshot_from_row
 from jobledger._storage.sqlite import queries as q
 from jobledger._storage.sqlite.connections import open_reader
@@ -341,7 +342,7 @@ class ReadModel:
         if row is None and self.schema_version() < ROWID_KEY_VERSION:
             # A file no worker has upgraded yet (observers never migrate): ids have an
             # index there, and rowids are not keys.
-            sql = f"SELECT {q.JOB_COLUMNS} FROM jobs WHERE id = ?"
+            sql = f"SELECT {L.JOB_COLUMNS} FROM jobs WHERE id = ?"
             row = self._read(lambda c: c.execute(sql, (job_id,)).fetchone())
         return None if row is None else snapshot_from_row(row)
 

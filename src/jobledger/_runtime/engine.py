@@ -72,6 +72,7 @@ from jobledger._runtime.attempt import Attempt
 from jobledger._runtime.context import JobContext
 from jobledger._runtime.events import EventBus, JobEvent
 from jobledger._runtime.timers import call_later
+from jobledger._storage import layout as L
 from jobledger._storage.interface import (
     APPLIED,
     ClaimedJob,
@@ -82,7 +83,6 @@ from jobledger._storage.interface import (
     Store,
 )
 from jobledger._storage.rows import error_to_json, snapshot_from_row
-from jobledger._storage.sqlite import queries as q
 from jobledger._types import JobErrorInfo, JobSnapshot, SettledEvent
 from jobledger.clock import Clock
 from jobledger.errors import JobError, PermanentError
@@ -551,11 +551,11 @@ class Engine:
                 if attempt.kept:
                     self._settle_after_doubt(attempt)
                 attempt.done.set()
-            elif outcome.kind == "retry" and row[q.C_STATUS] == "delayed":
-                self.on_delayed(int(row[q.C_SCHEDULED_AT]))
+            elif outcome.kind == "retry" and row[L.C_STATUS] == "delayed":
+                self.on_delayed(int(row[L.C_SCHEDULED_AT]))
                 self.publish_row(row)
                 attempt.done.set()
-            elif outcome.kind == "requeue" and row[q.C_STATUS] == "pending":
+            elif outcome.kind == "requeue" and row[L.C_STATUS] == "pending":
                 self.publish_row(row)
                 attempt.done.set()
             elif row is APPLIED:
@@ -609,9 +609,9 @@ class Engine:
         except Exception:
             log.debug("reading %s after a doubtful finalize failed", attempt.job_id, exc_info=True)
             return
-        if row is None or row[q.C_STATUS] not in _TERMINAL:
+        if row is None or row[L.C_STATUS] not in _TERMINAL:
             return
-        if row[q.C_WORKER] == self.worker_id and row[q.C_ATTEMPT] == attempt.attempt:
+        if row[L.C_WORKER] == self.worker_id and row[L.C_ATTEMPT] == attempt.attempt:
             self.settle_row(row, attempt)  # ours: the first write did commit
         else:
             self._resolve(attempt.job_id, snapshot_from_row(row))
@@ -717,8 +717,8 @@ class Engine:
 
     def settle_row(self, row: JobRow, attempt: Attempt | None = None) -> None:
         """After COMMIT of a terminal write: resolve, publish, run on_settled."""
-        job_id = row[q.C_ID]
-        spec = self.handlers.get(row[q.C_TYPE])
+        job_id = row[L.C_ID]
+        spec = self.handlers.get(row[L.C_TYPE])
         waiting = job_id in self.waiters
         hook = spec.on_settled if spec is not None else None
         snap = (
@@ -765,7 +765,7 @@ class Engine:
                 attempt.done.set()
 
     def publish_row(self, row: JobRow) -> None:
-        job_id = row[q.C_ID]
+        job_id = row[L.C_ID]
         if self.events.wants(job_id):
             self.events.publish(JobEvent("snapshot", job_id, snapshot=snapshot_from_row(row)))
 
@@ -799,7 +799,7 @@ class Engine:
 
     def resolve_terminal(self, rows: Iterable[JobRow]) -> None:
         for row in rows:
-            self._resolve(row[q.C_ID], snapshot_from_row(row))
+            self._resolve(row[L.C_ID], snapshot_from_row(row))
 
     def settling(self) -> list[asyncio.Task[None]]:
         """The on_settled hooks still running."""

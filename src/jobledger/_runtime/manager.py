@@ -53,6 +53,7 @@ from jobledger._runtime.lifecycle import DRAIN_TIMEOUT, Hold, Lifecycle
 from jobledger._runtime.timers import wait_with_timeout
 from jobledger._scheduling.job_schedules import snapshot_of
 from jobledger._scheduling.triggers import CatchUpPolicy, SkipMissed, Trigger
+from jobledger._storage import layout as L
 from jobledger._storage.interface import (
     JobFilter,
     JobRow,
@@ -63,7 +64,6 @@ from jobledger._storage.interface import (
 )
 from jobledger._storage.open import open_store
 from jobledger._storage.rows import error_to_json, snapshot_from_row
-from jobledger._storage.sqlite import queries as q
 from jobledger._storage.sqlite.connections import Synchronous
 from jobledger._types import (
     CancelManyResult,
@@ -87,10 +87,10 @@ R = TypeVar("R")
 MAX_REASON = 500
 LIST_CAP = 1000
 _TYPE, _STATUS, _QUEUE, _SCHEDULED_AT = (
-    q.C_TYPE,
-    q.C_STATUS,
-    q.C_QUEUE,
-    q.C_SCHEDULED_AT,
+    L.C_TYPE,
+    L.C_STATUS,
+    L.C_QUEUE,
+    L.C_SCHEDULED_AT,
 )
 
 
@@ -568,7 +568,7 @@ class JobManager:
 
     def _publish_threadsafe(self, row: JobRow) -> None:
         loop = self._loop
-        event = JobEvent("snapshot", row[q.C_ID], snapshot=snapshot_from_row(row))
+        event = JobEvent("snapshot", row[L.C_ID], snapshot=snapshot_from_row(row))
         if loop is None or _on_loop(loop):
             self._events.publish(event)
         elif not loop.is_closed():
@@ -626,14 +626,14 @@ class JobManager:
         ended = await wait_with_timeout(self.clock, self._until_terminal(job_id), grace)
         if ended:
             row = self._store.get(job_id)
-            if row is not None and row[q.C_STATUS] == "cancelled":
+            if row is not None and row[L.C_STATUS] == "cancelled":
                 return "cancelled"
         return "timed-out"
 
     async def _until_terminal(self, job_id: str) -> None:
         while True:
             row = self._store.get(job_id)
-            if row is None or row[q.C_STATUS] in ("completed", "failed", "cancelled"):
+            if row is None or row[L.C_STATUS] in ("completed", "failed", "cancelled"):
                 return
             await asyncio.sleep(self.poll_interval)
 
@@ -642,7 +642,7 @@ class JobManager:
         if attempt is not None:
             return attempt.spec.cancel_timeout
         row = self._store.get(job_id)
-        spec = self._handlers.get(row[q.C_TYPE]) if row is not None else None
+        spec = self._handlers.get(row[L.C_TYPE]) if row is not None else None
         return spec.cancel_timeout if spec is not None else 30.0
 
     def cancel_many(
@@ -746,7 +746,7 @@ class JobManager:
     def _wait_finished(self, job_id: str) -> asyncio.Future[JobSnapshot]:
         fut = self._engine.wait_for(job_id)
         row = self._store.get(job_id)
-        if row is not None and row[q.C_STATUS] in ("completed", "failed", "cancelled"):
+        if row is not None and row[L.C_STATUS] in ("completed", "failed", "cancelled"):
             self._engine.resolve_terminal([row])
         elif job_id not in self._engine.inflight:
             self._ensure_watcher()

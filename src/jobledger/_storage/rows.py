@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from jobledger._storage import layout as L
 from jobledger._storage.interface import JobRow
-from jobledger._storage.sqlite import queries as q
 from jobledger._types import JobErrorInfo, JobSnapshot, JobStatus
 from jobledger.clock import from_ms
 
@@ -43,33 +43,33 @@ def _json(text: str | None) -> Any:
 
 
 def snapshot_from_row(row: JobRow) -> JobSnapshot:
-    timeout_ms = row[q.C_TIMEOUT]
-    started = row[q.C_STARTED_AT]
-    finished = row[q.C_FINISHED_AT]
+    timeout_ms = row[L.C_TIMEOUT]
+    started = row[L.C_STARTED_AT]
+    finished = row[L.C_FINISHED_AT]
     return JobSnapshot(
-        id=row[q.C_ID],
-        type=row[q.C_TYPE],
-        status=JobStatus(row[q.C_STATUS]),
-        queue=row[q.C_QUEUE],
-        priority=row[q.C_PRIORITY],
-        payload=_json(row[q.C_PAYLOAD]),
-        output=_json(row[q.C_OUTPUT]),
-        error=error_from_json(row[q.C_ERROR]),
-        attempt=row[q.C_ATTEMPT],
-        max_attempts=row[q.C_MAX_ATTEMPTS],
+        id=row[L.C_ID],
+        type=row[L.C_TYPE],
+        status=JobStatus(row[L.C_STATUS]),
+        queue=row[L.C_QUEUE],
+        priority=row[L.C_PRIORITY],
+        payload=_json(row[L.C_PAYLOAD]),
+        output=_json(row[L.C_OUTPUT]),
+        error=error_from_json(row[L.C_ERROR]),
+        attempt=row[L.C_ATTEMPT],
+        max_attempts=row[L.C_MAX_ATTEMPTS],
         timeout=None if timeout_ms is None else timeout_ms / 1000,
-        idempotency_key=row[q.C_KEY],
-        parent_id=row[q.C_PARENT],
-        schedule_id=row[q.C_SCHEDULE],
-        metadata=_json(row[q.C_METADATA]) or {},
-        progress=row[q.C_PROGRESS],
-        progress_detail=row[q.C_PROGRESS_DETAIL],
-        cancel_requested=bool(row[q.C_CANCEL]),
-        worker_id=row[q.C_WORKER],
-        scheduled_at=from_ms(row[q.C_SCHEDULED_AT]),
+        idempotency_key=row[L.C_KEY],
+        parent_id=row[L.C_PARENT],
+        schedule_id=row[L.C_SCHEDULE],
+        metadata=_json(row[L.C_METADATA]) or {},
+        progress=row[L.C_PROGRESS],
+        progress_detail=row[L.C_PROGRESS_DETAIL],
+        cancel_requested=bool(row[L.C_CANCEL]),
+        worker_id=row[L.C_WORKER],
+        scheduled_at=from_ms(row[L.C_SCHEDULED_AT]),
         started_at=None if started is None else from_ms(started),
         finished_at=None if finished is None else from_ms(finished),
-        created_at=from_ms(row[q.C_CREATED_AT]),
-        updated_at=from_ms(row[q.C_UPDATED_AT]),
-        enqueued_by=row[q.C_ENQUEUED_BY],
+        created_at=from_ms(row[L.C_CREATED_AT]),
+        updated_at=from_ms(row[L.C_UPDATED_AT]),
+        enqueued_by=row[L.C_ENQUEUED_BY],
     )

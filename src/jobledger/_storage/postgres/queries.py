@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 
-from jobledger._storage.sqlite.queries import (
+from jobledger._storage.layout import (
     C_ATTEMPT,
     C_CANCEL,
     C_CREATED_AT,

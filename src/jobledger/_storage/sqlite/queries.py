@@ -14,23 +14,15 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
-JOB_COLUMNS = (
-    "id, type, status, queue, priority, payload, output, error, attempt, max_attempts, "
-    "timeout_ms, idempotency_key, parent_id, schedule_id, metadata, progress, "
-    "progress_detail, cancel_requested, worker_id, scheduled_at, started_at, finished_at, "
-    "created_at, updated_at, enqueued_by"
-)
-# Positions in JOB_COLUMNS.
-C_ID, C_TYPE, C_STATUS, C_QUEUE, C_PRIORITY, C_PAYLOAD, C_OUTPUT, C_ERROR = range(8)
-C_ATTEMPT, C_MAX_ATTEMPTS, C_TIMEOUT, C_KEY, C_PARENT, C_SCHEDULE, C_METADATA = range(8, 15)
-C_PROGRESS, C_PROGRESS_DETAIL, C_CANCEL, C_WORKER, C_SCHEDULED_AT = range(15, 20)
-C_STARTED_AT, C_FINISHED_AT, C_CREATED_AT, C_UPDATED_AT, C_ENQUEUED_BY = range(20, 25)
+from jobledger._storage import layout as L
+from jobledger._storage.layout import JOB_COLUMNS, SCHEDULE_COLUMNS
 
 # The columns a fresh row sets: id and payload, then those every row of one
 # `enqueue_many` call shares (`SHARED_COLUMNS`, positions in JOB_COLUMNS).
 SHARED_COLUMNS = (
-    C_TYPE, C_STATUS, C_QUEUE, C_PRIORITY, C_MAX_ATTEMPTS, C_TIMEOUT, C_KEY, C_PARENT,
-    C_SCHEDULE, C_METADATA, C_ENQUEUED_BY, C_SCHEDULED_AT, C_CREATED_AT, C_UPDATED_AT,
+    L.C_TYPE, L.C_STATUS, L.C_QUEUE, L.C_PRIORITY, L.C_MAX_ATTEMPTS, L.C_TIMEOUT, L.C_KEY,
+    L.C_PARENT, L.C_SCHEDULE, L.C_METADATA, L.C_ENQUEUED_BY, L.C_SCHEDULED_AT,
+    L.C_CREATED_AT, L.C_UPDATED_AT,
 )  # fmt: skip
 _INSERT_COLUMNS = (
     "rowid, id, payload, type, status, queue, priority, max_attempts, timeout_ms, "
@@ -338,11 +330,7 @@ CANCEL_RECOVERED = (
     f"RETURNING {JOB_COLUMNS}"
 )
 
-# Persistent schedules.
-SCHEDULE_COLUMNS = (
-    "id, type, name, trigger, payload, catch_up, enabled, next_run, last_run, fire_count, "
-    "metadata, created_at, updated_at"
-)
+# Persistent schedules (`SCHEDULE_COLUMNS` is the shared layout's).
 INSERT_SCHEDULE = (
     f"INSERT INTO job_schedules ({SCHEDULE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, NULL, NULL, 0, "
     "?, ?, ?)"

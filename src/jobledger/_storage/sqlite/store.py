@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from jobledger._core import ids
+from jobledger._storage import layout as L
 from jobledger._storage import tx
 from jobledger._storage.interface import (
     APPLIED,
@@ -66,13 +67,13 @@ _CLAIM_PRECHECK = (
     f"SELECT ({q.COUNT_RUNNING_IN_QUEUE}), ({q.COUNT_RUNNING}), EXISTS (SELECT 1 FROM jobs "
     "WHERE status = 'pending' AND cancel_requested = 0 AND queue = ? AND scheduled_at <= ?)"
 )
-_TYPE, _QUEUE, _KEY, _PARENT, _CREATED = q.C_TYPE, q.C_QUEUE, q.C_KEY, q.C_PARENT, q.C_CREATED_AT
-_ID, _PAYLOAD = q.C_ID, q.C_PAYLOAD
+_TYPE, _QUEUE, _KEY, _PARENT, _CREATED = L.C_TYPE, L.C_QUEUE, L.C_KEY, L.C_PARENT, L.C_CREATED_AT
+_ID, _PAYLOAD = L.C_ID, L.C_PAYLOAD
 # A fresh row's values in `q.INSERT_JOB`'s parameter order after its key, picked in C;
 # all but the id and payload, in `q.insert_shared_sql`'s.
-_insert_params = operator.itemgetter(q.C_ID, q.C_PAYLOAD, *q.SHARED_COLUMNS)
+_insert_params = operator.itemgetter(L.C_ID, L.C_PAYLOAD, *q.SHARED_COLUMNS)
 _shared_params = operator.itemgetter(*q.SHARED_COLUMNS)
-_id_of = operator.itemgetter(q.C_ID)
+_id_of = operator.itemgetter(L.C_ID)
 # Rows per statement of a shared batch (14 + 300 parameters); 100 to 200 measured best.
 SHARED_CHUNK = 100
 # 32 rows of 17 parameters: within SQLite's oldest bound-parameter limit (999).

@@ -21,6 +21,7 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from jobledger._storage import layout as L
 from jobledger._storage.interface import JobRow, Store
 from jobledger._storage.sqlite import queries as q
 from jobledger._storage.sqlite.keys import key_of
@@ -107,11 +108,11 @@ def recover_worker(
         stats = RecoveryStats()
         rows = conn.execute(q.LIVE_ROWS_OF_WORKER, (worker_id, worker_id)).fetchall()
         # Newest first, so a singleton keeps the first row it sees of each type.
-        rows.sort(key=lambda r: (r[q.C_CREATED_AT], r[q.C_ID]), reverse=True)
+        rows.sort(key=lambda r: (r[L.C_CREATED_AT], r[L.C_ID]), reverse=True)
         kept_singletons: set[str] = set()
 
         def at(row: JobRow) -> tuple[int, str]:
-            return key_of(conn, row[q.C_ID]), row[q.C_ID]
+            return key_of(conn, row[L.C_ID]), row[L.C_ID]
 
         def cancel(row: JobRow, why: str) -> None:
             done = conn.execute(
@@ -121,9 +122,9 @@ def recover_worker(
                 stats.cancelled.append(done)
 
         for row in rows:
-            job_type, status = row[q.C_TYPE], row[q.C_STATUS]
+            job_type, status = row[L.C_TYPE], row[L.C_STATUS]
             strategy = strategy_of(job_type)
-            if row[q.C_CANCEL]:
+            if row[L.C_CANCEL]:
                 cancel(row, "Cancelled by startup recovery")
             elif strategy is None:
                 cancel(row, "Orphan job: no live worker handles this type")

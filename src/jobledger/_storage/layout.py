@@ -1,0 +1,56 @@
+"""The row layout every backend shares: column lists and positions, in one place.
+
+A job row (`JobRow`) is a tuple of `JOB_COLUMNS` in this order on every backend; each
+dialect's queries select these columns in this order, and everything above the storage
+package reads rows by these positions (or, beyond the hot path, through the typed values
+built from them). A schedule row is `SCHEDULE_COLUMNS` likewise.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "C_ATTEMPT",
+    "C_CANCEL",
+    "C_CREATED_AT",
+    "C_ENQUEUED_BY",
+    "C_ERROR",
+    "C_FINISHED_AT",
+    "C_ID",
+    "C_KEY",
+    "C_MAX_ATTEMPTS",
+    "C_METADATA",
+    "C_OUTPUT",
+    "C_PARENT",
+    "C_PAYLOAD",
+    "C_PRIORITY",
+    "C_PROGRESS",
+    "C_PROGRESS_DETAIL",
+    "C_QUEUE",
+    "C_SCHEDULE",
+    "C_SCHEDULED_AT",
+    "C_STARTED_AT",
+    "C_STATUS",
+    "C_TIMEOUT",
+    "C_TYPE",
+    "C_UPDATED_AT",
+    "C_WORKER",
+    "JOB_COLUMNS",
+    "SCHEDULE_COLUMNS",
+]
+
+JOB_COLUMNS = (
+    "id, type, status, queue, priority, payload, output, error, attempt, max_attempts, "
+    "timeout_ms, idempotency_key, parent_id, schedule_id, metadata, progress, "
+    "progress_detail, cancel_requested, worker_id, scheduled_at, started_at, finished_at, "
+    "created_at, updated_at, enqueued_by"
+)
+# Positions in JOB_COLUMNS.
+C_ID, C_TYPE, C_STATUS, C_QUEUE, C_PRIORITY, C_PAYLOAD, C_OUTPUT, C_ERROR = range(8)
+C_ATTEMPT, C_MAX_ATTEMPTS, C_TIMEOUT, C_KEY, C_PARENT, C_SCHEDULE, C_METADATA = range(8, 15)
+C_PROGRESS, C_PROGRESS_DETAIL, C_CANCEL, C_WORKER, C_SCHEDULED_AT = range(15, 20)
+C_STARTED_AT, C_FINISHED_AT, C_CREATED_AT, C_UPDATED_AT, C_ENQUEUED_BY = range(20, 25)
+
+SCHEDULE_COLUMNS = (
+    "id, type, name, trigger, payload, catch_up, enabled, next_run, last_run, fire_count, "
+    "metadata, created_at, updated_at"
+)
