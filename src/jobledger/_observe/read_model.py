@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 
+from jobledger._core.recovery import pid_alive
 from jobledger._storage import layout as L
 from jobledger._storage.rows import snapshot_from_row
 from jobledger._storage.sqlite import queries as q
@@ -38,7 +39,6 @@ from jobledger._storage.sqlite.connections import open_reader
 from jobledger._storage.sqlite.files import unlinked_holders
 from jobledger._storage.sqlite.keys import ROWID_KEY_VERSION, key_of
 from jobledger._storage.sqlite.migrate import SCHEMA_VERSION
-from jobledger._storage.sqlite.workers import pid_alive
 from jobledger._types import JobSnapshot, JobStatus
 from jobledger.clock import Clock, SystemClock, from_ms
 from jobledger.errors import StorageError

@@ -1,6 +1,6 @@
 """The engine: dispatch, execution and grouped finalize on one asyncio loop.
 
-Dispatch follows seed 001, per queue:
+Dispatch, per queue (docs/design/lock-layers.md):
 
 1. take the queue's layer-1 lock;
 2. in ONE `BEGIN IMMEDIATE`: count the queue's running rows, count all running rows,
@@ -266,7 +266,7 @@ class Engine:
             self._kick_later(qu.name)
             return
         with qu.lock:
-            if self._gate_closed():  # re-checked under the lock (seed 001)
+            if self._gate_closed():  # re-checked under the lock (docs/design/lock-layers.md)
                 return
             try:
                 result = self.store.claim(
@@ -315,9 +315,8 @@ class Engine:
 
     def _writers_busy(self) -> bool:
         # A write in progress is most likely the busy process's next claim.
-        probe: Callable[[], bool] | None = getattr(self.store, "writer_busy", None)
         try:
-            return probe is not None and probe()
+            return self.store.writer_busy()
         except Exception:
             return False
 
@@ -341,9 +340,9 @@ class Engine:
         current = self.inflight.get(job.id)
         if current is not None and current.attempt == job.attempt:
             # We were judged dead while still running this job, its row was reset, and we
-            # claimed it again. Never run a job twice at once in one process (the seed's
-            # #16291 guard): the running execution holds the same (worker, attempt)
-            # claim, so its outcome settles this new claim too.
+            # claimed it again. Never run a job twice at once in one process
+            # (tests/engine/test_reclaim.py): the running execution holds the same
+            # (worker, attempt) claim, so its outcome settles this new claim too.
             log.warning("job %s is already running in this worker; its claim is adopted", job.id)
             return
         spec = self.handlers[job.type]

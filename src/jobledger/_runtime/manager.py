@@ -577,7 +577,7 @@ class JobManager:
     # -- cancel ---------------------------------------------------------------------
 
     async def cancel(self, job_id: str, reason: str | None = None) -> CancelOutcome:
-        """Cancel one job; see DESIGN.md §7 for the three outcomes."""
+        """Cancel one job; docs/reference/api.md lists the three outcomes."""
         _check_reason(reason)
         if not findable(job_id, "job_id"):
             return "not-cancellable"
@@ -942,10 +942,7 @@ class JobManager:
         """Delete the schedule; its jobs stay, with `schedule_id` set to None."""
         if not findable(schedule_id, "schedule_id"):
             return False
-        deleted = self._store.write(
-            lambda c: c.execute(self._store.q.DELETE_SCHEDULE, (schedule_id,)).rowcount,
-            "delete_schedule",
-        )
+        deleted = self._store.delete_schedule(schedule_id)
         self._schedules.sync(schedule_id)  # no row: disarms (on the loop, from any thread)
         return bool(deleted)
 
