@@ -62,9 +62,8 @@ from jobledger._storage.interface import (
     fresh_row,
     was_inserted,
 )
-from jobledger._storage.open import open_store
+from jobledger._storage.open import Synchronous, open_store
 from jobledger._storage.rows import error_to_json, snapshot_from_row
-from jobledger._storage.sqlite.connections import Synchronous
 from jobledger._types import (
     CancelManyResult,
     CancelOutcome,
