@@ -156,7 +156,7 @@ class Lifecycle:
         self.recovery_future()
         self.started_at = m.clock.monotonic()
         self._exclude_dead_owners()
-        self._runtime = Runtime([WorkerService(self), JobService(self)])
+        self._runtime = Runtime([m._promoter, WorkerService(self), JobService(self)])
         await self._runtime.start()
         # Every row not owned by a dead worker is work now: producers'
         # rows, live workers' and this manager's own; only the sweep waits for the window.
@@ -242,8 +242,7 @@ class Lifecycle:
         elif name == "schedules":
             await self.schedules.catch_up_and_arm()
         else:
-            if m._promote_wake is not None:
-                m._promote_wake.set()
+            m._promoter.wake()
             m._engine.kick_all()
 
     def rescue(self) -> int:
@@ -328,8 +327,7 @@ class Lifecycle:
         def finish() -> None:
             if self.holds or self._stopping:
                 return
-            if m._promote_wake is not None:
-                m._promote_wake.set()
+            m._promoter.wake()
             m._engine.kick_all()
             self.schedules.on_release()
 
