@@ -81,6 +81,7 @@ MID = jl.JobType("chaos.mid", Work)
 BULK = jl.JobType("chaos.bulk", Work)
 BULK_CAP = 50
 TERMINAL = ("completed", "failed", "cancelled")
+LOCK_GAP = 1.0  # s: a lock fault due while another holder is active waits this long
 FAULT_WINDOW = 5.0  # s after an execution in which a kill/stop of its process explains a dup
 
 
@@ -351,6 +352,7 @@ class Harness:
         self.enqueue_errors = 0
         self.enqueued = 0
         self.halt = threading.Event()
+        self.deferred = 0  # lock faults put off while another holder was active
         self.final_exits: list[int] = []  # exit codes of the last workers' clean stop
         self.t0 = time.monotonic()
         self.events: list[list[Any]] = []  # [s after t0, kind, pid or detail]
@@ -734,6 +736,19 @@ def read_logs(h: Harness) -> Logs:
     return Logs(dict(dead), failed, kinds, tracebacks)
 
 
+def unfrozen_deaths(h: Harness, logs: Logs) -> int:
+    """How often a worker found itself declared dead though it had not just been frozen
+    (a stale heartbeat of a live, running process)."""
+    grace = int((2 * h.args.heartbeat + 1.0) * 1e9)
+    n = 0
+    for pid, times in logs.declared_dead.items():
+        windows = h.stops.get(pid, [])
+        for t in times:
+            if not any(stop <= t <= (cont or t) + grace for stop, cont in windows):
+                n += 1
+    return n
+
+
 def faulted(ex: Execution, h: Harness, logs: Logs) -> bool:
     """Whether a kill or a stop of its process, or its process being declared dead,
     could explain that its completion was not the one that counted."""
@@ -775,7 +790,15 @@ def run(args: argparse.Namespace, backend: Backend, workdir: str) -> dict[str, A
         while time.monotonic() - t0 < args.duration:
             now = time.monotonic()
             while pending_faults and pending_faults[0].at <= now - t0:
-                h.apply(pending_faults.pop(0))
+                fault = pending_faults.pop(0)
+                if fault.kind == "lock" and h.lockers:
+                    # One lock holder at a time: two back to back would hold the lock
+                    # longer than `worker_timeout`, and live workers would look dead.
+                    fault.at = now - t0 + LOCK_GAP
+                    pending_faults = sorted([*pending_faults, fault])
+                    h.deferred += 1
+                    break
+                h.apply(fault)
             for w in h.alive():
                 if w.stopped_until is not None and w.stopped_until <= now:
                     h.cont(w)
@@ -941,6 +964,8 @@ def verdict(
         "enqueue_errors": h.enqueue_errors,
         "lock_results": h.lock_results,
         "declared_dead_while_alive": sum(len(v) for v in logs.declared_dead.values()),
+        "declared_dead_unfrozen": unfrozen_deaths(h, logs),
+        "deferred_locks": h.deferred,
         "finalize_failed_rows": logs.finalize_failed,
         "worker_log_kinds": dict(logs.kinds.most_common(25)),
         "worker_tracebacks": logs.tracebacks,
