@@ -646,6 +646,7 @@ class Execution:
     end: int | None = None
     outcome: str = "?"  # end | raise | abort | ? (no record: killed, or still running)
     zombie: bool = False  # its process was frozen (SIGSTOP) while it ran
+    shadowed: bool = False  # see `shadows`
 
 
 def read_executions(workdir: str) -> list[Execution]:
@@ -671,14 +672,40 @@ def read_executions(workdir: str) -> list[Execution]:
     return out
 
 
-def peaks(executions: list[Execution], h: Harness, horizon: int) -> tuple[dict[str, int], int, int]:
+def shadows(h: Harness, logs: Logs) -> dict[int, list[tuple[int, int]]]:
+    """Per pid, the spans in which the database no longer counted that worker as alive
+    while it still ran (or would run) handlers: from a SIGSTOP until it found itself
+    declared dead after the SIGCONT (claims it made before the freeze start their
+    handlers only then, after the rows were rescued and claimed again elsewhere), and a
+    stale heartbeat of an unfrozen worker (the `worker_timeout` + lock before it noticed)."""
+    grace = int((2 * h.args.heartbeat + 1.0) * 1e9)
+    out: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for pid, windows in h.stops.items():
+        for stop, cont in windows:
+            cont = cont or stop
+            noticed = [t for t in logs.declared_dead.get(pid, []) if cont <= t <= cont + grace]
+            out[pid].append((stop, min(noticed) if noticed else cont + grace))
+    stale = int((h.args.worker_timeout + h.args.lock_seconds) * 1e9)
+    for pid, times in logs.declared_dead.items():
+        for t in times:
+            if not any(a <= t <= b for a, b in out.get(pid, [])):
+                out[pid].append((t - stale, t))
+    return dict(out)
+
+
+def peaks(
+    executions: list[Execution], h: Harness, horizon: int, shadow: dict[int, list[tuple[int, int]]]
+) -> tuple[dict[str, int], dict[str, int], int]:
     """Max concurrently running handlers per queue ('*' = all), from the handlers' own
-    records. An execution without an end record ends when its process was killed or
-    seen gone; one whose process was frozen while it ran counts until the freeze (the
-    database has given its row to another worker meanwhile: at-least-once, not a cap
-    breach), and is counted as a zombie."""
-    events: list[tuple[int, int, str]] = []
-    zombies = 0
+    records: (all executions, those outside a shadow, shadowed executions).
+
+    An execution without an end record ends when its process was killed or seen gone;
+    one whose process was frozen while it ran counts until the freeze (frozen code does
+    not run), and is marked a zombie. The second figure leaves out executions that
+    overlap a shadow of their process (see `shadows`): the table had given their rows
+    to another worker, so they are at-least-once re-runs, not claims under the cap."""
+    events: list[tuple[int, int, str, bool]] = []
+    shadowed = 0
     for ex in executions:
         end = ex.end
         if end is None:
@@ -687,18 +714,23 @@ def peaks(executions: list[Execution], h: Harness, horizon: int) -> tuple[dict[s
             if ex.start < stop < end:
                 ex.zombie = True
                 end = stop
-        zombies += ex.zombie
-        events.append((ex.start, 1, ex.queue))
-        events.append((end, -1, ex.queue))
+        ex.shadowed = any(a <= end and ex.start <= b for a, b in shadow.get(ex.pid, []))
+        shadowed += ex.shadowed
+        events.append((ex.start, 1, ex.queue, ex.shadowed))
+        events.append((end, -1, ex.queue, ex.shadowed))
     events.sort(key=lambda e: (e[0], e[1]))  # ends before starts at the same instant
     now: Counter[str] = Counter()
     top: Counter[str] = Counter()
-    for _, delta, queue in events:
-        now[queue] += delta
-        now["*"] += delta
-        top[queue] = max(top[queue], now[queue])
-        top["*"] = max(top["*"], now["*"])
-    return dict(top), zombies, len(executions)
+    now_live: Counter[str] = Counter()
+    top_live: Counter[str] = Counter()
+    for _, delta, queue, in_shadow in events:
+        for q in (queue, "*"):
+            now[q] += delta
+            top[q] = max(top[q], now[q])
+            if not in_shadow:
+                now_live[q] += delta
+                top_live[q] = max(top_live[q], now_live[q])
+    return dict(top), dict(top_live), shadowed
 
 
 @dataclass
@@ -903,13 +935,13 @@ def verdict(
     stuck_live = sum(1 for r in stuck_rows if owners.get(str(r[4])) in live_pids)
 
     executions = read_executions(h.dir)
-    handler_peak, zombies, n_exec = peaks(executions, h, horizon)
+    logs = read_logs(h)
+    handler_peak, live_peak, shadowed = peaks(executions, h, horizon, shadows(h, logs))
     completions: dict[str, list[Execution]] = defaultdict(list)
     for ex in executions:
         if ex.outcome == "end":
             completions[ex.job_id].append(ex)
     dups = {j: c for j, c in completions.items() if len(c) > 1}
-    logs = read_logs(h)
     unexplained = sorted(j for j, c in dups.items() if sum(not faulted(e, h, logs) for e in c) >= 2)
     never_ran = sum(1 for r in rows if r[1] == "completed" and r[0] not in completions)
 
@@ -918,7 +950,7 @@ def verdict(
     exceeded = sorted(
         f"{q} {src}={peak[q]}>{cap}"
         for q, cap in caps.items()
-        for src, peak in (("table", table_peak), ("handlers", handler_peak))
+        for src, peak in (("table", table_peak), ("handlers", live_peak))
         if peak.get(q, 0) > cap
     )
     result: dict[str, Any] = {
@@ -949,11 +981,13 @@ def verdict(
         "failed": statuses["failed"],
         "cancelled": statuses["cancelled"],
         "completed_never_ran": never_ran,
-        "executions": n_exec,
-        "zombie_executions": zombies,
+        "executions": len(executions),
+        "zombie_executions": sum(ex.zombie for ex in executions),
+        "shadowed_executions": shadowed,
         "caps": caps,
         "max_running_table": {q: table_peak.get(q, 0) for q in caps},
-        "max_running_handlers": {q: handler_peak.get(q, 0) for q in caps},
+        "max_running_handlers": {q: live_peak.get(q, 0) for q in caps},
+        "max_running_handlers_all": {q: handler_peak.get(q, 0) for q in caps},
         "max_running_bulk": {
             "table": table_peak.get(BULK.name, 0),
             "handlers": handler_peak.get(BULK.name, 0),
@@ -999,7 +1033,7 @@ def verdict(
 HEADER = (
     "| backend | seed | jobs | kills | stops | lock holds | terminates | duplicates "
     "(unexplained) | lost | stuck | failed | max running capped / mid / all (table; handlers) "
-    "| caps | wall s |"
+    "| caps | all, incl. stale re-runs | live workers declared dead | wall s |"
 )
 
 
@@ -1010,7 +1044,9 @@ def table_row(r: dict[str, Any]) -> str:
     return (
         f"| {r['backend']} | {r['seed']} | {r['jobs']} | {r['kills']} | {r['stops']} | "
         f"{r['lock_holds']} | {r['terminates']} | {r['duplicates']} ({r['dup_unexplained']}) | "
-        f"{r['lost']} | {r['stuck']} | {r['failed']} | {peaks_} | {caps} | {r['wall_seconds']} |"
+        f"{r['lost']} | {r['stuck']} | {r['failed']} | {peaks_} | {caps} | "
+        f"{r['max_running_handlers_all']['*']} | {r['declared_dead_unfrozen']} | "
+        f"{r['wall_seconds']} |"
     )
 
 
