@@ -182,6 +182,7 @@ class Engine:
         self._unconfirmed = False
         self.on_delayed: Callable[[int], None] = lambda at_ms: None
         self.on_settled_row: Callable[[JobRow], None] = _ignore_row
+        self.on_unregistered: Callable[[], None] = lambda: None
 
     def limit_process(self, process_max: int | None) -> None:
         """Run at most `process_max` jobs at once here (None: the global cap), from the
@@ -278,6 +279,7 @@ class Engine:
                     worker_id=self.worker_id,
                     types=tuple(self.handlers),
                     exclude_owners=self.exclude_owners,
+                    registered=True,
                 )
             except Exception:
                 log.warning("claim on queue %r failed; retrying shortly", qu.name, exc_info=True)
@@ -287,6 +289,16 @@ class Engine:
         self._take(qu, result, limit)
 
     def _take(self, qu: DispatchQueue, result: ClaimResult, limit: int) -> None:
+        if result.unregistered:
+            # Another process judged us dead and deleted our worker row: claims wait
+            # until we are registered again (they would belong to nobody otherwise).
+            log.warning("worker %s has no worker row; registering before it claims", self.worker_id)
+            try:
+                self.on_unregistered()
+            except Exception:
+                log.warning("registering again failed; retrying", exc_info=True)
+            self._kick_later(qu.name)
+            return
         if result.global_blocked:
             self.global_blocked = True
             self._denied[qu.name] = None
@@ -675,6 +687,7 @@ class Engine:
             self.worker_id,
             tuple(self.handlers),
             self.exclude_owners,
+            True,
         )
         return qu, request
 

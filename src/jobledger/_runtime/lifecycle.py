@@ -256,6 +256,15 @@ class Lifecycle:
             hostname=self.hostname,
             exclude=m.worker_id,
         )
+        # Rows claimed under an id that has no worker row are a dead worker's too (a
+        # claim that raced the deletion of its worker's row).
+        known = {w.id for w in dead} | {w.id for w in alive} | {m.worker_id}
+        ghosts = [
+            WorkerRow(i, "", 0, (), 0, 0, 0)
+            for i in m._store.unregistered_claimers()
+            if i not in known
+        ]
+        dead = dead + ghosts
         if not dead:
             return 0
         strategies: dict[str, RecoveryStrategy] = {}
@@ -434,6 +443,7 @@ class WorkerService(Service):
 
     async def on_init(self) -> None:
         self.register()
+        self.lc.m._engine.on_unregistered = self.register
 
     def register(self) -> None:
         m = self.lc.m

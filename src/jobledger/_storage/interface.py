@@ -155,6 +155,8 @@ class ClaimResult:
     # Nothing taken because the queue's own cap is full (a hint for dispatch; a backend
     # may leave it False).
     queue_full: bool = False
+    # Nothing taken because the claim asked `registered` and the worker has no live row.
+    unregistered: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +172,10 @@ class ClaimRequest:
     # Rows enqueued by these (dead) workers are not taken: they wait for the recovery
     # sweep, which applies their type's strategy first.
     exclude_owners: tuple[str, ...] = ()
+    # Take rows only while `worker_id` is registered and not stopped: a worker that was
+    # judged dead (its row deleted by a rescue) must not claim until it registers again,
+    # or its claims would belong to nobody (no rescue looks for them).
+    registered: bool = False
 
 
 # "requeue": an attempt interrupted by shutdown goes back to `pending` with its attempt
@@ -245,6 +251,7 @@ class Store(Protocol):
         worker_id: str,
         types: tuple[str, ...],
         exclude_owners: tuple[str, ...] = (),
+        registered: bool = False,
     ) -> ClaimResult: ...
     def finalize(
         self, outcomes: Sequence[Outcome], now_ms: int, *, label: str = "finalize"
@@ -294,6 +301,11 @@ class Store(Protocol):
 
     def stop_worker(self, worker_id: str, now_ms: int) -> None: ...
     def list_workers(self) -> list[WorkerRow]: ...
+    def unregistered_claimers(self) -> list[str]:
+        """Worker ids that own `running` rows but have no worker row: claims nobody would
+        ever rescue (a worker judged dead that claimed before it registered again)."""
+        ...
+
     def recover_worker(
         self,
         worker_id: str,

@@ -550,15 +550,20 @@ class PostgresStore(ScheduleOps):
         worker_id: str,
         types: tuple[str, ...],
         exclude_owners: tuple[str, ...] = (),
+        registered: bool = False,
     ) -> ClaimResult:
         q = self.q
+        if registered:
+            sql = q.CLAIM_REGISTERED_EXCLUDING if exclude_owners else q.CLAIM_REGISTERED
+        else:
+            sql = q.CLAIM_EXCLUDING if exclude_owners else q.CLAIM
 
         def send(conn: Conn) -> Callable[[], list[Any]]:
             conn.execute(q.ADVISORY_XACT_LOCK, (q.queue_claim_key(queue),))
             if self.exact_global_cap:
                 conn.execute(q.ADVISORY_XACT_LOCK, (q.global_claim_key,))
             cur = conn.execute(
-                q.CLAIM_EXCLUDING if exclude_owners else q.CLAIM,
+                sql,
                 {
                     "excluded": list(exclude_owners),
                     "queue": queue,
@@ -574,6 +579,8 @@ class PostgresStore(ScheduleOps):
 
         rows = self._tx_then(send, "claim")
         in_queue, running = int(rows[0][0]), int(rows[0][1])
+        if running < 0:
+            return ClaimResult([], False, unregistered=True)
         free = queue_cap - in_queue
         if free <= 0:
             return ClaimResult([], False)
@@ -604,6 +611,7 @@ class PostgresStore(ScheduleOps):
                 worker_id=claim.worker_id,
                 types=claim.types,
                 exclude_owners=claim.exclude_owners,
+                registered=claim.registered,
             )
         except Exception:
             log.warning("claim on queue %r failed; retrying shortly", claim.queue, exc_info=True)
@@ -788,6 +796,12 @@ class PostgresStore(ScheduleOps):
         from jobledger._storage.postgres import workers
 
         return workers.recover_worker(self, worker_id, plan, cancel_error, now_ms)
+
+    def unregistered_claimers(self) -> list[str]:
+        return [
+            str(r[0])
+            for r in self.read(lambda c: c.execute(self.q.UNREGISTERED_CLAIMERS).fetchall())
+        ]
 
     def read_lease(self) -> LeaseRow | None:
         from jobledger._storage.postgres import leader

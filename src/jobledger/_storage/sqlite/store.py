@@ -364,6 +364,7 @@ class SqliteStore(ScheduleOps):
         worker_id: str,
         types: tuple[str, ...],
         exclude_owners: tuple[str, ...] = (),
+        registered: bool = False,
     ) -> ClaimResult:
         if not self.memory:
             # Decided from a WAL read, without the write lock, when the claim would take
@@ -375,7 +376,7 @@ class SqliteStore(ScheduleOps):
             if nothing is not None:
                 return nothing
         request = ClaimRequest(
-            queue, queue_cap, global_cap, limit, worker_id, types, exclude_owners
+            queue, queue_cap, global_cap, limit, worker_id, types, exclude_owners, registered
         )
         # The claimed rows become objects after COMMIT: every process waits for the
         # write gate while a transaction is open.
@@ -613,6 +614,9 @@ class SqliteStore(ScheduleOps):
         from jobledger._storage.sqlite import workers
 
         return workers.recover_worker(self, worker_id, plan, cancel_error, now_ms)
+
+    def unregistered_claimers(self) -> list[str]:
+        return [r[0] for r in self.read(lambda c: c.execute(q.UNREGISTERED_CLAIMERS).fetchall())]
 
     def read_lease(self) -> LeaseRow | None:
         from jobledger._storage.sqlite import leader
@@ -870,6 +874,11 @@ def _claim_work(
     claim_sql = q.claim_sql(len(req.types), len(req.exclude_owners))
 
     def work(conn: sqlite3.Connection) -> ClaimResult | tuple[list[Any], bool]:
+        if (
+            req.registered
+            and conn.execute(q.WORKER_REGISTERED, (req.worker_id,)).fetchone() is None
+        ):
+            return ClaimResult([], False, unregistered=True)
         in_queue, running = conn.execute(_RUNNING_COUNTS, (req.queue,)).fetchone()
         free = req.queue_cap - in_queue
         if free <= 0:
