@@ -183,6 +183,9 @@ class Engine:
         self.on_delayed: Callable[[int], None] = lambda at_ms: None
         self.on_settled_row: Callable[[JobRow], None] = _ignore_row
         self.on_unregistered: Callable[[], None] = lambda: None
+        # A claim older than this when its handler is about to start (`worker_timeout`)
+        # is checked against the row first; None: never.
+        self.stale_after_ms: int | None = None
 
     def limit_process(self, process_max: int | None) -> None:
         """Run at most `process_max` jobs at once here (None: the global cap), from the
@@ -349,6 +352,17 @@ class Engine:
 
     def _start(self, qu: DispatchQueue, job: ClaimedJob) -> None:
         assert self.loop is not None
+        if self.stale_after_ms is not None and self.now_ms() - job.started_at > self.stale_after_ms:
+            # This process stalled (a freeze, a long pause) between the claim and now, long
+            # enough to be judged dead: the job may run elsewhere already. One read tells.
+            row = self.store.get(job.id)
+            if row is None or (row[L.C_STATUS], row[L.C_WORKER], row[L.C_ATTEMPT]) != (
+                "running",
+                self.worker_id,
+                job.attempt,
+            ):
+                log.warning("job %s was rescued while this worker stalled; not run here", job.id)
+                return
         current = self.inflight.get(job.id)
         if current is not None and current.attempt == job.attempt:
             # We were judged dead while still running this job, its row was reset, and we

@@ -153,6 +153,7 @@ class Lifecycle:
         for spec in m._handlers.values():
             spec.job_type._build_adapter()
         m._engine.accepting = True
+        m._engine.stale_after_ms = int(m.worker_timeout * 1000)
         self.recovery_future()
         self.started_at = m.clock.monotonic()
         self._exclude_dead_owners()
