@@ -9,6 +9,7 @@ owners of such rows, so a rescue can treat them as dead.
 from __future__ import annotations
 
 from jobledger._core.recovery import plan_recovery
+from jobledger._types import RecoveryStrategy
 from tests.conformance import ConformantStore, claim, new_job
 
 
@@ -46,8 +47,9 @@ def test_rows_claimed_under_an_unknown_worker_are_found_and_recoverable(
     assert [j.id for j in claim(store, worker="ghost", limit=1).jobs] == [a.id]
     assert [j.id for j in claim(store, worker="live", limit=1).jobs] == [b.id]
     assert store.unregistered_claimers() == ["ghost"]
+    strategies: dict[str, RecoveryStrategy] = {"t.a": "retry"}
     stats = store.recover_worker(
-        "ghost", lambda rows: plan_recovery(rows, {"t.a": "retry"}.get), lambda why: "{}", 9
+        "ghost", lambda rows: plan_recovery(rows, strategies.get), lambda why: "{}", 9
     )
     assert (stats.reset, stats.kept, stats.cancelled) == (1, 0, [])
     assert store.unregistered_claimers() == []
