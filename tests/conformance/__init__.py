@@ -5,9 +5,14 @@ Each test takes the `backend` (or `store`) fixture, parametrized over ["sqlite",
 caller observes: returned rows, and rows read back through the store. The same test body
 runs unchanged on both backends; anything backend-specific lives in the fixture.
 
-Shared here: the `ConformantStore` protocol (what the suite calls), `Backend` (the store
-plus its `queries`, `workers` and `leader` companions, and a way to open a second store
-instance on the same database), and factories for jobs and outcomes.
+Every operation under test is called as a `Store` method: the suite sees a backend only
+through the protocol the runtime uses. Test-only SQL (setting up a row no operation
+writes, or looking at a table no operation reads) goes through `Backend.run`/`rows`/
+`execute`, written with `?` placeholders.
+
+Shared here: the `ConformantStore` protocol (what the suite calls), `Backend` (the store,
+a way to run test-only SQL on its tables and a way to open a second store instance on
+the same database), and factories for jobs and outcomes.
 """
 
 from __future__ import annotations
@@ -27,7 +32,6 @@ from jobledger._storage.interface import (
     OutcomeKind,
     Store,
 )
-from jobledger._storage.sqlite import queries as q
 
 __all__ = [
     "Backend",
@@ -36,7 +40,6 @@ __all__ = [
     "col",
     "new_job",
     "outcome",
-    "q",
 ]
 
 T = TypeVar("T")
@@ -52,11 +55,10 @@ class Backend:
 
     name: Literal["sqlite", "postgres"]
     store: ConformantStore
-    # The statements runtime code issues through `store.write` today (workers,
-    # schedules, leader), under the same names on both backends.
-    queries: Any
-    workers: Any  # module: sqlite.workers or postgres.workers
-    leader: Any  # module: sqlite.leader or postgres.leader
+    # The same object as `store`, as its concrete type (SqliteStore / PostgresStore):
+    # for test-only plumbing such as the PostgreSQL schema name, never for an operation
+    # under test.
+    raw: Any
     opener: Callable[..., ConformantStore]
     placeholder: str
     opened: list[ConformantStore] = field(default_factory=list)
@@ -75,7 +77,7 @@ class Backend:
         """Run test-only SQL against the store's tables (unqualified names) and commit."""
         if self.name == "sqlite":
             return self.store.write(work, "test")
-        schema = getattr(self.store, "schema", "jobledger")
+        schema = str(self.raw.schema)
 
         def scoped(conn: Any) -> T:
             conn.execute(f'SET LOCAL search_path TO "{schema}"')

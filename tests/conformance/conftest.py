@@ -209,44 +209,26 @@ def _close_schema_factory() -> Iterator[None]:
 
 
 def _sqlite_backend(tmp_path: Path) -> Backend:
-    from jobledger._storage.sqlite import leader, workers
-    from jobledger._storage.sqlite import queries as sqlite_queries
     from jobledger._storage.sqlite.store import SqliteStore
 
     path = str(tmp_path / "jobs.db")
 
-    def opener(**options: Any) -> ConformantStore:
+    def opener(**options: Any) -> SqliteStore:
         options.pop("listen", None)  # a PostgreSQL-only option
         return SqliteStore(path, **options)
 
-    return Backend(
-        name="sqlite",
-        store=opener(),
-        queries=sqlite_queries,
-        workers=workers,
-        leader=leader,
-        opener=opener,
-        placeholder="?",
-    )
+    store = opener()
+    return Backend(name="sqlite", store=store, raw=store, opener=opener, placeholder="?")
 
 
 def _postgres_backend(schema: str) -> Backend:
-    from jobledger._storage.postgres import leader, workers
     from jobledger._storage.postgres.store import PostgresStore
 
-    def opener(**options: Any) -> ConformantStore:
+    def opener(**options: Any) -> PostgresStore:
         return PostgresStore(PG_DSN, schema=schema, **options)
 
-    store = PostgresStore(PG_DSN, schema=schema)
-    return Backend(
-        name="postgres",
-        store=store,
-        queries=store.q,
-        workers=workers,
-        leader=leader,
-        opener=opener,
-        placeholder="%s",
-    )
+    store = opener()
+    return Backend(name="postgres", store=store, raw=store, opener=opener, placeholder="%s")
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

@@ -76,7 +76,8 @@ def test_nothing_to_take_leaves_the_outcomes_written(store: ConformantStore) -> 
 
 
 @pytest.mark.parametrize("queue_cap", [1, 2])
-def test_the_queue_cap_counts_what_is_still_running(store: ConformantStore, queue_cap: int) -> None:
+def test_the_queue_cap_counts_what_is_still_running(backend: Backend, queue_cap: int) -> None:
+    store = backend.store
     running, pending = _two_running_two_pending(store)
     [row], taken = store.finalize_and_claim(
         [outcome(running[0])], 20_000, _request(queue_cap=queue_cap, limit=5)
@@ -86,7 +87,7 @@ def test_the_queue_cap_counts_what_is_still_running(store: ConformantStore, queu
     # running[1] still holds a slot: cap 1 is full, cap 2 has one free.
     assert [c.id for c in taken.jobs] == pending[: queue_cap - 1]
     # `queue_full` is a hint a backend may leave False (see ClaimResult); SQLite sets it.
-    assert taken.queue_full is (queue_cap == 1 and store.kind == "sqlite")
+    assert taken.queue_full is (queue_cap == 1 and backend.name == "sqlite")
 
 
 def _refuse_claims(backend: Backend) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from jobledger._core.recovery import plan_recovery
 from tests.conformance import Backend, ConformantStore, claim, new_job, outcome
 
 
@@ -100,8 +101,8 @@ def test_a_stale_finalize_never_releases_the_locks_of_a_new_claim(backend: Backe
     store.enqueue([job])
     assert claim(store, worker="w1").jobs
     # w1 is presumed dead: its row is reset and re-claimed by w2, which takes a lock.
-    stats = backend.workers.recover_worker(
-        store, "w1", strategy_of=lambda _t: "retry", cancel_error=lambda m: m, now_ms=2
+    stats = store.recover_worker(
+        "w1", lambda rows: plan_recovery(rows, lambda _t: "retry"), lambda m: m, 2
     )
     assert stats.reset == 1
     assert claim(store, worker="w2").jobs

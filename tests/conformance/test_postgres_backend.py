@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -21,6 +21,9 @@ from jobledger.errors import (
 )
 from tests.conformance import claim, new_job
 from tests.conformance.conftest import PG_DSN, new_schema_name, require_postgres, schema_factory
+
+if TYPE_CHECKING:
+    from jobledger._storage.postgres.store import PostgresStore
 
 pytestmark = pytest.mark.postgres
 
@@ -37,15 +40,15 @@ def schema() -> Iterator[str]:
 
 
 @pytest.fixture
-def stores(schema: str) -> Iterator[list[Any]]:
+def stores(schema: str) -> Iterator[list[PostgresStore]]:
     """Open stores here; all are closed at teardown."""
-    opened: list[Any] = []
+    opened: list[PostgresStore] = []
     yield opened
     for s in opened:
         s.close()
 
 
-def _open(stores: list[Any], schema: str, **options: Any) -> Any:
+def _open(stores: list[PostgresStore], schema: str, **options: Any) -> Any:
     from jobledger._storage.postgres.store import PostgresStore
 
     store = PostgresStore(PG_DSN, schema=schema, **options)
@@ -59,7 +62,7 @@ def _admin() -> Any:
     return psycopg.connect(PG_DSN, autocommit=True)
 
 
-def test_migrations_are_recorded_and_idempotent(schema: str, stores: list[Any]) -> None:
+def test_migrations_are_recorded_and_idempotent(schema: str, stores: list[PostgresStore]) -> None:
     from jobledger._storage.postgres.migrate import SCHEMA_VERSION, migrate
 
     _open(stores, schema)
@@ -77,7 +80,7 @@ def test_migrations_are_recorded_and_idempotent(schema: str, stores: list[Any]) 
     assert {"jobs", "job_schedules", "queues", "workers", "locks", "leader"} <= tables
 
 
-def test_concurrent_first_opens_migrate_once(schema: str, stores: list[Any]) -> None:
+def test_concurrent_first_opens_migrate_once(schema: str, stores: list[PostgresStore]) -> None:
     from jobledger._storage.postgres.store import PostgresStore
 
     start = threading.Barrier(3)
@@ -103,7 +106,7 @@ def test_concurrent_first_opens_migrate_once(schema: str, stores: list[Any]) -> 
         assert conn.execute(f'SELECT count(*) FROM "{schema}".schema_migrations').fetchone() == (1,)
 
 
-def test_a_schema_from_a_newer_library_is_refused(schema: str, stores: list[Any]) -> None:
+def test_a_schema_from_a_newer_library_is_refused(schema: str, stores: list[PostgresStore]) -> None:
     _open(stores, schema)
     with _admin() as conn:
         conn.execute(
@@ -129,7 +132,7 @@ def test_an_unreachable_server_is_a_storage_error() -> None:
         PostgresStore("postgresql://postgres@127.0.0.1:1/test", connect_timeout=1)
 
 
-def test_schemas_are_isolated_from_each_other(schema: str, stores: list[Any]) -> None:
+def test_schemas_are_isolated_from_each_other(schema: str, stores: list[PostgresStore]) -> None:
     other_schema = f"{schema}_b"
     try:
         a = _open(stores, schema)
@@ -171,7 +174,9 @@ def _enqueue_together(writers: list[Any], key: str) -> list[str]:
     return ids
 
 
-def test_concurrent_enqueues_of_one_key_make_one_row(schema: str, stores: list[Any]) -> None:
+def test_concurrent_enqueues_of_one_key_make_one_row(
+    schema: str, stores: list[PostgresStore]
+) -> None:
     writers = [_open(stores, schema) for _ in range(4)]
     for round_ in range(3):
         ids = _enqueue_together(writers, f"k{round_}")
@@ -181,7 +186,7 @@ def test_concurrent_enqueues_of_one_key_make_one_row(schema: str, stores: list[A
 
 
 def test_a_held_queue_lock_makes_claim_busy_within_busy_timeout(
-    schema: str, stores: list[Any]
+    schema: str, stores: list[PostgresStore]
 ) -> None:
     store = _open(stores, schema, busy_timeout=0.2)
     store.enqueue([new_job()])
@@ -198,7 +203,9 @@ def test_a_held_queue_lock_makes_claim_busy_within_busy_timeout(
     assert len(claim(store).jobs) == 1
 
 
-def test_errors_in_a_user_transaction_roll_it_back(schema: str, stores: list[Any]) -> None:
+def test_errors_in_a_user_transaction_roll_it_back(
+    schema: str, stores: list[PostgresStore]
+) -> None:
     store = _open(stores, schema)
     job = new_job()
 
@@ -220,7 +227,7 @@ def test_errors_in_a_user_transaction_roll_it_back(schema: str, stores: list[Any
 
 
 def test_the_poll_fallback_sees_a_write_only_once_it_committed(
-    schema: str, stores: list[Any]
+    schema: str, stores: list[PostgresStore]
 ) -> None:
     poller = _open(stores, schema, listen=False)
     writer = _open(stores, schema)
@@ -241,7 +248,9 @@ def test_the_poll_fallback_sees_a_write_only_once_it_committed(
     assert poller.data_version() == v3
 
 
-def test_own_commits_do_not_count_as_changes_when_listening(schema: str, stores: list[Any]) -> None:
+def test_own_commits_do_not_count_as_changes_when_listening(
+    schema: str, stores: list[PostgresStore]
+) -> None:
     store = _open(stores, schema)
     other = _open(stores, schema)
     version = store.data_version()
@@ -255,7 +264,9 @@ def test_own_commits_do_not_count_as_changes_when_listening(schema: str, stores:
         time.sleep(0.01)
 
 
-def test_a_lost_listener_counts_as_a_change_and_reconnects(schema: str, stores: list[Any]) -> None:
+def test_a_lost_listener_counts_as_a_change_and_reconnects(
+    schema: str, stores: list[PostgresStore]
+) -> None:
     store = _open(stores, schema)
     version = store.data_version()
     with _admin() as conn:
@@ -282,7 +293,7 @@ def _raise(conn: Any, sqlstate: str) -> None:
 
 
 def test_deadlocks_and_serialization_failures_are_retried_whole(
-    schema: str, stores: list[Any]
+    schema: str, stores: list[PostgresStore]
 ) -> None:
     store = _open(stores, schema)
     calls: list[int] = []
@@ -315,7 +326,7 @@ def test_deadlocks_and_serialization_failures_are_retried_whole(
     ],
 )
 def test_server_errors_map_onto_the_storage_error_tree(
-    schema: str, stores: list[Any], sqlstate: str, error: str, code: str
+    schema: str, stores: list[PostgresStore], sqlstate: str, error: str, code: str
 ) -> None:
     store = _open(stores, schema)
     with pytest.raises(StorageError) as info:
@@ -328,7 +339,7 @@ def test_server_errors_map_onto_the_storage_error_tree(
 
 
 def test_a_connection_lost_mid_transaction_fails_and_the_next_call_reconnects(
-    schema: str, stores: list[Any]
+    schema: str, stores: list[PostgresStore]
 ) -> None:
     store = _open(stores, schema)
     job = new_job()
@@ -347,7 +358,9 @@ def test_a_connection_lost_mid_transaction_fails_and_the_next_call_reconnects(
     assert store.get(again.id) is not None
 
 
-def test_without_the_global_lock_the_queue_cap_stays_exact(schema: str, stores: list[Any]) -> None:
+def test_without_the_global_lock_the_queue_cap_stays_exact(
+    schema: str, stores: list[PostgresStore]
+) -> None:
     first = _open(stores, schema, exact_global_cap=False)
     first.enqueue([new_job() for _ in range(10)])
     claimers = [first, *(_open(stores, schema, exact_global_cap=False) for _ in range(3))]
@@ -366,19 +379,43 @@ def test_without_the_global_lock_the_queue_cap_stays_exact(schema: str, stores: 
     assert sorted(got) == [0, 0, 0, 2]
 
 
-def test_update_schedule_sql_takes_only_schedule_columns(schema: str, stores: list[Any]) -> None:
-    store = _open(stores, schema)
-    sql = store.q.update_schedule_sql(["name", "enabled", "updated_at"])
-    assert sql == (
-        f'UPDATE "{schema}".job_schedules SET name = %s, enabled = %s, updated_at = %s '
-        "WHERE id = %s"
-    )
-    for bad in (["name; DROP TABLE x"], []):
-        with pytest.raises(ValueError, match="schedule columns"):
-            store.q.update_schedule_sql(bad)
+def test_schedule_operations_stay_in_the_stores_schema(
+    schema: str, stores: list[PostgresStore]
+) -> None:
+    """The shared schedule operations run the dialect's schema-qualified statements: the
+    same id in two schemas is two rows, and an update names only schedule columns."""
+    from jobledger._storage.records import ScheduleRow
+
+    other_schema = f"{schema}_b"
+    try:
+        a = _open(stores, schema)
+        b = _open(stores, other_schema)
+        row = ScheduleRow("s", "t.a", "", "{}", "{}", "{}", 1, None, None, 0, "{}", 1, 1)
+        a.insert_schedule(row)
+        b.insert_schedule(row)
+        a.update_schedule("s", {"name": "renamed", "enabled": 0, "updated_at": 2})
+        assert a.get_schedule("s") == row._replace(name="renamed", enabled=0, updated_at=2)
+        assert b.get_schedule("s") == row
+        a.set_schedule_next_run("s", 1_000, 3)
+        assert b.get_schedule("s") == row
+        assert a.delete_schedule("s") is True
+        assert b.list_schedules() == [row]
+        for bad in ({"name; DROP TABLE x": 1}, {}):
+            with pytest.raises(ValueError, match="schedule columns"):
+                b.update_schedule("s", bad)
+        assert b.get_schedule("s") == row
+        with _admin() as conn:
+            assert conn.execute(
+                f'SELECT id, name FROM "{other_schema}".job_schedules'
+            ).fetchall() == [("s", "")]
+    finally:
+        for s in stores:
+            s.close()
+        stores.clear()
+        schema_factory().give_back(other_schema)
 
 
-def test_synchronous_commit_is_set_on_the_writer(schema: str, stores: list[Any]) -> None:
+def test_synchronous_commit_is_set_on_the_writer(schema: str, stores: list[PostgresStore]) -> None:
     relaxed = _open(stores, schema, synchronous_commit="off")
     default = _open(stores, schema)
 

@@ -13,12 +13,10 @@ from multiprocessing.synchronize import Barrier, Event
 from typing import Any
 
 from jobledger._storage.lease import acquire_writer_lease
-from jobledger._storage.ownership import publish_heartbeat
 from jobledger._storage.sqlite.migrate import migrate
 
 WAIT = 30.0
 EXIT_BUSY = 5
-EXIT_SKIPPED = 4
 EXIT_TIMEOUT = 6
 
 
@@ -40,12 +38,6 @@ def try_lease(lock_path: str) -> None:
     if lease is None:
         sys.exit(EXIT_BUSY)
     lease.release()
-
-
-def publish(db_path: str, owner: str, now_ms: int) -> None:
-    """Publish one heartbeat; exit EXIT_SKIPPED if it was skipped."""
-    if not publish_heartbeat(db_path, owner, now_ms):
-        sys.exit(EXIT_SKIPPED)
 
 
 def migrate_at_barrier(db_path: str, barrier: Barrier, results: Queue[tuple[str, str]]) -> None:

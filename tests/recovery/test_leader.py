@@ -23,6 +23,7 @@ from jobledger._storage.interface import Store
 from jobledger._storage.lease import acquire_writer_lease, writer_lock_path_for
 from jobledger._storage.open import open_store
 from jobledger._storage.sqlite.store import SqliteStore
+from tests.conftest import db_rows
 from tests.recovery import arun, wait_for_async
 
 HOST = socket.gethostname()
@@ -53,23 +54,8 @@ def sqlite_store(tmp_path: Path) -> Iterator[SqliteStore]:
     s.close()
 
 
-def _sql(store: Store, sql: str) -> str:
-    """`sql` with `?` placeholders in the store's dialect."""
-    return sql.replace("?", "%s") if store.kind == "postgres" else sql
-
-
 def _register(store: Store, worker_id: str, *, host: str = HOST, pid: int = 0) -> None:
-    store.write(
-        lambda c: c.execute(
-            _sql(
-                store,
-                "INSERT INTO workers (id, hostname, pid, handlers, started_at, heartbeat_at) "
-                "VALUES (?, ?, ?, '[]', 0, 0)",
-            ),
-            (worker_id, host, pid or os.getpid()),
-        ),
-        "test_register",
-    )
+    store.register_worker(worker_id, host, pid or os.getpid(), [], 0)
 
 
 def _lease(store: Store, worker_id: str, clock: Clock) -> LeaderLease:
@@ -77,10 +63,17 @@ def _lease(store: Store, worker_id: str, clock: Clock) -> LeaderLease:
 
 
 def _row(store: Store) -> tuple[str, int, int] | None:
-    row = store.read(
-        lambda c: c.execute("SELECT worker_id, term, expires_at FROM leader").fetchone()
+    lease = store.read_lease()
+    return None if lease is None else (lease.worker_id, lease.term, lease.expires_at)
+
+
+def _put_lease(db: str, worker_id: str, term: int, expires_at: int) -> None:
+    """A lease row written straight into the table, as another process left it."""
+    db_rows(
+        db,
+        "INSERT INTO leader (id, worker_id, term, expires_at) VALUES (1, ?, ?, ?)",
+        (worker_id, term, expires_at),
     )
-    return None if row is None else (row[0], row[1], row[2])
 
 
 def _dead_pid() -> int:
@@ -143,43 +136,29 @@ def test_resign_hands_over_at_once_with_a_new_term(store: Store) -> None:
 
 
 @pytest.mark.parametrize("how", ["pid gone on this host", "stopped", "unregistered"])
-def test_a_dead_holder_is_replaced_before_its_lease_expires(store: Store, how: str) -> None:
+def test_a_dead_holder_is_replaced_before_its_lease_expires(
+    store: Store, db: str, how: str
+) -> None:
     clock = Clock()
     if how == "pid gone on this host":
         _register(store, "a", pid=_dead_pid())
     elif how == "stopped":
         _register(store, "a")
-        store.write(lambda c: c.execute("UPDATE workers SET stopped_at = 1"), "test_stop")
+        store.stop_worker("a", 1)
     else:
         pass  # "a" never had a worker row (or recovery already deleted it)
     _register(store, "b")
-    store.write(
-        lambda c: c.execute(
-            _sql(
-                store, "INSERT INTO leader (id, worker_id, term, expires_at) VALUES (1, 'a', 7, ?)"
-            ),
-            (clock.ms + 600_000,),
-        ),
-        "test_lease",
-    )
+    _put_lease(db, "a", 7, clock.ms + 600_000)
     b = _lease(store, "b", clock)
     assert b.step()
     assert _row(store) == ("b", 8, clock.ms + 10_000)
 
 
-def test_a_live_holder_on_this_host_is_not_replaced(store: Store) -> None:
+def test_a_live_holder_on_this_host_is_not_replaced(store: Store, db: str) -> None:
     clock = Clock()
     _register(store, "a")  # our own pid: alive
     _register(store, "b")
-    store.write(
-        lambda c: c.execute(
-            _sql(
-                store, "INSERT INTO leader (id, worker_id, term, expires_at) VALUES (1, 'a', 3, ?)"
-            ),
-            (clock.ms + 5_000,),
-        ),
-        "test_lease",
-    )
+    _put_lease(db, "a", 3, clock.ms + 5_000)
     assert not _lease(store, "b", clock).step()
 
 

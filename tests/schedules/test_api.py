@@ -11,7 +11,9 @@ import pydantic
 import pytest
 
 import jobledger as jl
+from jobledger._storage.records import ScheduleRow
 from jobledger.testing import FakeClock
+from tests.conftest import db_rows, sql_for
 from tests.schedules import (
     START,
     TICK,
@@ -46,12 +48,7 @@ def _code(fn: Callable[[], object]) -> str:
     return info.value.code
 
 
-def _sql(jobs: jl.JobManager, sql: str) -> str:
-    """`sql` with `?` placeholders in the dialect of the manager's backend."""
-    return sql.replace("?", "%s") if jobs._store.kind == "postgres" else sql
-
-
-def _rows(jobs: jl.JobManager) -> list[tuple[Any, ...]]:
+def _rows(jobs: jl.JobManager) -> list[ScheduleRow]:
     """Every stored schedule row, to prove a failed call wrote nothing."""
     return jobs._schedules.list_rows()
 
@@ -491,7 +488,7 @@ def test_a_committed_register_tx_is_armed_by_the_sync(db: str) -> None:
             sid = s.jobs.register_job_schedule_tx(
                 tx, TICK, Tick(n=5), trigger=jl.Interval(seconds=10), name="tx"
             )
-            tx.execute(_sql(s.jobs, "INSERT INTO subscription VALUES (?)"), (sid,))
+            tx.execute(sql_for(db, "INSERT INTO subscription VALUES (?)"), (sid,))
         timer = f"schedule:{sid}"
         assert not s.sched.has(timer)  # the tx variant never touches timers
         snap = s.jobs.get_job_schedule_by_id(sid)
@@ -572,17 +569,15 @@ def test_a_committed_update_tx_touches_no_timer_until_the_sync(db: str) -> None:
 def test_sync_never_raises(db: str) -> None:
     async def body(s: Started) -> None:
         # A row whose stored trigger cannot be armed any more (no future fire).
-        s.jobs._store.write(
-            lambda c: c.execute(
-                _sql(s.jobs, "UPDATE job_schedules SET trigger = ? WHERE id = ?"),
-                ('{"kind": "cron", "expr": "0 0 30 2 *", "timezone": null, "limit": null}', s.sid),
-            ),
-            "test",
+        db_rows(
+            db,
+            "UPDATE job_schedules SET trigger = ? WHERE id = ?",
+            ('{"kind": "cron", "expr": "0 0 30 2 *", "timezone": null, "limit": null}', s.sid),
         )
         s.jobs.sync_job_schedule_timer_by_id(s.sid)
         assert not s.sched.has(s.timer)
         s.jobs.sync_job_schedule_timer_by_id("no such id")
-        s.jobs._store.write(lambda c: c.execute("DELETE FROM job_schedules"), "test")
+        db_rows(db, "DELETE FROM job_schedules")
         s.jobs.sync_job_schedule_timer_by_id(s.sid)
 
     started(db, body)
