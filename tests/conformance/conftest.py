@@ -130,7 +130,7 @@ class SchemaFactory:
                                 if self._stop.is_set():
                                     self._used.put(name)
                                     return
-            except psycopg.OperationalError as exc:
+            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
                 # The server restarted (tests/recovery/test_transient_faults.py does it on
                 # purpose): connect again; a half-made schema is dropped as stale later.
                 failures += 1
@@ -154,7 +154,7 @@ class SchemaFactory:
                     while (name := self._used.get()) is not None:
                         _drop_schema(name, conn)
                     return
-            except psycopg.OperationalError:
+            except (psycopg.OperationalError, psycopg.InterfaceError):
                 time.sleep(0.1)  # a server restart: connect again
             except BaseException as exc:
                 self._errors.append(exc)
@@ -163,7 +163,7 @@ class SchemaFactory:
     def take(self) -> str:
         item = self._ready.get(timeout=60)
         if isinstance(item, BaseException):
-            raise RuntimeError("could not prepare a PostgreSQL schema") from item
+            raise RuntimeError(f"could not prepare a PostgreSQL schema: {item!r}") from item
         return item
 
     def give_back(self, schema: str) -> None:
