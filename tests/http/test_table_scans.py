@@ -1,7 +1,8 @@
 """The read model's passes over `jobs` against figures worked out row by row in Python.
 
 `/metrics` and the dashboard's queue table each come from one grouped pass over the
-table (see `read_model._metrics_scan` and `_QUEUE_STATS_SCAN`); these tests check them
+table (see `metrics_scan` and `QUEUE_STATS_SCAN` in `_storage/sqlite/observe.py`, and
+their twins in `_storage/postgres/observe.py`); these tests check them
 against a plain reading of every row, on rows made to hit each edge: every status,
 values on and around the histogram bounds, negative start delays, NULL times, and a
 queue without rows.
