@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint typecheck pytest bench demo install clean
+.PHONY: test lint typecheck pytest bench chaos demo install clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -31,6 +31,15 @@ test: lint typecheck pytest
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[web,postgres,dev,bench]'
 	$(BIN)/python bench/run_all.py
+
+# Worker processes killed, frozen and locked out at random, on SQLite then PostgreSQL
+# (docs/reliability.md). Not part of `make test`. CHAOS_ARGS="--seed 2 --duration 30".
+chaos: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[web,postgres,dev,bench]'
+	rc=0; \
+	$(BIN)/python bench/chaos.py --backend sqlite $(CHAOS_ARGS) || rc=1; \
+	$(BIN)/python bench/chaos.py --backend postgres $(CHAOS_ARGS) || rc=1; \
+	exit $$rc
 
 demo: $(STAMP)
 	$(BIN)/jobledger --db demo.db demo

@@ -27,9 +27,8 @@ from pydantic import TypeAdapter
 from jobledger._core.registry import JobType
 from jobledger._fake_clock import FakeClock
 from jobledger._runtime.manager import JobManager
-from jobledger._storage import layout as L
-from jobledger._storage.rows import snapshot_from_row
 from jobledger._types import JobSnapshot
+from jobledger.clock import to_ms
 from jobledger.errors import JobError
 
 __all__ = ["FakeClock", "assert_enqueued", "drain"]
@@ -38,49 +37,40 @@ _LIVE = ("pending", "delayed", "running")
 _STEP = 0.001  # real seconds between looks while the engine works
 
 
-def _rows(jobs: JobManager, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
-    return jobs._store.read(lambda c: c.execute(sql, params).fetchall())
+def _all(jobs: JobManager, **filters: Any) -> list[JobSnapshot]:
+    """Every job that matches, through the public `list` (1000 a page)."""
+    out: list[JobSnapshot] = []
+    while True:
+        page = jobs.list(limit=1000, offset=len(out), **filters)
+        out.extend(page)
+        if len(page) < 1000:
+            return out
 
 
-def _handled(jobs: JobManager) -> tuple[str, ...]:
-    return tuple(jobs._handlers)
-
-
-def _in(n: int) -> str:
-    return ",".join("?" * n)
+def _waiting(jobs: JobManager) -> list[JobSnapshot]:
+    """Waiting jobs of the types this manager runs (the engine will take them when due)."""
+    handled = set(jobs.job_types)
+    return [
+        s
+        for s in _all(jobs, status=("pending", "delayed"))
+        if s.type in handled and not s.cancel_requested
+    ]
 
 
 def _due_work(jobs: JobManager, now_ms: int) -> bool:
-    """A waiting job of a type this manager runs is due now (the engine will take it)."""
-    types = _handled(jobs)
-    if not types:
-        return False
-    rows = _rows(
-        jobs,
-        "SELECT 1 FROM jobs WHERE status IN ('pending', 'delayed') AND cancel_requested = 0 "
-        f"AND scheduled_at <= ? AND type IN ({_in(len(types))}) LIMIT 1",
-        (now_ms, *types),
-    )
-    return bool(rows)
+    return any(to_ms(s.scheduled_at) <= now_ms for s in _waiting(jobs))
 
 
 def _next_due(jobs: JobManager, now_ms: int) -> int | None:
-    types = _handled(jobs)
-    if not types:
-        return None
-    rows = _rows(
-        jobs,
-        "SELECT min(scheduled_at) FROM jobs WHERE status IN ('pending', 'delayed') "
-        f"AND cancel_requested = 0 AND scheduled_at > ? AND type IN ({_in(len(types))})",
-        (now_ms, *types),
-    )
-    value = rows[0][0] if rows else None
-    return None if value is None else int(value)
+    later = [to_ms(s.scheduled_at) for s in _waiting(jobs)]
+    return min((t for t in later if t > now_ms), default=None)
 
 
 def _busy(jobs: JobManager) -> bool:
-    engine = jobs._engine
-    return bool(engine.inflight or engine._buffer or engine._settling)
+    # A running row is a handler at work or an outcome still being written; the hooks
+    # that run after a write (on_settled) are the engine's to report.
+    mine = any(s.worker_id == jobs.worker_id for s in _all(jobs, status="running"))
+    return mine or bool(jobs._engine.settling())
 
 
 async def drain(jobs: JobManager, *, timeout: float = 30.0) -> list[JobSnapshot]:
@@ -102,17 +92,16 @@ async def drain(jobs: JobManager, *, timeout: float = 30.0) -> list[JobSnapshot]
     engine = jobs._engine
     deadline = time.monotonic() + timeout
     start_ms = engine.now_ms()
-    involved = {r[0] for r in _rows(jobs, f"SELECT id FROM jobs WHERE status IN {_LIVE}")}
-    seen_before = {
-        r[0] for r in _rows(jobs, "SELECT id FROM jobs WHERE created_at >= ?", (start_ms,))
-    }
+    involved = {s.id for s in _all(jobs, status=_LIVE)}
+    seen_before = {s.id for s in _all(jobs) if to_ms(s.created_at) >= start_ms}
 
     def overdue(what: str) -> TimeoutError:
-        live = [r[0] for r in _rows(jobs, f"SELECT id FROM jobs WHERE status IN {_LIVE}")]
+        live = [s.id for s in _all(jobs, status=_LIVE)]
         return TimeoutError(f"drain: {what} after {timeout:g}s; live jobs: {live[:10]}")
 
-    # The quiet window: nothing is dispatched until the startup recovery flow has run.
-    while not jobs._lifecycle.dispatch_open and not jobs.paused:
+    # The quiet window: rows of dead workers wait for the sweep after it, so the fake
+    # clock is moved through it (real time: waited out).
+    while not jobs.recovery_done.done() and not jobs.paused:
         if time.monotonic() > deadline:
             raise overdue("the startup quiet window did not end")
         step = fake.next_deadline() if fake is not None else None
@@ -136,17 +125,13 @@ async def drain(jobs: JobManager, *, timeout: float = 30.0) -> list[JobSnapshot]
         else:
             await asyncio.sleep(min(0.05, (nxt - now) / 1000))
 
-    rows = _rows(
-        jobs,
-        f"SELECT {L.JOB_COLUMNS} FROM jobs WHERE created_at >= ? ORDER BY created_at, id",
-        (start_ms,),
-    )
-    fresh = [r for r in rows if r[L.C_ID] not in seen_before or r[L.C_ID] in involved]
-    ids = {r[L.C_ID] for r in fresh}
-    missing = [i for i in involved if i not in ids]
-    fresh.extend(row for row in map(jobs._store.get, missing) if row is not None)
-    fresh.sort(key=lambda r: (r[L.C_CREATED_AT], r[L.C_ID]))
-    return [snapshot_from_row(r) for r in fresh]
+    fresh = [
+        s
+        for s in _all(jobs)
+        if (to_ms(s.created_at) >= start_ms and s.id not in seen_before) or s.id in involved
+    ]
+    fresh.sort(key=lambda s: (s.created_at, s.id))
+    return fresh
 
 
 class _AnyPayload:
@@ -181,12 +166,11 @@ def assert_enqueued(
     """
     name = job_type.name if isinstance(job_type, JobType) else job_type
     typed = job_type if isinstance(job_type, JobType) else jobs.job_types.get(name)
-    sql = f"SELECT {L.JOB_COLUMNS} FROM jobs WHERE type = ?"
-    params: tuple[Any, ...] = (name,)
     if status is not None:
-        sql += " AND status = ?"
-        params = (name, str(status))
-    snaps = [snapshot_from_row(r) for r in _rows(jobs, sql + " ORDER BY created_at, id", params)]
+        snaps = _all(jobs, type=name, status=str(status))
+    else:
+        snaps = _all(jobs, type=name)
+    snaps.sort(key=lambda s: (s.created_at, s.id))
     if payload is _ANY_PAYLOAD:
         matching = snaps
         wanted = ""
@@ -199,9 +183,7 @@ def assert_enqueued(
         how_many = f"exactly {count}" if count is not None else "at least one"
         where = f" in state {status!r}" if status is not None else ""
         found = [s.payload for s in snaps[:10]]
-        others = sorted(
-            {r[0] for r in _rows(jobs, "SELECT DISTINCT type FROM jobs WHERE type != ?", (name,))}
-        )
+        others = sorted({s.type for s in _all(jobs)} - {name})
         raise AssertionError(
             f"expected {how_many} {name!r} job(s){wanted}{where}, found {len(matching)}. "
             f"{len(snaps)} {name!r} job(s) stored, payloads: {found}"

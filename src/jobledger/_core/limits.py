@@ -1,4 +1,4 @@
-"""The bounds every input is held to before it reaches a row (DESIGN.md §8.12).
+"""The bounds every input is held to before it reaches a row (docs/reference/errors.md).
 
 Each bound is the edge of what the rest of the system can read back: a time past
 year 9999 (or before 1970) is a row that `get`, `list` and every HTTP page fail on; an

@@ -109,7 +109,7 @@ class Attempt:
         self.task: asyncio.Future[Any] | None = None
         self.submitted = False
         self.kept = False  # its outcome's first write failed; it is being written again
-        # Set once the outcome is committed and on_settled has run (the seed's "executed").
+        # Set once the outcome is committed and on_settled has run (the "executed" signal).
         self.done = Done()
         self.progress: float | None = None
         self.progress_detail: str | None = None

@@ -1,6 +1,6 @@
 """The engine: dispatch, execution and grouped finalize on one asyncio loop.
 
-Dispatch follows seed 001, per queue:
+Dispatch, per queue (docs/design/lock-layers.md):
 
 1. take the queue's layer-1 lock;
 2. in ONE `BEGIN IMMEDIATE`: count the queue's running rows, count all running rows,
@@ -182,6 +182,10 @@ class Engine:
         self._unconfirmed = False
         self.on_delayed: Callable[[int], None] = lambda at_ms: None
         self.on_settled_row: Callable[[JobRow], None] = _ignore_row
+        self.on_unregistered: Callable[[], None] = lambda: None
+        # A claim older than this when its handler is about to start (`worker_timeout`)
+        # is checked against the row first; None: never.
+        self.stale_after_ms: int | None = None
 
     def limit_process(self, process_max: int | None) -> None:
         """Run at most `process_max` jobs at once here (None: the global cap), from the
@@ -266,7 +270,7 @@ class Engine:
             self._kick_later(qu.name)
             return
         with qu.lock:
-            if self._gate_closed():  # re-checked under the lock (seed 001)
+            if self._gate_closed():  # re-checked under the lock (docs/design/lock-layers.md)
                 return
             try:
                 result = self.store.claim(
@@ -278,6 +282,7 @@ class Engine:
                     worker_id=self.worker_id,
                     types=tuple(self.handlers),
                     exclude_owners=self.exclude_owners,
+                    registered=True,
                 )
             except Exception:
                 log.warning("claim on queue %r failed; retrying shortly", qu.name, exc_info=True)
@@ -287,6 +292,16 @@ class Engine:
         self._take(qu, result, limit)
 
     def _take(self, qu: DispatchQueue, result: ClaimResult, limit: int) -> None:
+        if result.unregistered:
+            # Another process judged us dead and deleted our worker row: claims wait
+            # until we are registered again (they would belong to nobody otherwise).
+            log.warning("worker %s has no worker row; registering before it claims", self.worker_id)
+            try:
+                self.on_unregistered()
+            except Exception:
+                log.warning("registering again failed; retrying", exc_info=True)
+            self._kick_later(qu.name)
+            return
         if result.global_blocked:
             self.global_blocked = True
             self._denied[qu.name] = None
@@ -315,9 +330,8 @@ class Engine:
 
     def _writers_busy(self) -> bool:
         # A write in progress is most likely the busy process's next claim.
-        probe: Callable[[], bool] | None = getattr(self.store, "writer_busy", None)
         try:
-            return probe is not None and probe()
+            return self.store.writer_busy()
         except Exception:
             return False
 
@@ -338,12 +352,23 @@ class Engine:
 
     def _start(self, qu: DispatchQueue, job: ClaimedJob) -> None:
         assert self.loop is not None
+        if self.stale_after_ms is not None and self.now_ms() - job.started_at > self.stale_after_ms:
+            # This process stalled (a freeze, a long pause) between the claim and now, long
+            # enough to be judged dead: the job may run elsewhere already. One read tells.
+            row = self.store.get(job.id)
+            if row is None or (row[L.C_STATUS], row[L.C_WORKER], row[L.C_ATTEMPT]) != (
+                "running",
+                self.worker_id,
+                job.attempt,
+            ):
+                log.warning("job %s was rescued while this worker stalled; not run here", job.id)
+                return
         current = self.inflight.get(job.id)
         if current is not None and current.attempt == job.attempt:
             # We were judged dead while still running this job, its row was reset, and we
-            # claimed it again. Never run a job twice at once in one process (the seed's
-            # #16291 guard): the running execution holds the same (worker, attempt)
-            # claim, so its outcome settles this new claim too.
+            # claimed it again. Never run a job twice at once in one process
+            # (tests/engine/test_reclaim.py): the running execution holds the same
+            # (worker, attempt) claim, so its outcome settles this new claim too.
             log.warning("job %s is already running in this worker; its claim is adopted", job.id)
             return
         spec = self.handlers[job.type]
@@ -676,6 +701,7 @@ class Engine:
             self.worker_id,
             tuple(self.handlers),
             self.exclude_owners,
+            True,
         )
         return qu, request
 

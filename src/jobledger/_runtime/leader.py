@@ -1,4 +1,4 @@
-"""Leadership: one started manager per database runs the cluster-wide chores (DESIGN §3).
+"""Leadership: one started manager per database runs the cluster-wide chores.
 
 The leader alone rescues dead workers' rows mid-session, collects old terminal rows
 (GC) and arms persistent schedules (through `ScheduleHooks.on_leadership`). Startup
@@ -14,10 +14,11 @@ The lease is a term-scoped row, `leader(id=1, worker_id, term, expires_at)`:
     leader --renew matched no row / could not renew before expiry / stop()--> follower
 
 * Acquire. A follower first reads the row without any lock (most ticks end here: a live
-  leader holds it). If it looks free, it takes the cross-process lock file
-  (`lease.acquire_writer_lease`, non-blocking) and, under it, re-reads and writes the row
-  in one `BEGIN IMMEDIATE` transaction; that re-read is the authoritative check (another
-  process may have won in between). A busy lock file means "try at the next tick".
+  leader holds it). If it looks free, `Store.take_lease` serialises the takers (SQLite: a
+  cross-process lock file taken without waiting; PostgreSQL: an advisory lock) and,
+  under that guard, re-reads and writes the row in one transaction; that re-read is the
+  authoritative check (another process may have won in between). A busy guard means
+  "try at the next tick".
 * Renew. The leader extends `expires_at = now + ttl` with a compare-and-set on its
   `(worker_id, term)`; a miss means a successor took over, and it steps down at once.
   If renewing fails (e.g. `DB_BUSY`), it stays leader only while its last lease has
@@ -41,8 +42,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from jobledger._core.recovery import holder_alive
 from jobledger._storage.interface import Store
-from jobledger._storage.lease import acquire_writer_lease, writer_lock_path_for
+from jobledger._storage.records import LeaseRow
 
 __all__ = ["LeaderLease"]
 
@@ -97,9 +99,7 @@ class LeaderLease:
             return
         expires = now + self.ttl_ms
         try:
-            held = self.store.leader_ops.renew_lease(
-                self.store, self.worker_id, self.term, expires_at=expires
-            )
+            held = self.store.renew_lease(self.worker_id, self.term, expires_at=expires)
         except Exception:
             log.warning("could not renew the leader lease (term %s)", self.term, exc_info=True)
             if now + self.renew_ms >= self.expires_at:
@@ -112,27 +112,23 @@ class LeaderLease:
         self._renewed_at = now
 
     def _try_take(self, now: int) -> None:
-        seen = self.store.leader_ops.read_lease(self.store)
-        if (
-            seen is not None
-            and seen.worker_id != self.worker_id
-            and self.store.leader_ops.holder_alive(seen, now_ms=now, hostname=self.hostname)
-        ):
+        seen = self.store.read_lease()
+        if seen is not None and seen.worker_id != self.worker_id and self._alive(seen, now):
             return
-        if self.store.memory or self.store.kind != "sqlite":
-            # PostgreSQL serialises takers inside take_lease (advisory lock): no lock file.
-            self._take(now)
-            return
-        lock = acquire_writer_lease(writer_lock_path_for(self.store.path))
-        if lock is None:
-            return
-        with lock:
-            self._take(now)
+        self._take(now)
+
+    def _alive(self, lease: LeaseRow, now: int) -> bool:
+        return holder_alive(lease, now_ms=now, hostname=self.hostname)
 
     def _take(self, now: int) -> None:
         try:
-            term = self.store.leader_ops.take_lease(
-                self.store, self.worker_id, now_ms=now, ttl_ms=self.ttl_ms, hostname=self.hostname
+            # The store serialises would-be leaders (a lock file, an advisory lock) and
+            # re-reads the lease under that guard: its answer, not ours above, decides.
+            term = self.store.take_lease(
+                self.worker_id,
+                now_ms=now,
+                ttl_ms=self.ttl_ms,
+                alive=lambda lease: self._alive(lease, now),
             )
         except Exception:
             log.warning("could not take the leader lease", exc_info=True)
@@ -158,6 +154,6 @@ class LeaderLease:
         if term is None:
             return
         try:
-            self.store.leader_ops.resign_lease(self.store, self.worker_id, term)
+            self.store.resign_lease(self.worker_id, term)
         except Exception:
             log.warning("could not resign the leader lease; it expires by itself", exc_info=True)

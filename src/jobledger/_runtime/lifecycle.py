@@ -1,4 +1,4 @@
-"""Start, recovery, pause/drain and stop of one `JobManager` (seed 001, DESIGN §4).
+"""Start, recovery, pause/drain and stop of one `JobManager` (docs/design/recovery.md).
 
 Services, in dependency order:
     workers    registers this manager in `workers`, heartbeats, holds/renews the leader
@@ -34,17 +34,17 @@ exactly once, resume crons and refresh `next_run` (the last three via the hook).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import socket
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from jobledger._core.recovery import dead_workers, plan_recovery
 from jobledger._runtime.leader import LeaderLease
 from jobledger._runtime.services import Runtime, Service
+from jobledger._storage.records import WorkerRow
 from jobledger._storage.rows import error_to_json
-from jobledger._storage.sqlite.workers import WorkerRow
 from jobledger._types import DrainVerdict, JobErrorInfo, RecoveryStrategy
 
 if TYPE_CHECKING:
@@ -153,10 +153,11 @@ class Lifecycle:
         for spec in m._handlers.values():
             spec.job_type._build_adapter()
         m._engine.accepting = True
+        m._engine.stale_after_ms = int(m.worker_timeout * 1000)
         self.recovery_future()
         self.started_at = m.clock.monotonic()
         self._exclude_dead_owners()
-        self._runtime = Runtime([WorkerService(self), JobService(self)])
+        self._runtime = Runtime([m._promoter, WorkerService(self), JobService(self)])
         await self._runtime.start()
         # Every row not owned by a dead worker is work now: producers'
         # rows, live workers' and this manager's own; only the sweep waits for the window.
@@ -177,8 +178,8 @@ class Lifecycle:
         cancel them by strategy (abandon, orphans, superseded singletons)."""
         m = self.m
         try:
-            dead, _ = m._store.workers.dead_workers(
-                m._store,
+            dead, _ = dead_workers(
+                m._store.list_workers(),
                 now_ms=m._engine.now_ms(),
                 timeout_ms=int(m.worker_timeout * 1000),
                 hostname=self.hostname,
@@ -242,21 +243,29 @@ class Lifecycle:
         elif name == "schedules":
             await self.schedules.catch_up_and_arm()
         else:
-            if m._promote_wake is not None:
-                m._promote_wake.set()
+            m._promoter.wake()
             m._engine.kick_all()
 
     def rescue(self) -> int:
         """Recover the rows of every dead worker by strategy; returns how many workers."""
         m = self.m
         now = m._engine.now_ms()
-        dead, alive = m._store.workers.dead_workers(
-            m._store,
+        dead, alive = dead_workers(
+            m._store.list_workers(),
             now_ms=now,
             timeout_ms=int(m.worker_timeout * 1000),
             hostname=self.hostname,
             exclude=m.worker_id,
         )
+        # Rows claimed under an id that has no worker row are a dead worker's too (a
+        # claim that raced the deletion of its worker's row).
+        known = {w.id for w in dead} | {w.id for w in alive} | {m.worker_id}
+        ghosts = [
+            WorkerRow(i, "", 0, (), 0, 0, 0)
+            for i in m._store.unregistered_claimers()
+            if i not in known
+        ]
+        dead = dead + ghosts
         if not dead:
             return 0
         strategies: dict[str, RecoveryStrategy] = {}
@@ -275,12 +284,11 @@ class Lifecycle:
 
         kicked: set[str] = set()
         for worker in dead:
-            stats = m._store.workers.recover_worker(
-                m._store,
+            stats = m._store.recover_worker(
                 worker.id,
-                strategy_of=strategies.get,
-                cancel_error=cancel_error,
-                now_ms=now,
+                lambda rows: plan_recovery(rows, strategies.get),
+                cancel_error,
+                now,
             )
             for row in stats.cancelled:
                 m._engine.settle_row(row)
@@ -329,8 +337,7 @@ class Lifecycle:
         def finish() -> None:
             if self.holds or self._stopping:
                 return
-            if m._promote_wake is not None:
-                m._promote_wake.set()
+            m._promoter.wake()
             m._engine.kick_all()
             self.schedules.on_release()
 
@@ -358,7 +365,7 @@ class Lifecycle:
         attempts = list(engine.inflight.values())
         waits: list[Awaitable[Any]] = [a.done.wait() for a in attempts]
         # Jobs whose outcome is written but whose on_settled hook still runs: the drain
-        # ends after the hook, as the seed's per-execution "executed" signal does.
+        # ends after the hook (the per-execution "executed" signal, `Attempt.done`).
         waits += [asyncio.shield(t) for t in engine.settling()]
         flow = self._flow
         if flow is not None and not flow.done():
@@ -437,17 +444,13 @@ class WorkerService(Service):
 
     async def on_init(self) -> None:
         self.register()
+        self.lc.m._engine.on_unregistered = self.register
 
     def register(self) -> None:
         m = self.lc.m
-        handlers = json.dumps(sorted(f"{n}={s.recovery}" for n, s in m._handlers.items()))
-        now = m._engine.now_ms()
-        m._store.write(
-            lambda c: c.execute(
-                m._store.q.REGISTER_WORKER,
-                (m.worker_id, self.lc.hostname, os.getpid(), handlers, now, now),
-            ),
-            "register_worker",
+        handlers = sorted(f"{n}={s.recovery}" for n, s in m._handlers.items())
+        m._store.register_worker(
+            m.worker_id, self.lc.hostname, os.getpid(), handlers, m._engine.now_ms()
         )
 
     async def on_ready(self) -> None:
@@ -501,10 +504,7 @@ class WorkerService(Service):
         m._store.report_file_replaced()
         now = m._engine.now_ms()
         try:
-            beats = m._store.write(
-                lambda c: c.execute(m._store.q.HEARTBEAT, (now, m.worker_id)).rowcount, "heartbeat"
-            )
-            if beats == 0 and not self.lc._stopping:
+            if not m._store.heartbeat(m.worker_id, now) and not self.lc._stopping:
                 # Another process judged us dead (a stall longer than worker_timeout) and
                 # recovered our rows, deleting our worker row. Register again: rows we claim
                 # from now on must belong to a registered worker, or nobody could ever
@@ -515,7 +515,7 @@ class WorkerService(Service):
             log.warning("heartbeat skipped", exc_info=True)
 
     def tick(self) -> None:
-        """Mid-session rescue (the seed has none): dead workers' rows, by strategy."""
+        """Mid-session rescue: dead workers' rows, by strategy."""
         if not self.lc.is_leader or self.lc.holds or not self.lc.dispatch_open:
             return
         self.lc.rescue()
@@ -536,9 +536,7 @@ class WorkerService(Service):
             self._set_leader(False)
         now = m._engine.now_ms()
         try:
-            m._store.write(
-                lambda c: c.execute(m._store.q.STOP_WORKER, (now, now, m.worker_id)), "stop_worker"
-            )
+            m._store.stop_worker(m.worker_id, now)
         except Exception:
             log.warning("could not mark worker %s stopped", m.worker_id, exc_info=True)
 

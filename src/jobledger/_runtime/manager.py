@@ -50,6 +50,7 @@ from jobledger._runtime.enqueue import UNSET, EnqueueOptions, JobSpec, prepare_r
 from jobledger._runtime.events import EventBus, JobEvent
 from jobledger._runtime.handle import JobHandle
 from jobledger._runtime.lifecycle import DRAIN_TIMEOUT, Hold, Lifecycle
+from jobledger._runtime.promoter import Promoter
 from jobledger._runtime.timers import wait_with_timeout
 from jobledger._scheduling.job_schedules import snapshot_of
 from jobledger._scheduling.triggers import CatchUpPolicy, SkipMissed, Trigger
@@ -62,9 +63,8 @@ from jobledger._storage.interface import (
     fresh_row,
     was_inserted,
 )
-from jobledger._storage.open import open_store
+from jobledger._storage.open import Synchronous, open_store
 from jobledger._storage.rows import error_to_json, snapshot_from_row
-from jobledger._storage.sqlite.connections import Synchronous
 from jobledger._types import (
     CancelManyResult,
     CancelOutcome,
@@ -244,7 +244,13 @@ class JobManager:
         self._stopped = False
         self._tasks: list[asyncio.Task[Any]] = []
         self._watch_task: asyncio.Task[None] | None = None
-        self._promote_wake: asyncio.Event | None = None
+        self._promoter = Promoter(
+            self._store,
+            self._engine,
+            self.clock,
+            poll_interval=self.poll_interval,
+            kick=self._kick_known,
+        )
         self._queue_seq = 0
         self._touched_queues: dict[str, str] = {}
         self._touched_lock = threading.Lock()
@@ -577,7 +583,7 @@ class JobManager:
     # -- cancel ---------------------------------------------------------------------
 
     async def cancel(self, job_id: str, reason: str | None = None) -> CancelOutcome:
-        """Cancel one job; see DESIGN.md §7 for the three outcomes."""
+        """Cancel one job; docs/reference/api.md lists the three outcomes."""
         _check_reason(reason)
         if not findable(job_id, "job_id"):
             return "not-cancellable"
@@ -796,14 +802,12 @@ class JobManager:
                         attempt, "cancel", f"Job cancelled: {reason}" if reason else "Job cancelled"
                     )
         engine.kick_all()
-        if self._promote_wake is not None:
-            self._promote_wake.set()
+        self._promoter.wake()
         # Schedules registered or changed by other processes (a web app, the CLI).
         self._schedules.follow()
 
     def _on_delayed(self, at_ms: int) -> None:
-        if self._promote_wake is not None:
-            self._promote_wake.set()
+        self._promoter.wake()
 
     def _on_delayed_threadsafe(self, at_ms: int) -> None:
         loop = self._loop
@@ -813,28 +817,6 @@ class JobManager:
             self._on_delayed(at_ms)
         else:
             loop.call_soon_threadsafe(self._on_delayed, at_ms)
-
-    async def _promote(self) -> None:
-        """Move due delayed rows (any process's) to pending, on time."""
-        assert self._promote_wake is not None
-        wake = self._promote_wake
-        engine, store = self._engine, self._store
-        while not self._stopping:
-            nxt = store.next_delayed_at()
-            now = engine.now_ms()
-            if nxt is not None and nxt <= now and not engine.paused:
-                try:
-                    names = store.promote_due(now)
-                except Exception:
-                    log.warning("promotion failed; retrying", exc_info=True)
-                    names = []
-                    await asyncio.sleep(self.poll_interval)
-                for name in names:
-                    self._kick_known(name)
-                continue
-            wake.clear()
-            delay = None if nxt is None or engine.paused else (nxt - now) / 1000
-            await _wait_event_or_sleep(self.clock, wake, delay)
 
     def _kick_known(self, name: str) -> None:
         engine = self._engine
@@ -942,10 +924,7 @@ class JobManager:
         """Delete the schedule; its jobs stay, with `schedule_id` set to None."""
         if not findable(schedule_id, "schedule_id"):
             return False
-        deleted = self._store.write(
-            lambda c: c.execute(self._store.q.DELETE_SCHEDULE, (schedule_id,)).rowcount,
-            "delete_schedule",
-        )
+        deleted = self._store.delete_schedule(schedule_id)
         self._schedules.sync(schedule_id)  # no row: disarms (on the loop, from any thread)
         return bool(deleted)
 
@@ -1043,9 +1022,7 @@ class JobManager:
         self._loop = asyncio.get_running_loop()
         self._engine.loop = self._loop
         self._started = True
-        self._promote_wake = asyncio.Event()
         await self._lifecycle.start()
-        self._tasks.append(self._loop.create_task(self._promote()))
         self._ensure_watcher()
 
     async def stop(self) -> None:
@@ -1099,19 +1076,6 @@ def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
         return asyncio.get_running_loop() is loop
     except RuntimeError:
         return False
-
-
-async def _wait_event_or_sleep(clock: Clock, event: asyncio.Event, delay: float | None) -> None:
-    if delay is None:
-        await event.wait()
-        return
-    waiter = asyncio.ensure_future(event.wait())
-    sleeper = asyncio.ensure_future(clock.sleep(max(0.0, delay)))
-    try:
-        await asyncio.wait({waiter, sleeper}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        waiter.cancel()
-        sleeper.cancel()
 
 
 def _type_name(job_type: JobType[Any] | str) -> str:

@@ -1,12 +1,12 @@
 """One lifecycle primitive for every background duty.
 
-A `Service` has the seed's hooks — `on_init`, `on_ready` (awaited, in dependency order),
+A `Service` has these hooks — `on_init`, `on_ready` (awaited, in dependency order),
 `on_all_ready` (fired once every service is ready, not awaited), `on_stop` and
 `on_destroy` (reverse order) — and `register_interval` for periodic chores (exceptions
 logged, the loop carries on, disposed at stop). `Runtime.stop` bounds every service's
 stop at its `stop_timeout` (`SERVICE_STOP_TIMEOUT` seconds of real time unless the service
 waits on purpose); a service that overruns is left to finish in the background and the
-runtime moves on (the seed's unclean pass).
+runtime moves on (an unclean pass).
 """
 
 from __future__ import annotations

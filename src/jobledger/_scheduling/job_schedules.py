@@ -1,6 +1,6 @@
 """Persistent job schedules: rows in `job_schedules`, armed through `SchedulerService`.
 
-Layering (seed 001): `SchedulerService` only knows timers; this module owns the rows and
+Layering: `SchedulerService` only knows timers; this module owns the rows and
 turns a timer's fire into a job. Rules:
 
 * Only the leader arms schedules, after startup catch-up (catch-up THEN arm, so a
@@ -63,6 +63,7 @@ from jobledger._scheduling.triggers import (
     trigger_to_json,
     validate_catch_up,
 )
+from jobledger._storage.records import ScheduleRow
 from jobledger._types import MissedEvent, ScheduleSnapshot
 from jobledger.clock import from_ms, to_ms
 from jobledger.errors import JobValidationError, ScheduleError
@@ -74,7 +75,6 @@ __all__ = ["JobSchedules", "validate_name"]
 
 log = logging.getLogger("jobledger.schedules")
 
-ScheduleRow = tuple[Any, ...]
 _PATCH_KEYS = frozenset({"name", "trigger", "payload", "catch_up", "enabled", "metadata"})
 
 
@@ -101,22 +101,22 @@ def validate_name(name: object) -> str:
 
 def snapshot_of(row: ScheduleRow) -> ScheduleSnapshot:
     try:
-        trigger: Trigger = trigger_from_json(json.loads(row[3]))
+        trigger: Trigger = trigger_from_json(json.loads(row.trigger))
     except (ScheduleError, ValueError):
         trigger = Once(at=from_ms(0))  # fires at once and visibly, never breaks reads
     return ScheduleSnapshot(
-        id=row[0],
-        type=row[1],
-        name=row[2] or None,
+        id=row.id,
+        type=row.type,
+        name=row.name or None,
         trigger=trigger,
-        payload=json.loads(row[4]),
-        catch_up=catch_up_from_json(json.loads(row[5])),
-        enabled=bool(row[6]),
-        next_run=None if row[7] is None else from_ms(row[7]),
-        last_run=None if row[8] is None else from_ms(row[8]),
-        metadata=json.loads(row[10]) or {},
-        created_at=from_ms(row[11]),
-        updated_at=from_ms(row[12]),
+        payload=json.loads(row.payload),
+        catch_up=catch_up_from_json(json.loads(row.catch_up)),
+        enabled=bool(row.enabled),
+        next_run=None if row.next_run is None else from_ms(row.next_run),
+        last_run=None if row.last_run is None else from_ms(row.last_run),
+        metadata=json.loads(row.metadata) or {},
+        created_at=from_ms(row.created_at),
+        updated_at=from_ms(row.updated_at),
     )
 
 
@@ -135,11 +135,6 @@ class JobSchedules(ScheduleHooks):
         # rows another process changed.
         self.armed: dict[str, str] = {}
         self._takeover: asyncio.Task[None] | None = None
-
-    @property
-    def q(self) -> Any:
-        """The backend's statements (SQLite or PostgreSQL: the same names)."""
-        return self.m._store.q
 
     # -- validation -----------------------------------------------------------------
 
@@ -202,36 +197,26 @@ class JobSchedules(ScheduleHooks):
         self._check_free(conn, spec.name, stored_name, None)
         sid = str(uuid.uuid4())
         now = self.m._engine.now_ms()
-        conn.execute(
-            self.q.INSERT_SCHEDULE,
-            (
-                sid,
-                spec.name,
-                stored_name,
-                trigger_json,
-                payload_json,
-                catch_up_json,
-                1 if enabled else 0,
-                metadata_json,
-                now,
-                now,
-            ),
-        )
+        row = ScheduleRow(
+            sid, spec.name, stored_name, trigger_json, payload_json, catch_up_json,
+            1 if enabled else 0, None, None, 0, metadata_json, now, now,
+        )  # fmt: skip
+        self.m._store.insert_schedule(row, conn)
         return sid
 
     def _check_free(self, conn: Any, type_name: str, name: str, own_id: str | None) -> None:
-        row = conn.execute(self.q.GET_SCHEDULE_BY_NAME, (type_name, name)).fetchone()
-        if row is not None and row[0] != own_id:
+        row = self.m._store.get_schedule_by_name(type_name, name, conn)
+        if row is not None and row.id != own_id:
             if name == "":
                 raise ScheduleError(
                     f"{type_name!r} already has an unnamed (singleton) schedule",
                     code="JOB_SCHEDULE_SINGLETON_EXISTS",
-                    params={"type": type_name, "schedule_id": row[0]},
+                    params={"type": type_name, "schedule_id": row.id},
                 )
             raise ScheduleError(
                 f"{type_name!r} already has a schedule named {name!r}",
                 code="JOB_SCHEDULE_NAME_CONFLICT",
-                params={"type": type_name, "name": name, "schedule_id": row[0]},
+                params={"type": type_name, "name": name, "schedule_id": row.id},
             )
 
     def update_in(self, conn: Any, sid: str, patch: Mapping[str, Any]) -> ScheduleSnapshot | None:
@@ -243,19 +228,20 @@ class JobSchedules(ScheduleHooks):
                 f"unknown schedule fields: {', '.join(sorted(unknown))}",
                 code="JOB_INVALID_OPTION",
             )
-        row = conn.execute(self.q.GET_SCHEDULE, (sid,)).fetchone()
+        store = self.m._store
+        row = store.get_schedule(sid, conn)
         if row is None:
             return None
         sets: dict[str, Any] = {}
         if "name" in patch:
             sets["name"] = validate_name(patch["name"])
-            self._check_free(conn, row[1], sets["name"], sid)
+            self._check_free(conn, row.type, sets["name"], sid)
         if "trigger" in patch:
             sets["trigger"] = self._trigger_json(patch["trigger"])
         if "payload" in patch:
             # Only a new payload needs the handler (to validate it against the type):
             # pausing, renaming or re-timing works from any process.
-            sets["payload"] = self._payload_json(self._spec(row[1]), patch["payload"])
+            sets["payload"] = self._payload_json(self._spec(row.type), patch["payload"])
         if "catch_up" in patch:
             sets["catch_up"] = self._catch_up_json(patch["catch_up"])
         if "metadata" in patch:
@@ -268,20 +254,17 @@ class JobSchedules(ScheduleHooks):
                 sets["next_run"] = None
         if sets:
             sets["updated_at"] = self.m._engine.now_ms()
-            conn.execute(self.q.update_schedule_sql(tuple(sets)), (*sets.values(), sid))
-        new = conn.execute(self.q.GET_SCHEDULE, (sid,)).fetchone()
+            store.update_schedule(sid, sets, conn)
+        new = store.get_schedule(sid, conn)
         return None if new is None else snapshot_of(new)
 
     def get_row(self, sid: str) -> ScheduleRow | None:
         if not findable(sid, "schedule_id"):
             return None
-        row: ScheduleRow | None = self.m._store.read(
-            lambda c: c.execute(self.q.GET_SCHEDULE, (sid,)).fetchone()
-        )
-        return row
+        return self.m._store.get_schedule(sid)
 
     def list_rows(self) -> list[ScheduleRow]:
-        return self.m._store.read(lambda c: c.execute(self.q.LIST_SCHEDULES).fetchall())
+        return self.m._store.list_schedules()
 
     def resolve_name(self, job_type: JobType[Any] | str, name: str | None) -> ScheduleRow | None:
         type_name = job_type.name if isinstance(job_type, JobType) else job_type
@@ -289,30 +272,27 @@ class JobSchedules(ScheduleHooks):
             # Validated like a registration: "" would otherwise find the singleton, whose
             # stored name is the internal "" sentinel.
             stored = validate_name(name)
-            found: ScheduleRow | None = self.m._store.read(
-                lambda c: c.execute(self.q.GET_SCHEDULE_BY_NAME, (type_name, stored)).fetchone()
-            )
-            return found
-        rows = self.m._store.read(
-            lambda c: c.execute(self.q.SCHEDULES_OF_TYPE, (type_name,)).fetchall()
-        )
+            return self.m._store.get_schedule_by_name(type_name, stored)
+        rows = self.m._store.schedules_of_type(type_name)
         if len(rows) > 1:
             raise ScheduleError(
                 f"{type_name!r} has {len(rows)} schedules; name the one you mean",
                 code="JOB_SCHEDULE_NAME_REQUIRED",
-                params={"type": type_name, "known_names": [r[2] for r in rows if r[2]]},
+                params={"type": type_name, "known_names": [r.name for r in rows if r.name]},
             )
         return rows[0] if rows else None
 
     def not_found(self, job_type: JobType[Any] | str, name: str | None) -> ScheduleError:
         type_name = job_type.name if isinstance(job_type, JobType) else job_type
-        rows = self.m._store.read(
-            lambda c: c.execute(self.q.SCHEDULES_OF_TYPE, (type_name,)).fetchall()
-        )
+        rows = self.m._store.schedules_of_type(type_name)
         return ScheduleError(
             f"no schedule of {type_name!r} named {name!r}",
             code="JOB_SCHEDULE_NOT_FOUND_BY_NAME",
-            params={"type": type_name, "name": name, "known_names": [r[2] for r in rows if r[2]]},
+            params={
+                "type": type_name,
+                "name": name,
+                "known_names": [r.name for r in rows if r.name],
+            },
         )
 
     # -- timers ---------------------------------------------------------------------
@@ -340,7 +320,7 @@ class JobSchedules(ScheduleHooks):
             return
         try:
             row = self.get_row(sid)
-            if row is None or not row[6]:
+            if row is None or not row.enabled:
                 self.sched.unregister(_timer_id(sid))
                 self.suppressed_once.discard(sid)
                 self.armed.pop(sid, None)
@@ -351,17 +331,21 @@ class JobSchedules(ScheduleHooks):
             log.exception("could not arm schedule %s; startup recovery re-arms it", sid)
 
     def arm(self, row: ScheduleRow) -> None:
-        sid = row[0]
+        sid = row.id
         timer = _timer_id(sid)
         self.sched.unregister(timer)
-        if not row[6]:
+        if not row.enabled:
             self.armed.pop(sid, None)
             return
-        self.armed[sid] = row[3]
+        self.armed[sid] = row.trigger
         snap = snapshot_of(row)
         trigger = snap.trigger
-        if isinstance(trigger, Once) and row[8] is not None and row[8] >= to_ms(trigger.at):
-            if row[7] is not None:
+        if (
+            isinstance(trigger, Once)
+            and row.last_run is not None
+            and row.last_run >= to_ms(trigger.at)
+        ):
+            if row.next_run is not None:
                 self._set_next_run(sid, None)
             return
 
@@ -374,20 +358,17 @@ class JobSchedules(ScheduleHooks):
             fire,
             True,
             anchor=snap.created_at,
-            fires_so_far=int(row[9]) if isinstance(trigger, Cron) else 0,
+            fires_so_far=int(row.fire_count) if isinstance(trigger, Cron) else 0,
         )
         nxt = self.sched.get_next_run(timer)
         nxt_ms = None if nxt is None else to_ms(nxt)
-        if nxt_ms != row[7]:
+        if nxt_ms != row.next_run:
             self._set_next_run(sid, nxt_ms)
         if self.paused and isinstance(trigger, Cron):
             self.sched.pause(timer)
 
     def _set_next_run(self, sid: str, next_ms: int | None) -> None:
-        now = self.m._engine.now_ms()
-        self.m._store.write(
-            lambda c: c.execute(self.q.SET_NEXT_RUN, (next_ms, now, sid)), "schedule_next_run"
-        )
+        self.m._store.set_schedule_next_run(sid, next_ms, self.m._engine.now_ms())
 
     async def _fire(self, sid: str, fire_time: datetime) -> None:
         if self.paused:
@@ -396,7 +377,7 @@ class JobSchedules(ScheduleHooks):
                 self.suppressed_once.add(sid)
             return
         row = self.get_row(sid)
-        if row is None or not row[6]:
+        if row is None or not row.enabled:
             return
         snap = snapshot_of(row)
         fire_ms = to_ms(fire_time)
@@ -410,7 +391,7 @@ class JobSchedules(ScheduleHooks):
                 nxt = following
             next_ms = None if nxt is None else to_ms(nxt)
             limit = snap.trigger.limit if isinstance(snap.trigger, Cron) else None
-            if limit is not None and int(row[9]) + 1 >= limit:
+            if limit is not None and int(row.fire_count) + 1 >= limit:
                 next_ms = None
         # Compare against the fire's own time, never the row's current value: a stale
         # second leader firing the same T must lose.
@@ -435,14 +416,14 @@ class JobSchedules(ScheduleHooks):
     ) -> bool:
         """One transaction: the calendar compare-and-set and the job row. True if written."""
         m = self.m
-        sid, type_name = row[0], row[1]
+        sid, type_name = row.id, row.type
         job = None
         try:
             spec = self._spec(type_name)
             job = prepare(
                 spec.job_type,
                 spec,
-                json.loads(row[4]),
+                json.loads(row.payload),
                 EnqueueOptions(idempotency_key=key, schedule_id=sid, delay=delay),
                 now_ms=m._engine.now_ms(),
                 enqueued_by=m.worker_id,
@@ -450,39 +431,34 @@ class JobSchedules(ScheduleHooks):
             )
         except Exception:
             log.exception("schedule %s: its job could not be built; the fire is consumed", sid)
-        now = m._engine.now_ms()
-        answer: list[Any] = []  # what the store answered for `job` (its row as inserted)
-
-        def work(conn: Any) -> bool:
-            answer.clear()  # a replayed transaction starts over
-            if catch_up_next is not None or expected_next is None:
-                cas = conn.execute(self.q.CATCH_UP_CAS, (catch_up_next, now, sid, expected_next))
-            else:
-                cas = conn.execute(self.q.MARK_FIRED, (last_run, next_run, now, sid, expected_next))
-            if cas.rowcount != 1:
-                return False
-            if job is not None:
-                answer.extend(m._store.enqueue([job], conn=conn))
-            return True
-
         try:
-            written = m._store.write(work, "schedule_fire")
+            answer = m._store.fire_schedule(
+                sid,
+                job,
+                expected_next=expected_next,
+                last_run=last_run,
+                next_run=next_run,
+                catch_up_next=catch_up_next,
+                now_ms=m._engine.now_ms(),
+            )
         except Exception:
             log.exception("schedule %s: the fire could not be written", sid)
             return False
-        if written and job is not None:
+        if answer is None:
+            return False
+        if job is not None:
             m._after_enqueue([job], answer)
-        return written
+        return True
 
     async def manual(self, row: ScheduleRow) -> bool:
         m = self.m
-        sid = row[0]
+        sid = row.id
         snap = snapshot_of(row)
-        spec = self._spec(row[1])
+        spec = self._spec(row.type)
         job = prepare(
             spec.job_type,
             spec,
-            json.loads(row[4]),
+            json.loads(row.payload),
             EnqueueOptions(schedule_id=sid),
             now_ms=m._engine.now_ms(),
             enqueued_by=m.worker_id,
@@ -490,21 +466,8 @@ class JobSchedules(ScheduleHooks):
         )
         now = m._engine.now_ms()
         consume = isinstance(snap.trigger, Once) and now >= to_ms(snap.trigger.at)
-        answer: list[Any] = []
-
-        def work(conn: Any) -> bool:
-            answer.clear()
-            # Re-read under the write lock: another process may have fired (moving
-            # next_run) or deleted the schedule since `row` was read; writing back the
-            # stale next_run would make every later fire lose its compare-and-set.
-            current = conn.execute(self.q.GET_SCHEDULE, (sid,)).fetchone()
-            if current is None:
-                return False
-            answer.extend(m._store.enqueue([job], conn=conn))
-            conn.execute(self.q.MARK_MANUAL, (now, None if consume else current[7], now, sid))
-            return True
-
-        if not m._store.write(work, "schedule_manual"):
+        answer = m._store.manual_fire(sid, job, consume=consume, now_ms=now)
+        if answer is None:
             return False
         m._after_enqueue([job], answer)
         if consume:
@@ -514,9 +477,9 @@ class JobSchedules(ScheduleHooks):
     # -- lifecycle hooks ------------------------------------------------------------
 
     async def catch_up_and_arm(self) -> None:
-        """Recovery step 3. Only the leader catches up and arms (DESIGN §3): a follower
-        would count a fire the live leader is about to make as missed. A follower does
-        both when it takes over (`on_leadership`)."""
+        """Recovery step 3. Only the leader catches up and arms (docs/design/schedules.md):
+        a follower would count a fire the live leader is about to make as missed. A
+        follower does both when it takes over (`on_leadership`)."""
         if self.leader:
             await self._catch_up_all()
         self.armed_phase = True
@@ -524,7 +487,7 @@ class JobSchedules(ScheduleHooks):
             self.arm_all()
 
     async def _catch_up_all(self) -> None:
-        rows = [r for r in self.list_rows() if r[6] and r[1] in self.m._handlers]
+        rows = [r for r in self.list_rows() if r.enabled and r.type in self.m._handlers]
         for row in rows:
             # One schedule's catch-up (on_missed + make-up job) is atomic; stop and a
             # lost leadership are honoured between schedules.
@@ -533,74 +496,68 @@ class JobSchedules(ScheduleHooks):
             try:
                 await self._catch_up(row)
             except Exception:
-                log.exception("catch-up of schedule %s failed", row[0])
+                log.exception("catch-up of schedule %s failed", row.id)
 
     async def _catch_up(self, row: ScheduleRow) -> None:
         snap = snapshot_of(row)
-        if isinstance(snap.trigger, Once) or row[7] is None:
+        if isinstance(snap.trigger, Once) or row.next_run is None:
             return
         now_ms = self.m._engine.now_ms()
-        if row[7] > now_ms:
+        if row.next_run > now_ms:
             return
         now = from_ms(now_ms)
-        first_missed = from_ms(row[7])
+        first_missed = from_ms(row.next_run)
         count, _ = count_fires_between(
             snap.trigger, first_missed - timedelta(milliseconds=1), now, anchor=snap.created_at
         )
         count = max(count, 1)
         if isinstance(snap.trigger, Cron) and snap.trigger.limit is not None:
             # A limited cron could only have fired what was left of its quota.
-            count = max(1, min(count, snap.trigger.limit - int(row[9])))
+            count = max(1, min(count, snap.trigger.limit - int(row.fire_count)))
         following = next_after(snap.trigger, now, anchor=snap.created_at)
         following_ms = None if following is None else to_ms(following)
         policy = snap.catch_up
         if isinstance(policy, AfterStartup):
             won = self._enqueue_fire(
                 row,
-                key=f"schedule:{row[0]}:catchup:{row[7]}",
-                expected_next=row[7],
+                key=f"schedule:{row.id}:catchup:{row.next_run}",
+                expected_next=row.next_run,
                 last_run=now_ms,
                 next_run=following_ms,
                 delay=policy.minutes * 60.0,
                 catch_up_next=following_ms,
             )
         else:
-            won = self._cas_only(row[0], row[7], following_ms)
+            won = self._cas_only(row.id, row.next_run, following_ms)
         if not won:
             return
-        spec = self.m._handlers.get(row[1])
+        spec = self.m._handlers.get(row.type)
         if spec is not None and spec.on_missed is not None:
             # last_fire_at is when it last really fired (the reference's lastRun), not
             # the last missed point: that one follows from the trigger and the count.
             event = MissedEvent(
-                schedule_id=row[0],
-                type=row[1],
+                schedule_id=row.id,
+                type=row.type,
                 missed_count=count,
-                last_fire_at=None if row[8] is None else from_ms(row[8]),
+                last_fire_at=None if row.last_run is None else from_ms(row.last_run),
             )
             try:
                 result = spec.on_missed(event)
                 if asyncio.iscoroutine(result):
                     await result
             except Exception:
-                log.exception("on_missed of %s raised; ignored", row[1])
+                log.exception("on_missed of %s raised; ignored", row.type)
 
     def _cas_only(self, sid: str, expected: int, following: int | None) -> bool:
-        now = self.m._engine.now_ms()
-        return bool(
-            self.m._store.write(
-                lambda c: c.execute(self.q.CATCH_UP_CAS, (following, now, sid, expected)).rowcount,
-                "schedule_catch_up",
-            )
-        )
+        return self.m._store.catch_up_schedule(sid, expected, following, self.m._engine.now_ms())
 
     def arm_all(self) -> None:
         for row in self.list_rows():
-            if row[6] and row[1] in self.m._handlers:
+            if row.enabled and row.type in self.m._handlers:
                 try:
                     self.arm(row)
                 except Exception:
-                    log.exception("could not arm schedule %s", row[0])
+                    log.exception("could not arm schedule %s", row.id)
 
     def on_leadership(self, leader: bool) -> None:
         if leader == self.leader:
@@ -629,21 +586,21 @@ class JobSchedules(ScheduleHooks):
         if self._takeover is not None and not self._takeover.done():
             return  # arming now would move next_run past the points it is catching up
         try:
-            rows = {r[0]: r for r in self.list_rows() if r[1] in self.m._handlers}
+            rows = {r.id: r for r in self.list_rows() if r.type in self.m._handlers}
         except Exception:
             log.warning("could not read schedules; the next change retries", exc_info=True)
             return
         for sid in list(self.armed):
             row = rows.get(sid)
-            if row is None or not row[6]:
+            if row is None or not row.enabled:
                 self.sched.unregister(_timer_id(sid))
                 self.suppressed_once.discard(sid)
                 del self.armed[sid]
         for sid, row in rows.items():
-            if not row[6]:
+            if not row.enabled:
                 continue
-            stale = self.armed.get(sid) != row[3]
-            lost = row[7] is None and self.sched.get_next_run(_timer_id(sid)) is not None
+            stale = self.armed.get(sid) != row.trigger
+            lost = row.next_run is None and self.sched.get_next_run(_timer_id(sid)) is not None
             if stale or lost:
                 try:
                     self.arm(row)
@@ -675,14 +632,14 @@ class JobSchedules(ScheduleHooks):
         self.follow()
         for sid in suppressed:
             row = self.get_row(sid)
-            if row is not None and row[6]:
+            if row is not None and row.enabled:
                 self.arm(row)
         for timer in self.sched.ids():
             sid = timer.removeprefix("schedule:")
             row = self.get_row(sid)
             nxt = self.sched.get_next_run(timer)
             nxt_ms = None if nxt is None else to_ms(nxt)
-            if row is not None and nxt_ms != row[7]:
+            if row is not None and nxt_ms != row.next_run:
                 self._set_next_run(sid, nxt_ms)
 
     async def _take_over(self) -> None:

@@ -14,10 +14,19 @@ A second backend (PostgreSQL) implements the same protocol and passes the same s
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from jobledger._storage.records import (
+        LeaseRow,
+        RecoveryPlan,
+        RecoveryStats,
+        ScheduleRow,
+        WorkerRow,
+    )
 
 from jobledger._storage.observe import (
     JobMetrics,
@@ -156,6 +165,8 @@ class ClaimResult:
     # Nothing taken because the queue's own cap is full (a hint for dispatch; a backend
     # may leave it False).
     queue_full: bool = False
+    # Nothing taken because the claim asked `registered` and the worker has no live row.
+    unregistered: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +182,10 @@ class ClaimRequest:
     # Rows enqueued by these (dead) workers are not taken: they wait for the recovery
     # sweep, which applies their type's strategy first.
     exclude_owners: tuple[str, ...] = ()
+    # Take rows only while `worker_id` is registered and not stopped: a worker that was
+    # judged dead (its row deleted by a rescue) must not claim until it registers again,
+    # or its claims would belong to nobody (no rescue looks for them).
+    registered: bool = False
 
 
 # "requeue": an attempt interrupted by shutdown goes back to `pending` with its attempt
@@ -210,25 +225,20 @@ class Store(Protocol):
     """What the runtime needs from a backend. `SqliteStore` and `PostgresStore` both
     implement it, and `tests/conformance` runs the same contract tests on both.
 
-    `conn` arguments and `write`/`read` callbacks receive the backend's own connection
-    (sqlite3 or psycopg); runtime code only uses them with statements from `q`, the
-    backend's queries (same names on both backends, each in its own dialect).
+    Every read and write of the tables is one of these named operations; nothing above
+    the storage package writes SQL or asks which backend it has. A `conn` argument is a
+    transaction the caller holds, from `write` (named operations grouped in one write
+    transaction, retried whole on a busy database) or `user_transaction` (the user's
+    `jobs.write_tx()`, where the user's own SQL runs too): the operation runs inside it.
     """
 
-    kind: str
-    memory: bool
     path: str
-    lock: Any
 
-    @property
-    def q(self) -> Any: ...
-    @property
-    def workers(self) -> Any: ...
-    @property
-    def leader_ops(self) -> Any: ...
+    def write(self, work: Callable[[Any], T], label: str) -> T:
+        """Run `work(conn)` in one write transaction; `work` may only pass `conn` to this
+        store's operations."""
+        ...
 
-    def write(self, work: Callable[[Any], T], label: str) -> T: ...
-    def read(self, work: Callable[[Any], T]) -> T: ...
     def user_transaction(self) -> AbstractContextManager[Any]: ...
     def close(self) -> None: ...
     # SQLite: True (and one ERROR logged) once the file was deleted or replaced under
@@ -251,6 +261,7 @@ class Store(Protocol):
         worker_id: str,
         types: tuple[str, ...],
         exclude_owners: tuple[str, ...] = (),
+        registered: bool = False,
     ) -> ClaimResult: ...
     def finalize(
         self, outcomes: Sequence[Outcome], now_ms: int, *, label: str = "finalize"
@@ -281,6 +292,83 @@ class Store(Protocol):
         """Free `name` if this attempt still holds it: fenced on the job's claim, so a
         stale attempt (its worker judged dead, the job rescued) frees nothing."""
         ...
+
+    def writer_busy(self) -> bool:
+        """Whether a writer, in any process, is inside a write transaction now (a hint for
+        dispatch; False when the backend cannot tell)."""
+        ...
+
+    # -- workers ----------------------------------------------------------------------
+    def register_worker(
+        self, worker_id: str, hostname: str, pid: int, handlers: Sequence[str], now_ms: int
+    ) -> None:
+        """Insert (or restart) a started manager's row; `handlers` are "type=strategy"."""
+        ...
+
+    def heartbeat(self, worker_id: str, now_ms: int) -> bool:
+        """False when the row is gone (another process recovered us as dead)."""
+        ...
+
+    def stop_worker(self, worker_id: str, now_ms: int) -> None: ...
+    def list_workers(self) -> list[WorkerRow]: ...
+    def unregistered_claimers(self) -> list[str]:
+        """Worker ids that own `running` rows but have no worker row: claims nobody would
+        ever rescue (a worker judged dead that claimed before it registered again)."""
+        ...
+
+    def recover_worker(
+        self,
+        worker_id: str,
+        plan: Callable[[Sequence[JobRow]], RecoveryPlan],
+        cancel_error: Callable[[str], str],
+        now_ms: int,
+    ) -> RecoveryStats:
+        """In one transaction: read the worker's live rows, apply `plan(rows)` (cancel,
+        reset, disown), free its durable locks and delete its row."""
+        ...
+
+    # -- the leader lease ---------------------------------------------------------------
+    def read_lease(self) -> LeaseRow | None: ...
+    def take_lease(
+        self, worker_id: str, *, now_ms: int, ttl_ms: int, alive: Callable[[LeaseRow], bool]
+    ) -> int | None:
+        """The term now held, or None when another live holder (`alive`) has the lease or
+        another process is taking it at this moment."""
+        ...
+
+    def renew_lease(self, worker_id: str, term: int, *, expires_at: int) -> bool: ...
+    def resign_lease(self, worker_id: str, term: int) -> None: ...
+
+    # -- schedules (`schedule_ops.ScheduleOps`) -----------------------------------------
+    def insert_schedule(self, row: ScheduleRow, conn: Any | None = None) -> None: ...
+    def get_schedule(self, sid: str, conn: Any | None = None) -> ScheduleRow | None: ...
+    def get_schedule_by_name(
+        self, type_name: str, name: str, conn: Any | None = None
+    ) -> ScheduleRow | None: ...
+    def schedules_of_type(self, type_name: str) -> list[ScheduleRow]: ...
+    def list_schedules(self) -> list[ScheduleRow]: ...
+    def update_schedule(
+        self, sid: str, fields: Mapping[str, Any], conn: Any | None = None
+    ) -> None: ...
+    def delete_schedule(self, sid: str) -> bool: ...
+    def set_schedule_next_run(self, sid: str, next_ms: int | None, now_ms: int) -> None: ...
+    def catch_up_schedule(
+        self, sid: str, expected_next: int, following: int | None, now_ms: int
+    ) -> bool: ...
+    def fire_schedule(
+        self,
+        sid: str,
+        job: NewJob | None,
+        *,
+        expected_next: int | None,
+        last_run: int,
+        next_run: int | None,
+        catch_up_next: int | None,
+        now_ms: int,
+    ) -> list[JobRow] | None: ...
+    def manual_fire(
+        self, sid: str, job: NewJob, *, consume: bool, now_ms: int
+    ) -> list[JobRow] | None: ...
 
     def release_unconfirmed_claims(self, worker_id: str, keep: Sequence[str], now_ms: int) -> int:
         """Put back to `pending` every `running` row claimed by `worker_id` except `keep`

@@ -1,8 +1,8 @@
 """The cross-process writer lease: a mutual-exclusion lock any jobledger process can take.
 
 The lease is *mechanism*, not policy: it guarantees that two lease holders never overlap.
-Who *should* write is decided by the ownership heartbeat (`ownership.py`); the lease is
-what stays correct when that policy information is stale or races.
+Who takes it, and when, is the caller's policy (the leader election in
+`_runtime/leader.py`, through `Store.take_lease`).
 
 How it works. Beside the database sits a lock file (`writer_lock_path_for(db) ==
 db + ".lock"`) that is its own, normally empty, SQLite database. Holding the lease means

@@ -15,11 +15,10 @@ migrations that create it say how). A counter is what the surviving rows hold pl
 
 from __future__ import annotations
 
-import errno
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from jobledger._core.recovery import pid_alive as pid_alive  # re-exported for observers
 from jobledger._types import JobStatus
 from jobledger.errors import StorageError
 
@@ -40,16 +39,6 @@ __all__ = [
 ]
 
 STATUSES: tuple[str, ...] = tuple(s.value for s in JobStatus)
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether a process with `pid` exists on this host (the liveness test of the
-    workers modules, for observers judging a worker row)."""
-    try:
-        os.kill(pid, 0)
-    except OSError as exc:
-        return exc.errno == errno.EPERM
-    return True
 
 
 class DatabaseMissing(StorageError):

@@ -19,7 +19,7 @@ import re
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from jobledger._storage.interface import Store
-from jobledger._storage.sqlite.connections import Synchronous
+from jobledger._storage.sqlite.connections import Synchronous as Synchronous  # re-exported
 from jobledger.errors import JobValidationError
 
 __all__ = ["is_postgres_url", "open_store", "redact", "split_schema"]

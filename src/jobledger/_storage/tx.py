@@ -1,6 +1,6 @@
 """Layer 0: the one write primitive, and the coordinator that may retry it.
 
-`run_write_transaction(conn, work, label)` is seed 003's primitive:
+`run_write_transaction(conn, work, label)` is the one write primitive (docs/design/storage.md):
 
     BEGIN IMMEDIATE  ->  work() exactly once  ->  COMMIT
 

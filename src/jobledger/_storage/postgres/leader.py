@@ -1,39 +1,42 @@
 """The leader lease row, as named operations (PostgreSQL); policy is `_runtime/leader.py`.
 
-Same functions and semantics as `sqlite/leader.py` (`LeaseRow` and `holder_alive` are
-shared). SQLite serialises would-be leaders with a lock file around `take_lease`; here
-`take_lease` itself takes a transaction-scoped advisory lock on the schema's leader key
-before it re-reads the row, so concurrent takers on any host queue up and the re-read
-decides. The runtime therefore needs no lock file for this backend.
+Same operations and semantics as `sqlite/leader.py`; whether a holder is alive is policy
+(`_core/recovery.py`), passed in as `alive`. SQLite serialises would-be leaders with a
+lock file inside its `take_lease`; here `take_lease` takes a transaction-scoped advisory
+lock on the schema's leader key before it re-reads the row, so concurrent takers on any
+host queue up and the re-read decides.
 """
 
 from __future__ import annotations
 
-from jobledger._storage.postgres.store import Conn, PostgresStore
-from jobledger._storage.sqlite.leader import LeaseRow, _lease_of, holder_alive
+from collections.abc import Callable
 
-__all__ = ["LeaseRow", "holder_alive", "read_lease", "renew_lease", "resign_lease", "take_lease"]
+from jobledger._storage.postgres.store import Conn, PostgresStore
+from jobledger._storage.records import LeaseRow, lease_row
+
+__all__ = ["read_lease", "renew_lease", "resign_lease", "take_lease"]
 
 
 def read_lease(store: PostgresStore) -> LeaseRow | None:
     """The current lease and its holder's worker row, without any lock."""
-    return _lease_of(store.read(lambda c: c.execute(store.q.LEADER_WITH_HOLDER).fetchone()))
+    return lease_row(store.read(lambda c: c.execute(store.q.LEADER_WITH_HOLDER).fetchone()))
 
 
 def take_lease(
-    store: PostgresStore, worker_id: str, *, now_ms: int, ttl_ms: int, hostname: str
+    store: PostgresStore,
+    worker_id: str,
+    *,
+    now_ms: int,
+    ttl_ms: int,
+    alive: Callable[[LeaseRow], bool],
 ) -> int | None:
     """Become leader if the lease is free; returns the term held, or None if another holds it."""
     q = store.q
 
     def work(conn: Conn) -> int | None:
         conn.execute(q.ADVISORY_XACT_LOCK, (q.leader_lock_key,))
-        lease = _lease_of(conn.execute(q.LEADER_WITH_HOLDER).fetchone())
-        if (
-            lease is not None
-            and lease.worker_id != worker_id
-            and holder_alive(lease, now_ms=now_ms, hostname=hostname)
-        ):
+        lease = lease_row(conn.execute(q.LEADER_WITH_HOLDER).fetchone())
+        if lease is not None and lease.worker_id != worker_id and alive(lease):
             return None
         if lease is not None and lease.worker_id == worker_id and lease.expires_at > now_ms:
             term = lease.term

@@ -207,6 +207,30 @@ class Queries:
         "AND type = ANY(%(types)s) AND (enqueued_by IS NULL "
         "OR NOT (enqueued_by = ANY(%(excluded)s))) ",
     )
+    # A worker's claim takes rows only while its worker row exists and is not stopped;
+    # otherwise it takes none and answers -1 for the global count (`ClaimResult
+    # .unregistered`).
+    CLAIM_REGISTERED, CLAIM_REGISTERED_EXCLUDING = (
+        sql.replace(
+            "WHERE status = 'running') AS total), ",
+            "WHERE status = 'running') AS total, EXISTS (SELECT 1 FROM {s}.workers w "
+            "WHERE w.id = %(worker)s AND w.stopped_at IS NULL) AS reg), ",
+        )
+        .replace(
+            "LIMIT (SELECT greatest(0, least(%(qcap)s - in_q, %(gcap)s - total, %(limit)s)) ",
+            "LIMIT (SELECT CASE WHEN reg THEN greatest(0, least(%(qcap)s - in_q, "
+            "%(gcap)s - total, %(limit)s)) ELSE 0 END ",
+        )
+        .replace(
+            "SELECT counts.in_q, counts.total, claimed.*",
+            "SELECT counts.in_q, CASE WHEN counts.reg THEN counts.total ELSE -1 END, claimed.*",
+        )
+        for sql in (CLAIM, CLAIM_EXCLUDING)
+    )
+    UNREGISTERED_CLAIMERS = (
+        "SELECT DISTINCT worker_id FROM {s}.jobs j WHERE status = 'running' "
+        "AND NOT EXISTS (SELECT 1 FROM {s}.workers w WHERE w.id = j.worker_id)"
+    )
 
     # -- jobs: finalize (fenced on the claim) ---------------------------------------
     # The locks are released only when the fence matched: a stale attempt's finalize must

@@ -83,6 +83,8 @@ from jobledger._storage.observe import (
 from jobledger._storage.postgres import observe
 from jobledger._storage.postgres.migrate import migrate, schema_version
 from jobledger._storage.postgres.queries import Queries, check_schema_name, quote_ident
+from jobledger._storage.records import LeaseRow, RecoveryPlan, RecoveryStats, WorkerRow
+from jobledger._storage.schedule_ops import ScheduleOps
 from jobledger.errors import (
     DatabaseBusy,
     DatabaseFull,
@@ -125,7 +127,7 @@ class _EnqueueMissed(Exception):
     pass
 
 
-class PostgresStore:
+class PostgresStore(ScheduleOps):
     def __init__(
         self,
         dsn: str,
@@ -207,7 +209,7 @@ class PostgresStore:
         """The writer connection, reopened after close() or a lost connection.
 
         Call with `self.lock` held. A stopped manager stays a producer and an observer
-        (DESIGN §4: enqueue after stop() writes the row), as with SqliteStore.
+        (docs/reference/api.md: enqueue after stop() writes the row), as with SqliteStore.
         """
         conn = self.conn
         if self._closed or conn.closed or conn.broken:
@@ -558,15 +560,20 @@ class PostgresStore:
         worker_id: str,
         types: tuple[str, ...],
         exclude_owners: tuple[str, ...] = (),
+        registered: bool = False,
     ) -> ClaimResult:
         q = self.q
+        if registered:
+            sql = q.CLAIM_REGISTERED_EXCLUDING if exclude_owners else q.CLAIM_REGISTERED
+        else:
+            sql = q.CLAIM_EXCLUDING if exclude_owners else q.CLAIM
 
         def send(conn: Conn) -> Callable[[], list[Any]]:
             conn.execute(q.ADVISORY_XACT_LOCK, (q.queue_claim_key(queue),))
             if self.exact_global_cap:
                 conn.execute(q.ADVISORY_XACT_LOCK, (q.global_claim_key,))
             cur = conn.execute(
-                q.CLAIM_EXCLUDING if exclude_owners else q.CLAIM,
+                sql,
                 {
                     "excluded": list(exclude_owners),
                     "queue": queue,
@@ -582,6 +589,8 @@ class PostgresStore:
 
         rows = self._tx_then(send, "claim")
         in_queue, running = int(rows[0][0]), int(rows[0][1])
+        if running < 0:
+            return ClaimResult([], False, unregistered=True)
         free = queue_cap - in_queue
         if free <= 0:
             return ClaimResult([], False)
@@ -612,6 +621,7 @@ class PostgresStore:
                 worker_id=claim.worker_id,
                 types=claim.types,
                 exclude_owners=claim.exclude_owners,
+                registered=claim.registered,
             )
         except Exception:
             log.warning("claim on queue %r failed; retrying shortly", claim.queue, exc_info=True)
@@ -757,6 +767,73 @@ class PostgresStore:
             lambda c: c.execute(self.q.RELEASE_LOCK, (name, job_id, worker_id, attempt)),
             "unlock",
         )
+
+    def writer_busy(self) -> bool:
+        return False  # no cheap cross-host probe; dispatch treats it as "not busy"
+
+    # -- workers and the leader lease (the dialect's statements: postgres/workers.py and
+    # postgres/leader.py; policy is `jobledger._core.recovery`) --------------------------
+
+    def register_worker(
+        self, worker_id: str, hostname: str, pid: int, handlers: Sequence[str], now_ms: int
+    ) -> None:
+        from jobledger._storage.postgres import workers
+
+        workers.register_worker(self, worker_id, hostname, pid, handlers, now_ms)
+
+    def heartbeat(self, worker_id: str, now_ms: int) -> bool:
+        from jobledger._storage.postgres import workers
+
+        return workers.heartbeat(self, worker_id, now_ms)
+
+    def stop_worker(self, worker_id: str, now_ms: int) -> None:
+        from jobledger._storage.postgres import workers
+
+        workers.stop_worker(self, worker_id, now_ms)
+
+    def list_workers(self) -> list[WorkerRow]:
+        from jobledger._storage.postgres import workers
+
+        return workers.list_workers(self)
+
+    def recover_worker(
+        self,
+        worker_id: str,
+        plan: Callable[[Sequence[JobRow]], RecoveryPlan],
+        cancel_error: Callable[[str], str],
+        now_ms: int,
+    ) -> RecoveryStats:
+        from jobledger._storage.postgres import workers
+
+        return workers.recover_worker(self, worker_id, plan, cancel_error, now_ms)
+
+    def unregistered_claimers(self) -> list[str]:
+        return [
+            str(r[0])
+            for r in self.read(lambda c: c.execute(self.q.UNREGISTERED_CLAIMERS).fetchall())
+        ]
+
+    def read_lease(self) -> LeaseRow | None:
+        from jobledger._storage.postgres import leader
+
+        return leader.read_lease(self)
+
+    def take_lease(
+        self, worker_id: str, *, now_ms: int, ttl_ms: int, alive: Callable[[LeaseRow], bool]
+    ) -> int | None:
+        from jobledger._storage.postgres import leader
+
+        return leader.take_lease(self, worker_id, now_ms=now_ms, ttl_ms=ttl_ms, alive=alive)
+
+    def renew_lease(self, worker_id: str, term: int, *, expires_at: int) -> bool:
+        from jobledger._storage.postgres import leader
+
+        return leader.renew_lease(self, worker_id, term, expires_at=expires_at)
+
+    def resign_lease(self, worker_id: str, term: int) -> None:
+        from jobledger._storage.postgres import leader
+
+        leader.resign_lease(self, worker_id, term)
 
     def release_unconfirmed_claims(self, worker_id: str, keep: Sequence[str], now_ms: int) -> int:
         q = self.q

@@ -310,6 +310,11 @@ LIST_WORKERS = (
     "SELECT id, hostname, pid, handlers, started_at, heartbeat_at, stopped_at FROM workers"
 )
 DELETE_WORKER = "DELETE FROM workers WHERE id = ?"
+WORKER_REGISTERED = "SELECT 1 FROM workers WHERE id = ? AND stopped_at IS NULL"
+UNREGISTERED_CLAIMERS = (
+    "SELECT DISTINCT worker_id FROM jobs WHERE status = 'running' "
+    "AND worker_id NOT IN (SELECT id FROM workers)"
+)
 LIVE_ROWS_OF_WORKER = (
     f"SELECT {JOB_COLUMNS} FROM jobs WHERE "
     "(status = 'running' AND worker_id = ?) "

@@ -50,6 +50,8 @@ from jobledger._storage.observe import (
     StorageFacts,
     WorkerRecord,
 )
+from jobledger._storage.records import LeaseRow, RecoveryPlan, RecoveryStats, WorkerRow
+from jobledger._storage.schedule_ops import ScheduleOps
 from jobledger._storage.sqlite import observe
 from jobledger._storage.sqlite import queries as q
 from jobledger._storage.sqlite.connections import (
@@ -94,7 +96,7 @@ _INSERT_CHUNK = f"{_INSERT_HEAD} VALUES {', '.join([_INSERT_VALUES] * _CHUNK)}"
 _REISSUES = 8
 
 
-class SqliteStore:
+class SqliteStore(ScheduleOps):
     def __init__(
         self,
         path: str,
@@ -168,7 +170,7 @@ class SqliteStore:
         self._closed = True  # the next use opens a fresh writer
 
     def _reopen_if_closed(self) -> None:
-        # A stopped manager stays a producer and an observer (DESIGN §4: enqueue after
+        # A stopped manager stays a producer and an observer (docs/reference/api.md: enqueue after
         # stop() writes the row): a use after close() opens fresh connections. Call with
         # self.lock held. A closed ":memory:" database is gone, so it stays closed.
         if self._closed and not self.memory:
@@ -372,6 +374,7 @@ class SqliteStore:
         worker_id: str,
         types: tuple[str, ...],
         exclude_owners: tuple[str, ...] = (),
+        registered: bool = False,
     ) -> ClaimResult:
         if not self.memory:
             # Decided from a WAL read, without the write lock, when the claim would take
@@ -383,7 +386,7 @@ class SqliteStore:
             if nothing is not None:
                 return nothing
         request = ClaimRequest(
-            queue, queue_cap, global_cap, limit, worker_id, types, exclude_owners
+            queue, queue_cap, global_cap, limit, worker_id, types, exclude_owners, registered
         )
         # The claimed rows become objects after COMMIT: every process waits for the
         # write gate while a transaction is open.
@@ -585,6 +588,67 @@ class SqliteStore:
         self.write(
             lambda c: c.execute(q.RELEASE_LOCK, (name, job_id, worker_id, attempt)), "unlock"
         )
+
+    # -- workers and the leader lease (the dialect's statements: sqlite/workers.py and
+    # sqlite/leader.py; policy is `jobledger._core.recovery`) --------------------------
+
+    def register_worker(
+        self, worker_id: str, hostname: str, pid: int, handlers: Sequence[str], now_ms: int
+    ) -> None:
+        from jobledger._storage.sqlite import workers
+
+        workers.register_worker(self, worker_id, hostname, pid, handlers, now_ms)
+
+    def heartbeat(self, worker_id: str, now_ms: int) -> bool:
+        from jobledger._storage.sqlite import workers
+
+        return workers.heartbeat(self, worker_id, now_ms)
+
+    def stop_worker(self, worker_id: str, now_ms: int) -> None:
+        from jobledger._storage.sqlite import workers
+
+        workers.stop_worker(self, worker_id, now_ms)
+
+    def list_workers(self) -> list[WorkerRow]:
+        from jobledger._storage.sqlite import workers
+
+        return workers.list_workers(self)
+
+    def recover_worker(
+        self,
+        worker_id: str,
+        plan: Callable[[Sequence[JobRow]], RecoveryPlan],
+        cancel_error: Callable[[str], str],
+        now_ms: int,
+    ) -> RecoveryStats:
+        from jobledger._storage.sqlite import workers
+
+        return workers.recover_worker(self, worker_id, plan, cancel_error, now_ms)
+
+    def unregistered_claimers(self) -> list[str]:
+        return [r[0] for r in self.read(lambda c: c.execute(q.UNREGISTERED_CLAIMERS).fetchall())]
+
+    def read_lease(self) -> LeaseRow | None:
+        from jobledger._storage.sqlite import leader
+
+        return leader.read_lease(self)
+
+    def take_lease(
+        self, worker_id: str, *, now_ms: int, ttl_ms: int, alive: Callable[[LeaseRow], bool]
+    ) -> int | None:
+        from jobledger._storage.sqlite import leader
+
+        return leader.take_lease(self, worker_id, now_ms=now_ms, ttl_ms=ttl_ms, alive=alive)
+
+    def renew_lease(self, worker_id: str, term: int, *, expires_at: int) -> bool:
+        from jobledger._storage.sqlite import leader
+
+        return leader.renew_lease(self, worker_id, term, expires_at=expires_at)
+
+    def resign_lease(self, worker_id: str, term: int) -> None:
+        from jobledger._storage.sqlite import leader
+
+        leader.resign_lease(self, worker_id, term)
 
     def release_unconfirmed_claims(self, worker_id: str, keep: Sequence[str], now_ms: int) -> int:
         keep_json = json.dumps(list(keep))
@@ -847,6 +911,11 @@ def _claim_work(
     claim_sql = q.claim_sql(len(req.types), len(req.exclude_owners))
 
     def work(conn: sqlite3.Connection) -> ClaimResult | tuple[list[Any], bool]:
+        if (
+            req.registered
+            and conn.execute(q.WORKER_REGISTERED, (req.worker_id,)).fetchone() is None
+        ):
+            return ClaimResult([], False, unregistered=True)
         in_queue, running = conn.execute(_RUNNING_COUNTS, (req.queue,)).fetchone()
         free = req.queue_cap - in_queue
         if free <= 0:

@@ -1,0 +1,164 @@
+"""The schedule operations of both stores, written once.
+
+Every statement named here exists under the same name in both dialects' queries
+(`sqlite/queries.py`, `postgres/queries.py`), each in its own dialect, so one
+implementation serves both; a store mixes `ScheduleOps` in and supplies `q`, `read`,
+`write` and `enqueue`. `conn` arguments are a transaction the caller holds (from
+`Store.write` or `Store.user_transaction`): the operation runs inside it instead of in a
+transaction of its own.
+
+Rules kept here, so every backend keeps them the same way:
+* a natural fire at T is a compare-and-set of `next_run` from a value <= T (`MARK_FIRED`)
+  and its job row, in one transaction: two processes firing T cannot both win;
+* a catch-up is a compare-and-set on `next_run == expected` (`CATCH_UP_CAS`);
+* a manual trigger re-reads the row under the write lock and writes back its current
+  `next_run` (or NULL when it consumes an overdue one-shot).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
+
+from jobledger._storage.interface import JobRow, NewJob
+from jobledger._storage.records import ScheduleRow, schedule_row
+
+__all__ = ["ScheduleOps"]
+
+T = TypeVar("T")
+
+
+class _Backend(Protocol):
+    @property
+    def q(self) -> Any: ...
+    def read(self, work: Callable[[Any], T]) -> T: ...
+    def write(self, work: Callable[[Any], T], label: str) -> T: ...
+    def enqueue(self, jobs: Sequence[NewJob], conn: Any | None = None) -> list[JobRow]: ...
+
+
+def _row(raw: Any) -> ScheduleRow | None:
+    return None if raw is None else schedule_row(raw)
+
+
+class ScheduleOps:
+    """Schedule rows as named operations (see the module docstring)."""
+
+    def insert_schedule(self: _Backend, row: ScheduleRow, conn: Any | None = None) -> None:
+        params = (
+            row.id, row.type, row.name, row.trigger, row.payload, row.catch_up, row.enabled,
+            row.metadata, row.created_at, row.updated_at,
+        )  # fmt: skip
+        if conn is not None:
+            conn.execute(self.q.INSERT_SCHEDULE, params)
+        else:
+            self.write(lambda c: c.execute(self.q.INSERT_SCHEDULE, params), "insert_schedule")
+
+    def get_schedule(self: _Backend, sid: str, conn: Any | None = None) -> ScheduleRow | None:
+        if conn is not None:
+            return _row(conn.execute(self.q.GET_SCHEDULE, (sid,)).fetchone())
+        return _row(self.read(lambda c: c.execute(self.q.GET_SCHEDULE, (sid,)).fetchone()))
+
+    def get_schedule_by_name(
+        self: _Backend, type_name: str, name: str, conn: Any | None = None
+    ) -> ScheduleRow | None:
+        """`name` is the stored name: "" for the type's singleton."""
+        params = (type_name, name)
+        if conn is not None:
+            return _row(conn.execute(self.q.GET_SCHEDULE_BY_NAME, params).fetchone())
+        return _row(self.read(lambda c: c.execute(self.q.GET_SCHEDULE_BY_NAME, params).fetchone()))
+
+    def schedules_of_type(self: _Backend, type_name: str) -> list[ScheduleRow]:
+        rows = self.read(lambda c: c.execute(self.q.SCHEDULES_OF_TYPE, (type_name,)).fetchall())
+        return [schedule_row(r) for r in rows]
+
+    def list_schedules(self: _Backend) -> list[ScheduleRow]:
+        """Every schedule, oldest first."""
+        return [
+            schedule_row(r)
+            for r in self.read(lambda c: c.execute(self.q.LIST_SCHEDULES).fetchall())
+        ]
+
+    def update_schedule(
+        self: _Backend, sid: str, fields: Mapping[str, Any], conn: Any | None = None
+    ) -> None:
+        """Set the named columns (`layout.SCHEDULE_COLUMNS` names only)."""
+        sql = self.q.update_schedule_sql(tuple(fields))
+        params = (*fields.values(), sid)
+        if conn is not None:
+            conn.execute(sql, params)
+        else:
+            self.write(lambda c: c.execute(sql, params), "update_schedule")
+
+    def delete_schedule(self: _Backend, sid: str) -> bool:
+        """Delete the row; its jobs stay (their `schedule_id` is set to NULL by the schema)."""
+        return bool(
+            self.write(
+                lambda c: c.execute(self.q.DELETE_SCHEDULE, (sid,)).rowcount, "delete_schedule"
+            )
+        )
+
+    def set_schedule_next_run(self: _Backend, sid: str, next_ms: int | None, now_ms: int) -> None:
+        self.write(
+            lambda c: c.execute(self.q.SET_NEXT_RUN, (next_ms, now_ms, sid)), "schedule_next_run"
+        )
+
+    def catch_up_schedule(
+        self: _Backend, sid: str, expected_next: int, following: int | None, now_ms: int
+    ) -> bool:
+        """Move `next_run` from `expected_next` to `following`; False when another process
+        moved it first."""
+        params = (following, now_ms, sid, expected_next)
+        return bool(
+            self.write(
+                lambda c: c.execute(self.q.CATCH_UP_CAS, params).rowcount, "schedule_catch_up"
+            )
+        )
+
+    def fire_schedule(
+        self: _Backend,
+        sid: str,
+        job: NewJob | None,
+        *,
+        expected_next: int | None,
+        last_run: int,
+        next_run: int | None,
+        catch_up_next: int | None,
+        now_ms: int,
+    ) -> list[JobRow] | None:
+        """One transaction: the calendar's compare-and-set, then `job`. None when the
+        compare-and-set lost (nothing written); else the job's row as stored ([] for no
+        job). With `catch_up_next` (or no `expected_next`) the compare-and-set is the
+        catch-up's (`next_run == expected_next`), else a natural fire's."""
+
+        def work(conn: Any) -> list[JobRow] | None:
+            if catch_up_next is not None or expected_next is None:
+                cas = conn.execute(self.q.CATCH_UP_CAS, (catch_up_next, now_ms, sid, expected_next))
+            else:
+                cas = conn.execute(
+                    self.q.MARK_FIRED, (last_run, next_run, now_ms, sid, expected_next)
+                )
+            if cas.rowcount != 1:
+                return None
+            return [] if job is None else self.enqueue([job], conn=conn)
+
+        return self.write(work, "schedule_fire")
+
+    def manual_fire(
+        self: _Backend, sid: str, job: NewJob, *, consume: bool, now_ms: int
+    ) -> list[JobRow] | None:
+        """Enqueue one extra run and set `last_run`; None when the schedule is gone.
+
+        The row is re-read under the write lock: another process may have fired (moving
+        `next_run`) since the caller read it, and writing back a stale `next_run` would
+        make every later fire lose its compare-and-set."""
+
+        def work(conn: Any) -> list[JobRow] | None:
+            current = _row(conn.execute(self.q.GET_SCHEDULE, (sid,)).fetchone())
+            if current is None:
+                return None
+            rows = self.enqueue([job], conn=conn)
+            next_run = None if consume else current.next_run
+            conn.execute(self.q.MARK_MANUAL, (now_ms, next_run, now_ms, sid))
+            return rows
+
+        return self.write(work, "schedule_manual")
