@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+import httpx
 import pytest
 
 from tests.cli.conftest import jobledger, spawn
@@ -91,17 +92,50 @@ def test_the_worker_banner_and_logs_mask_the_password(db: str, redact_app: Path)
 @pytest.mark.parametrize("db", ["postgres"], indirect=True)  # a fresh schema, as ONLY_POSTGRES
 def test_commands_on_a_reachable_server_never_print_the_password(db: str, redact_app: Path) -> None:
     url = with_password(db)
+    enqueued = jobledger("--db", url, "jobs", "enqueue", "t", cwd=redact_app)
+    assert enqueued.returncode == 0, enqueued.stderr
+    job_id = enqueued.stdout.strip()
     for args in (
         ("jobs", "enqueue", "t"),
         ("jobs", "list"),
+        ("jobs", "show", job_id),
         ("doctor",),
+        ("doctor", "--json"),
         ("queues",),
+        ("schedules", "list"),
+        ("gc", "--dry-run"),
+        ("gc",),
         ("--debug", "jobs", "list"),
     ):
         proc = jobledger("--db", url, *args, cwd=redact_app)
         assert SECRET not in proc.stdout + proc.stderr, args
-    enqueued = jobledger("--db", url, "jobs", "enqueue", "t", cwd=redact_app)
-    assert enqueued.returncode == 0, enqueued.stderr
+        # Observers read PostgreSQL as they read files (doctor: a healthy schema).
+        assert proc.returncode == 0, (args, proc.stderr)
+    doctor = jobledger("--db", url, "doctor", cwd=redact_app)
+    assert doctor.stdout.splitlines()[0] == url.replace(f":{SECRET}@", ":***@")
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("db", ["postgres"], indirect=True)  # a fresh schema, as ONLY_POSTGRES
+def test_serve_on_postgres_never_shows_the_password(db: str, redact_app: Path) -> None:
+    url = with_password(db)
+    server = spawn("--db", url, "serve", "--port", "0", cwd=redact_app)
+    try:
+        assert server.stdout is not None
+        banner = server.stdout.readline()  # pytest-timeout bounds the read
+        assert banner.startswith("jobledger: serving "), banner
+        base = banner.rsplit(" at ", 1)[1].strip()
+        page = httpx.get(base, timeout=10)
+        health = httpx.get(f"{base}api/health", timeout=10)
+        metrics = httpx.get(f"{base}metrics", timeout=10)
+    finally:
+        out, err = _stop(server)
+    assert page.status_code == 200
+    assert health.json()["status"] == "ok"
+    assert "jobledger_jobs_completed_total" in metrics.text
+    assert url.replace(f":{SECRET}@", ":***@") in banner
+    assert SECRET not in banner + out + err + page.text
+    assert server.returncode == 0, err
 
 
 @pytest.mark.parametrize(

@@ -1,23 +1,22 @@
 """The read model's passes over `jobs` against figures worked out row by row in Python.
 
 `/metrics` and the dashboard's queue table each come from one grouped pass over the
-table (see `read_model._metrics_scan` and `_QUEUE_STATS_SCAN`); these tests check them
-against a plain reading of every row, on rows made to hit each edge: every status,
-values on and around the histogram bounds, negative start delays, NULL times, and a
-queue without rows.
+table (see `metrics_scan` and `QUEUE_STATS_SCAN` in `_storage/sqlite/observe.py`, and
+their twins in `_storage/postgres/observe.py`); these tests check them, on both
+backends, against a plain reading of every row, on rows made to hit each edge: every
+status, values on and around the histogram bounds, negative start delays, NULL times,
+and a queue without rows.
 """
 
 from __future__ import annotations
 
 import random
-import sqlite3
-from pathlib import Path
 
 import pytest
 
 import jobledger as jl
 from jobledger._observe.read_model import HISTOGRAM_BUCKETS, Histogram, ReadModel
-from tests.conftest import run
+from tests.conftest import db_reader, run
 
 STATUSES = ("pending", "delayed", "running", "completed", "failed", "cancelled")
 T = jl.JobType("scan.t", dict)
@@ -32,50 +31,45 @@ Row = tuple[str, str, int, int, int | None, int | None]
 
 
 @pytest.fixture
-def varied(tmp_path: Path) -> tuple[str, list[Row]]:
+def varied(db: str) -> tuple[str, list[Row]]:
     """A database of 900 rows in three queues (plus a registered queue without rows),
-    with random statuses, attempts and times; and its rows as
+    with random statuses, attempts and times, on each backend; and its rows as
     (queue, status, attempt, scheduled_at, started_at, finished_at)."""
-    path = str(tmp_path / "jobs.db")
-    jobs = jl.JobManager(path)
+    jobs = jl.JobManager(db)
     for queue in ("a", "b", "c"):
         jobs.enqueue_many(T, [{}] * 300, queue=queue)
     jobs.enqueue(T, {}, queue="empty")  # registers the queue; its row is deleted below
     bounds = [int(b * 1000) for b in HISTOGRAM_BUCKETS]
     edges = [-50, -1, 0, 1, *bounds, *(b + 1 for b in bounds), 10**9]
     rnd = random.Random(20261130)
-    conn = sqlite3.connect(path, isolation_level=None)
-    try:
-        conn.execute("DELETE FROM jobs WHERE queue = 'empty'")
-        for rowid, enqueued in conn.execute("SELECT rowid, scheduled_at FROM jobs").fetchall():
+    with db_reader(db) as sql:
+        sql("DELETE FROM jobs WHERE queue = 'empty'")
+        for job_id, enqueued in sql("SELECT id, scheduled_at FROM jobs ORDER BY id"):
             scheduled = enqueued + rnd.randrange(-60_000, 60_000)
             started = None if rnd.random() < 0.15 else scheduled + rnd.choice(edges)
             base = scheduled if started is None else started
             finished = None if rnd.random() < 0.15 else base + abs(rnd.choice(edges))
-            conn.execute(
+            sql(
                 "UPDATE jobs SET status = ?, scheduled_at = ?, started_at = ?, "
-                "finished_at = ?, attempt = ? WHERE rowid = ?",
+                "finished_at = ?, attempt = ? WHERE id = ?",
                 (
                     rnd.choice(STATUSES),
                     scheduled,
                     started,
                     finished,
                     rnd.choice((0, 0, 1, 3)),
-                    rowid,
+                    job_id,
                 ),
             )
-        rows = conn.execute(
-            "SELECT queue, status, attempt, scheduled_at, started_at, finished_at FROM jobs"
-        ).fetchall()
-    finally:
-        conn.close()
+        rows = sql("SELECT queue, status, attempt, scheduled_at, started_at, finished_at FROM jobs")
     run(jobs.stop())
-    return path, rows
+    return db, [tuple(r) for r in rows]
 
 
 def test_metrics_match_a_row_by_row_count(varied: tuple[str, list[Row]]) -> None:
     path, rows = varied
-    got = ReadModel(path).metrics()
+    with ReadModel(path) as rm:
+        got = rm.metrics()
 
     queues = sorted({r[0] for r in rows})
     assert set(got.started) == set(queues)
@@ -103,7 +97,8 @@ def test_metrics_match_a_row_by_row_count(varied: tuple[str, list[Row]]) -> None
 
 def test_queue_stats_match_a_row_by_row_count(varied: tuple[str, list[Row]]) -> None:
     path, rows = varied
-    got = {qs.name: qs for qs in ReadModel(path).queue_stats()}
+    with ReadModel(path) as rm:
+        got = {qs.name: qs for qs in rm.queue_stats()}
     assert sorted(got) == ["a", "b", "c", "empty"]
     assert got["empty"].counts == dict.fromkeys(STATUSES, 0)
     assert got["empty"].oldest_pending_at is None

@@ -41,7 +41,16 @@ from jobledger.errors import DatabaseBusy, SchemaError, WriteTransactionFailed
 from tests.integration import _procs, v7_id
 
 WAIT = _procs.WAIT
-TABLES = {"job_schedules", "jobs", "locks", "leader", "ownership", "queues", "workers"}
+TABLES = {
+    "job_schedules",
+    "job_totals",
+    "jobs",
+    "locks",
+    "leader",
+    "ownership",
+    "queues",
+    "workers",
+}
 
 
 def _schema_file() -> str:

@@ -19,11 +19,14 @@ from __future__ import annotations
 import errno
 import os
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from jobledger._storage import layout as L
-from jobledger._storage.interface import JobRow
 from jobledger._storage.records import LeaseRow, RecoveryPlan, WorkerRow
 from jobledger._types import RecoveryStrategy
+
+if TYPE_CHECKING:
+    from jobledger._storage.interface import JobRow
 
 __all__ = ["dead_workers", "holder_alive", "is_dead", "pid_alive", "plan_recovery"]
 

@@ -12,7 +12,8 @@ Routes (see `openapi.py` for the schema served at `/openapi.json`):
 
 Invariants:
 
-* Read-only: every route reads through one `ReadModel` (a `mode=ro` connection). The only
+* Read-only: every route reads through one `ReadModel` (a store opened read-only, on a
+  SQLite file or a PostgreSQL URL alike). The only
   writes are the optional actions (`allow_actions=True`, which needs a token): cancel a
   job and run a schedule now, done through a never-started `JobManager`.
 * Errors are one JSON envelope, `{"error": {"code", "message"}}`: 400 INVALID_QUERY, 401

@@ -1,102 +1,115 @@
-"""Prometheus text exposition (format 0.0.4) of the read model's `MetricsData`.
+"""`/metrics`: the read model's `MetricsData` in Prometheus' text exposition (format
+0.0.4), produced by `prometheus-client` (a custom collector on a registry of its own, so
+nothing of the process's default registry leaks in).
 
-Every number is computed from the rows the table holds at scrape time, so several
-processes sharing one file report one consistent picture and nothing is kept in memory.
-The price: the `_total` counters count the rows still stored, so they drop when GC
-deletes old terminal rows; Prometheus' `rate()`/`increase()` treat a drop as a counter
-reset, which is the documented way to handle it. The run-time histogram uses the last
-attempt of each finished job; queue latency is `started_at - scheduled_at` of the
-current (or last) attempt, i.e. how long a due job waited for a slot.
+Every number is read from the tables at scrape time, so several processes sharing one
+database report one consistent picture and nothing is kept in memory. The `_total`
+counters are monotonic: they add what GC has collected (the `job_totals` table, kept by
+the migrations' delete trigger) to what the stored rows hold, so deleting old rows never
+lowers or removes a series. The gauges and histograms describe the rows stored now: the
+run-time histogram uses the last attempt of each finished job still stored; queue latency
+is `started_at - scheduled_at` of the current (or last) attempt, i.e. how long a due job
+waited for a slot.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
 from jobledger._observe.read_model import STATUSES, Histogram, MetricsData
 
-__all__ = ["CONTENT_TYPE", "render"]
+__all__ = ["CONTENT_TYPE", "MetricsCollector", "render"]
 
+# What `generate_latest` writes (newer clients also speak 1.0.0; scrapers accept this).
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+def _histogram(name: str, help_text: str, data: dict[str, Histogram]) -> HistogramMetricFamily:
+    family = HistogramMetricFamily(name, help_text, labels=["queue"])
+    for queue in sorted(data):
+        h = data[queue]
+        buckets = [(repr(float(bound)), float(n)) for bound, n in h.buckets]
+        buckets.append(("+Inf", float(h.count)))
+        family.add_metric([queue], buckets, h.total)
+    return family
 
 
-def _labels(**labels: str) -> str:
-    if not labels:
-        return ""
-    inner = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
-    return "{" + inner + "}"
+class MetricsCollector(Collector):
+    """Yields the families of one `MetricsData` (read before the collector is made)."""
 
+    def __init__(self, data: MetricsData) -> None:
+        self.data = data
 
-def _num(value: float) -> str:
-    if value == int(value) and abs(value) < 1e15:
-        return str(int(value))
-    return repr(float(value))
+    def collect(self) -> Iterator[Metric]:
+        data = self.data
+        jobs = GaugeMetricFamily(
+            "jobledger_jobs", "Jobs stored, by queue and state.", labels=["queue", "state"]
+        )
+        for (queue, state), n in sorted(data.jobs.items()):
+            if state in STATUSES:
+                jobs.add_metric([queue, state], n)
+        yield jobs
 
+        counters = (
+            ("jobledger_jobs_started", "Attempts started.", data.started),
+            ("jobledger_jobs_completed", "Jobs completed.", data.completed),
+            ("jobledger_jobs_failed", "Jobs failed for good.", data.failed),
+            ("jobledger_jobs_cancelled", "Jobs cancelled.", data.cancelled),
+            ("jobledger_jobs_retried", "Retries scheduled.", data.retried),
+        )
+        for name, help_text, values in counters:
+            family = CounterMetricFamily(
+                name,
+                help_text + " Stored rows plus the rows GC has collected.",
+                labels=["queue"],
+            )
+            for queue in sorted(values):
+                family.add_metric([queue], values[queue])
+            yield family
 
-class _Out:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
+        yield _histogram(
+            "jobledger_job_run_seconds",
+            "Run time of the last attempt of finished (completed or failed) jobs.",
+            data.run_seconds,
+        )
+        yield _histogram(
+            "jobledger_job_queue_latency_seconds",
+            "Time from a job falling due (scheduled_at) to its attempt starting.",
+            data.latency_seconds,
+        )
 
-    def family(self, name: str, kind: str, help_text: str) -> None:
-        self.lines.append(f"# HELP {name} {help_text}")
-        self.lines.append(f"# TYPE {name} {kind}")
+        oldest = GaugeMetricFamily(
+            "jobledger_oldest_pending_age_seconds",
+            "Age of the oldest due pending job.",
+            labels=["queue"],
+        )
+        for queue, age in sorted(data.oldest_pending_age.items()):
+            oldest.add_metric([queue], age)
+        yield oldest
 
-    def sample(self, name: str, value: float, **labels: str) -> None:
-        self.lines.append(f"{name}{_labels(**labels)} {_num(value)}")
-
-    def histogram(self, name: str, data: dict[str, Histogram]) -> None:
-        for queue in sorted(data):
-            h = data[queue]
-            for bound, n in h.buckets:
-                self.sample(f"{name}_bucket", n, queue=queue, le=_num(bound))
-            self.sample(f"{name}_bucket", h.count, queue=queue, le="+Inf")
-            self.sample(f"{name}_sum", h.total, queue=queue)
-            self.sample(f"{name}_count", h.count, queue=queue)
+        workers = GaugeMetricFamily(
+            "jobledger_workers", "Registered workers, by state.", labels=["state"]
+        )
+        for state in sorted(data.workers):
+            workers.add_metric([state], data.workers[state])
+        yield workers
+        yield GaugeMetricFamily(
+            "jobledger_leader_term",
+            "Term of the current leader lease (0: none).",
+            value=data.leader_term or 0,
+        )
 
 
 def render(data: MetricsData) -> str:
-    out = _Out()
-    out.family("jobledger_jobs", "gauge", "Jobs stored, by queue and state.")
-    for (queue, state), n in sorted(data.jobs.items()):
-        if state in STATUSES:
-            out.sample("jobledger_jobs", n, queue=queue, state=state)
-
-    counters = (
-        ("jobledger_jobs_started_total", "Attempts started.", data.started),
-        ("jobledger_jobs_completed_total", "Jobs completed.", data.completed),
-        ("jobledger_jobs_failed_total", "Jobs failed for good.", data.failed),
-        ("jobledger_jobs_cancelled_total", "Jobs cancelled.", data.cancelled),
-        ("jobledger_jobs_retried_total", "Retries scheduled.", data.retried),
-    )
-    for name, help_text, values in counters:
-        out.family(name, "counter", help_text + " Computed from the stored rows.")
-        for queue in sorted(values):
-            out.sample(name, values[queue], queue=queue)
-
-    out.family(
-        "jobledger_job_run_seconds",
-        "histogram",
-        "Run time of the last attempt of finished (completed or failed) jobs.",
-    )
-    out.histogram("jobledger_job_run_seconds", data.run_seconds)
-    out.family(
-        "jobledger_job_queue_latency_seconds",
-        "histogram",
-        "Time from a job falling due (scheduled_at) to its attempt starting.",
-    )
-    out.histogram("jobledger_job_queue_latency_seconds", data.latency_seconds)
-
-    out.family(
-        "jobledger_oldest_pending_age_seconds", "gauge", "Age of the oldest due pending job."
-    )
-    for queue, age in sorted(data.oldest_pending_age.items()):
-        out.sample("jobledger_oldest_pending_age_seconds", age, queue=queue)
-
-    out.family("jobledger_workers", "gauge", "Registered workers, by state.")
-    for state in sorted(data.workers):
-        out.sample("jobledger_workers", data.workers[state], state=state)
-    out.family("jobledger_leader_term", "gauge", "Term of the current leader lease (0: none).")
-    out.sample("jobledger_leader_term", data.leader_term or 0)
-    return "\n".join(out.lines) + "\n"
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(MetricsCollector(data))
+    return generate_latest(registry).decode("utf-8")

@@ -2,18 +2,23 @@
 
 Invariants:
 
-* One read-only SQLite connection (`mode=ro`): an observer can never write, not even by
-  accident, and never takes the write lock. Every statement runs in autocommit and is
-  read to the end (`fetchall`), so no read snapshot is held open between calls (an open
-  snapshot would stop WAL checkpoints from finishing).
-* One lock serialises the connection, so a `ReadModel` may be shared by threads (the
-  HTTP server runs reads in its thread pool).
+* It reads through one store opened with `open_store(path_or_url, read_only=True)`: the
+  named operations of `Store` (`get`, `list`, `count` and the observers' section), never
+  SQL, and on either backend. That store never creates or migrates anything, and its
+  connections refuse writes (SQLite `mode=ro`, PostgreSQL read-only sessions), so an
+  observer cannot write, not even by accident, and never takes the write lock.
+* No read snapshot is held open between calls (SQLite: autocommit, every cursor read to
+  the end; one open snapshot would stop WAL checkpoints from finishing), and a
+  `ReadModel` may be shared by threads (the HTTP server reads in its thread pool): the
+  store keeps a connection per thread (SQLite) or a pool (PostgreSQL).
 * Rows become values through the same mapping the library uses
   (`jobledger._storage.rows.snapshot_from_row`), so the CLI, the API and `jobs.get()`
   agree on every field.
 * Schedules, workers and the leader are mapped defensively: a row written by another
   release (an unknown trigger kind, a missing column, unreadable JSON) is shown as well as
   possible instead of breaking the page.
+* Counters (`MetricsData.started` ... `retried`) never go down: they add what GC has
+  collected (`job_totals`, see `_storage/observe.py`) to what the stored rows hold.
 
 Times are epoch milliseconds in the table and aware UTC datetimes / ISO-8601 strings
 (`...Z`) here.
@@ -24,24 +29,23 @@ from __future__ import annotations
 import json
 import os
 import socket
-import sqlite3
-import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
-from jobledger._core.recovery import pid_alive
-from jobledger._storage import layout as L
+from jobledger._storage.interface import JobFilter, Store
+from jobledger._storage.observe import (
+    STATUSES,
+    DatabaseMissing,
+    ScheduleRecord,
+    StorageFacts,
+    pid_alive,
+)
+from jobledger._storage.open import is_postgres_url, open_store, redact
 from jobledger._storage.rows import snapshot_from_row
-from jobledger._storage.sqlite import queries as q
-from jobledger._storage.sqlite.connections import open_reader
-from jobledger._storage.sqlite.files import unlinked_holders
-from jobledger._storage.sqlite.keys import ROWID_KEY_VERSION, key_of
-from jobledger._storage.sqlite.migrate import SCHEMA_VERSION
-from jobledger._types import JobSnapshot, JobStatus
+from jobledger._types import JobSnapshot
 from jobledger.clock import Clock, SystemClock, from_ms
-from jobledger.errors import StorageError
 
 __all__ = [
     "HISTOGRAM_BUCKETS",
@@ -61,10 +65,8 @@ __all__ = [
     "unlinked_problem",
 ]
 
-T = TypeVar("T")
-
-STATUSES: tuple[str, ...] = tuple(s.value for s in JobStatus)
 _WAITING = ("pending", "delayed")
+_TERMINAL = ("completed", "failed", "cancelled")
 # Seconds. Run times and queue latencies of background jobs span milliseconds to hours.
 HISTOGRAM_BUCKETS: tuple[float, ...] = (
     0.005,
@@ -84,12 +86,7 @@ HISTOGRAM_BUCKETS: tuple[float, ...] = (
     900.0,
     3600.0,
 )
-
-
-class DatabaseMissing(StorageError):
-    """The database file does not exist (observers never create it)."""
-
-    code = "DB_NOT_FOUND"
+_BOUNDS_MS: tuple[int, ...] = tuple(int(b * 1000) for b in HISTOGRAM_BUCKETS)
 
 
 def iso(value: datetime | int | None) -> str | None:
@@ -132,8 +129,8 @@ class JobQuery:
     schedule_id: str | None = None
     parent_id: str | None = None
 
-    def where(self) -> q.JobsWhere:
-        return q.JobsWhere(self.status, self.queue, self.type, self.schedule_id, self.parent_id)
+    def filter(self) -> JobFilter:
+        return JobFilter(self.status, self.queue, self.type, self.schedule_id, self.parent_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,7 +216,8 @@ class Histogram:
 
 @dataclass(frozen=True, slots=True)
 class MetricsData:
-    """Everything `/metrics` exposes, computed from the rows the table holds now."""
+    """Everything `/metrics` exposes. Gauges and histograms describe the rows stored
+    now; the counters also count what GC has collected, so they never go down."""
 
     jobs: dict[tuple[str, str], int]  # (queue, status) -> rows
     started: dict[str, int]  # queue -> attempts started
@@ -236,15 +234,14 @@ class MetricsData:
 
 @dataclass(frozen=True, slots=True)
 class Diagnosis:
-    """What `jobledger doctor` reports. `problems` is empty for a healthy database."""
+    """What `jobledger doctor` reports. `problems` is empty for a healthy database.
 
-    path: str
-    integrity: list[str]
+    `facts` are the backend's own (SQLite: the file, PostgreSQL: the server); the rest
+    is the same on every backend."""
+
+    path: str  # as shown (a URL's password masked)
+    facts: StorageFacts
     schema_version: int
-    library_schema_version: int
-    journal_mode: str
-    db_bytes: int
-    wal_bytes: int
     jobs: int
     workers: list[WorkerInfo]
     leader: LeaderInfo | None
@@ -252,32 +249,75 @@ class Diagnosis:
     orphans: list[JobSnapshot]  # dead-owned waiting rows whose type no live worker handles
     unhandled: dict[str, int]  # waiting rows per type that no live worker handles
     problems: list[str]
-    # Processes on this host still writing to a deleted file that was at `path`.
-    unlinked_holders: list[int] = field(default_factory=list)
+
+    @property
+    def backend(self) -> str:
+        return self.facts.kind
+
+    @property
+    def library_schema_version(self) -> int:
+        return self.facts.library_schema_version
+
+    @property
+    def integrity(self) -> list[str]:
+        return list(self.facts.integrity or [])
+
+    @property
+    def journal_mode(self) -> str:
+        return self.facts.journal_mode or ""
+
+    @property
+    def db_bytes(self) -> int:
+        return self.facts.db_bytes or 0
+
+    @property
+    def wal_bytes(self) -> int:
+        return self.facts.wal_bytes or 0
+
+    @property
+    def unlinked_holders(self) -> list[int]:
+        return list(self.facts.unlinked_holders)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "path": self.path,
+            "backend": self.backend,
             "ok": not self.problems,
             "problems": list(self.problems),
-            "integrity": list(self.integrity),
-            "schema_version": self.schema_version,
-            "library_schema_version": self.library_schema_version,
-            "journal_mode": self.journal_mode,
-            "db_bytes": self.db_bytes,
-            "wal_bytes": self.wal_bytes,
-            "jobs": self.jobs,
-            "workers": [w.to_json() for w in self.workers],
-            "leader": None if self.leader is None else self.leader.to_json(),
-            "stuck_running": [s.id for s in self.stuck_running],
-            "orphans": [s.id for s in self.orphans],
-            "unhandled": dict(self.unhandled),
-            "unlinked_holders": list(self.unlinked_holders),
         }
+        if self.backend == "sqlite":
+            data["integrity"] = self.integrity
+        else:
+            data["server_version"] = self.facts.server_version
+        data["schema_version"] = self.schema_version
+        data["library_schema_version"] = self.library_schema_version
+        if self.backend == "sqlite":
+            data["journal_mode"] = self.journal_mode
+            data["db_bytes"] = self.db_bytes
+            data["wal_bytes"] = self.wal_bytes
+        data.update(
+            {
+                "jobs": self.jobs,
+                "workers": [w.to_json() for w in self.workers],
+                "leader": None if self.leader is None else self.leader.to_json(),
+                "stuck_running": [s.id for s in self.stuck_running],
+                "orphans": [s.id for s in self.orphans],
+                "unhandled": dict(self.unhandled),
+            }
+        )
+        if self.backend == "sqlite":
+            data["unlinked_holders"] = self.unlinked_holders
+        return data
+
+
+def shown_name(path: str) -> str:
+    """How a database is named on a page: a file's base name, a URL with its password
+    masked."""
+    return redact(path) if is_postgres_url(path) else os.path.basename(path)
 
 
 class ReadModel:
-    """Read-only views over one jobledger database file."""
+    """Read-only views over one jobledger database (a SQLite file or a PostgreSQL URL)."""
 
     def __init__(
         self,
@@ -285,30 +325,19 @@ class ReadModel:
         *,
         clock: Clock | None = None,
         worker_timeout: float = 30.0,
+        store: Store | None = None,
     ) -> None:
         self.path = os.fspath(path)
+        self.name = shown_name(self.path)
         self.clock: Clock = clock or SystemClock()
         self.worker_timeout = worker_timeout
-        if self.path in ("", ":memory:"):
-            raise DatabaseMissing("observers need a database file, not an in-memory database")
-        if not os.path.exists(self.path):
-            raise DatabaseMissing(
-                f"no jobledger database at {self.path}", params={"path": self.path}
-            )
-        try:
-            self._conn = open_reader(self.path, read_only=True)
-        except sqlite3.Error as exc:
-            raise StorageError(
-                f"cannot open {self.path} for reading: {exc}", code="DB_OPEN_FAILED"
-            ) from exc
-        self._lock = threading.Lock()
+        self.store: Store = store if store is not None else open_store(self.path, read_only=True)
         self._hostname = socket.gethostname()
 
     # -- plumbing -------------------------------------------------------------------
 
     def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+        self.store.close()
 
     def __enter__(self) -> ReadModel:
         return self
@@ -316,53 +345,26 @@ class ReadModel:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _read(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        with self._lock:
-            try:
-                return work(self._conn)
-            except sqlite3.Error as exc:
-                if "no such table" in str(exc):
-                    raise StorageError(
-                        f"{self.path} is not a jobledger database (or its schema is not "
-                        f"created yet): {exc}",
-                        code="DB_SCHEMA",
-                    ) from exc
-                raise StorageError(f"read failed: {exc}", code="DB_READ_FAILED") from exc
-
-    def _fetch(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
-        return self._read(lambda c: c.execute(sql, params).fetchall())
-
     def _now_ms(self) -> int:
         return int(self.clock.time() * 1000)
 
     # -- jobs -----------------------------------------------------------------------
 
     def get_job(self, job_id: str) -> JobSnapshot | None:
-        row = self._read(lambda c: c.execute(q.GET_JOB, (key_of(c, job_id), job_id)).fetchone())
-        if row is None and self.schema_version() < ROWID_KEY_VERSION:
-            # A file no worker has upgraded yet (observers never migrate): ids have an
-            # index there, and rowids are not keys.
-            sql = f"SELECT {L.JOB_COLUMNS} FROM jobs WHERE id = ?"
-            row = self._read(lambda c: c.execute(sql, (job_id,)).fetchone())
+        row = self.store.get(job_id)
         return None if row is None else snapshot_from_row(row)
 
     def list_jobs(self, query: JobQuery, *, limit: int, offset: int = 0) -> list[JobSnapshot]:
         """Newest first (created_at, then id), like `JobManager.list`."""
-        sql, params = query.where().list_sql(limit=limit, offset=offset)
-        rows = self._read(lambda c: c.execute(sql, params).fetchall())
+        rows = self.store.list(query.filter(), limit=limit, offset=offset)
         return [snapshot_from_row(r) for r in rows]
 
     def count_jobs(self, query: JobQuery) -> int:
-        sql, params = query.where().count_sql()
-        return int(self._read(lambda c: c.execute(sql, params).fetchone()[0]))
+        return self.store.count(query.filter())
 
     def count_finished_before(self, cutoff_ms: int) -> int:
-        """Rows `gc` would delete (the same condition as `queries.GC_TERMINAL`)."""
-        sql = (
-            "SELECT count(*) FROM jobs WHERE finished_at IS NOT NULL AND finished_at < ? "
-            "AND status IN ('completed', 'failed', 'cancelled')"
-        )
-        return int(self._fetch(sql, (cutoff_ms,))[0][0])
+        """Rows `gc` would delete now."""
+        return self.store.count_finished_before(cutoff_ms)
 
     def page(self, query: JobQuery, *, limit: int, offset: int) -> JobPage:
         return JobPage(
@@ -376,68 +378,62 @@ class ReadModel:
 
     def queue_stats(self) -> list[QueueStats]:
         """Every known queue (from `queues`, plus any queue a row names) with counts."""
-
-        def work(c: sqlite3.Connection) -> list[QueueStats]:
-            stats: dict[str, QueueStats] = {}
-            for name, type_name in c.execute("SELECT name, type FROM queues ORDER BY name"):
-                stats[name] = QueueStats(name, type_name)
-            for name, oldest, *counts in c.execute(_QUEUE_STATS_SCAN):
-                qs = stats.setdefault(name, QueueStats(name, None))
-                qs.counts.update(zip(STATUSES, map(int, counts), strict=True))
-                qs.oldest_pending_at = oldest
-            return [stats[k] for k in sorted(stats)]
-
-        return self._read(work)
+        return [
+            QueueStats(
+                qc.name,
+                qc.type,
+                dict(zip(STATUSES, qc.counts, strict=True)),
+                qc.oldest_pending_at,
+            )
+            for qc in self.store.queue_counts()
+        ]
 
     # -- workers and the leader -----------------------------------------------------
 
     def workers(self) -> list[WorkerInfo]:
-        rows = self._read(lambda c: c.execute(q.LIST_WORKERS).fetchall())
+        rows = self.store.worker_records()
         now = self._now_ms()
         timeout_ms = int(self.worker_timeout * 1000)
         out: list[WorkerInfo] = []
-        for wid, host, pid, handlers, started, beat, stopped in rows:
-            if stopped is not None:
+        for w in rows:
+            if w.stopped_at is not None:
                 state = "stopped"
-            elif now - beat > timeout_ms or (host == self._hostname and not pid_alive(pid)):
+            elif now - w.heartbeat_at > timeout_ms or (
+                w.hostname == self._hostname and not pid_alive(w.pid)
+            ):
                 state = "dead"
             else:
                 state = "alive"
             out.append(
-                WorkerInfo(wid, host, pid, _handlers(handlers), started, beat, stopped, state)
+                WorkerInfo(
+                    w.id,
+                    w.hostname,
+                    w.pid,
+                    _handlers(w.handlers),
+                    w.started_at,
+                    w.heartbeat_at,
+                    w.stopped_at,
+                    state,
+                )
             )
         out.sort(key=lambda w: (w.state != "alive", -w.started_at, w.id))
         return out
 
     def leader(self, workers: Sequence[WorkerInfo] | None = None) -> LeaderInfo | None:
-        row = self._read(
-            lambda c: c.execute(
-                "SELECT worker_id, term, expires_at FROM leader WHERE id = 1"
-            ).fetchone()
-        )
-        if row is None:
+        lease = self.store.leader_lease()
+        if lease is None:
             return None
-        wid, term, expires = row
         states = {w.id: w.state for w in (workers if workers is not None else self.workers())}
-        valid = expires > self._now_ms() and states.get(wid, "alive") == "alive"
-        return LeaderInfo(str(wid), int(term), int(expires), valid)
+        valid = (
+            lease.expires_at > self._now_ms() and states.get(lease.worker_id, "alive") == "alive"
+        )
+        return LeaderInfo(lease.worker_id, lease.term, lease.expires_at, valid)
 
     # -- schedules ------------------------------------------------------------------
 
     def schedules(self) -> list[dict[str, Any]]:
         """Every persistent schedule, as JSON-ready dicts (see `_schedule_json`)."""
-
-        def work(c: sqlite3.Connection) -> list[dict[str, Any]]:
-            try:
-                cur = c.execute("SELECT * FROM job_schedules ORDER BY type, name, id")
-            except sqlite3.OperationalError as exc:
-                if "no such table" in str(exc):
-                    return []
-                raise
-            names = [d[0] for d in cur.description]
-            return [_schedule_json(dict(zip(names, row, strict=True))) for row in cur.fetchall()]
-
-        return self._read(work)
+        return [_schedule_json(r) for r in self.store.schedule_records()]
 
     def schedule(self, schedule_id: str) -> dict[str, Any] | None:
         for item in self.schedules():
@@ -449,108 +445,75 @@ class ReadModel:
 
     def metrics(self) -> MetricsData:
         now = self._now_ms()
-
-        def work(c: sqlite3.Connection) -> MetricsData:
-            jobs: dict[tuple[str, str], int] = {}
-            started: dict[str, int] = {}
-            completed: dict[str, int] = {}
-            failed: dict[str, int] = {}
-            cancelled: dict[str, int] = {}
-            retried: dict[str, int] = {}
-            run_parts: dict[str, _HistogramParts] = {}
-            latency_parts: dict[str, _HistogramParts] = {}
-            for name, status, rb, lb, n, s, r, run_ms, latency_ms in c.execute(_METRICS_SCAN):
-                n = int(n)
-                jobs[(name, status)] = jobs.get((name, status), 0) + n
-                started[name] = started.get(name, 0) + int(s or 0)
-                retried[name] = retried.get(name, 0) + int(r or 0)
-                for counter, wanted in (
-                    (completed, "completed"),
-                    (failed, "failed"),
-                    (cancelled, "cancelled"),
-                ):
-                    counter[name] = counter.get(name, 0) + (n if status == wanted else 0)
-                if rb is not None:
-                    run_parts.setdefault(name, _HistogramParts()).add(rb, n, run_ms)
-                if lb is not None:
-                    latency_parts.setdefault(name, _HistogramParts()).add(lb, n, latency_ms)
-            for (name,) in c.execute("SELECT name FROM queues"):
-                for status in STATUSES:
-                    jobs.setdefault((name, status), 0)
-            run = {name: parts.histogram() for name, parts in run_parts.items()}
-            latency = {name: parts.histogram() for name, parts in latency_parts.items()}
-            oldest = {
-                name: max(0.0, (now - int(at)) / 1000)
-                for name, at in c.execute(
-                    "SELECT queue, min(scheduled_at) FROM jobs "
-                    "WHERE status = 'pending' GROUP BY queue"
+        found = self.store.job_metrics(_BOUNDS_MS)
+        jobs: dict[tuple[str, str], int] = {}
+        started: dict[str, int] = {}
+        retried: dict[str, int] = {}
+        ended: dict[str, dict[str, int]] = {status: {} for status in _TERMINAL}
+        run_parts: dict[str, _HistogramParts] = {}
+        latency_parts: dict[str, _HistogramParts] = {}
+        for g in found.groups:
+            name = g.queue
+            jobs[(name, g.status)] = jobs.get((name, g.status), 0) + g.rows
+            started[name] = started.get(name, 0) + g.started
+            retried[name] = retried.get(name, 0) + g.retried
+            for status, counter in ended.items():
+                counter[name] = counter.get(name, 0) + (g.rows if g.status == status else 0)
+            if g.run_bucket is not None:
+                run_parts.setdefault(name, _HistogramParts()).add(g.run_bucket, g.rows, g.run_ms)
+            if g.latency_bucket is not None:
+                latency_parts.setdefault(name, _HistogramParts()).add(
+                    g.latency_bucket, g.rows, g.latency_ms
                 )
-            }
-            term_row = c.execute("SELECT term FROM leader WHERE id = 1").fetchone()
-            return MetricsData(
-                jobs,
-                started,
-                completed,
-                failed,
-                cancelled,
-                retried,
-                run,
-                latency,
-                oldest,
-                {},
-                None if term_row is None else int(term_row[0]),
-            )
-
-        data = self._read(work)
+        for t in found.totals:
+            # A queue every row of which was collected keeps its counter series.
+            started[t.queue] = started.get(t.queue, 0) + t.started
+            retried[t.queue] = retried.get(t.queue, 0) + t.retried
+            for status, counter in ended.items():
+                counter[t.queue] = counter.get(t.queue, 0) + (t.rows if t.status == status else 0)
+        for name in found.queues:
+            for status in STATUSES:
+                jobs.setdefault((name, status), 0)
+        oldest = {name: max(0.0, (now - at) / 1000) for name, at in found.oldest_pending.items()}
         counts = {"alive": 0, "dead": 0, "stopped": 0}
         for w in self.workers():
             counts[w.state] = counts.get(w.state, 0) + 1
-        data.workers.update(counts)
-        return data
+        return MetricsData(
+            jobs,
+            started,
+            ended["completed"],
+            ended["failed"],
+            ended["cancelled"],
+            retried,
+            {name: parts.histogram() for name, parts in run_parts.items()},
+            {name: parts.histogram() for name, parts in latency_parts.items()},
+            oldest,
+            counts,
+            found.leader_term,
+        )
 
     # -- health ---------------------------------------------------------------------
 
     def schema_version(self) -> int:
-        return int(self._read(lambda c: c.execute("PRAGMA user_version").fetchone()[0]))
+        return self.store.schema_version()
 
     def diagnose(self) -> Diagnosis:
         """Everything `jobledger doctor` checks; read-only."""
-        integrity = [
-            str(r[0]) for r in self._read(lambda c: c.execute("PRAGMA integrity_check").fetchall())
-        ]
+        facts = self.store.storage_facts()
         version = self.schema_version()
-        mode = str(self._read(lambda c: c.execute("PRAGMA journal_mode").fetchone()[0]))
         problems: list[str] = []
-        holders = unlinked_holders(self.path)
-        if holders:
-            problems.append(unlinked_problem(self.path, holders))
-        if integrity != ["ok"]:
-            problems.append("integrity_check: " + "; ".join(integrity[:5]))
-        if version != SCHEMA_VERSION:
+        if facts.unlinked_holders:
+            problems.append(unlinked_problem(self.path, facts.unlinked_holders))
+        if facts.integrity is not None and facts.integrity != ["ok"]:
+            problems.append("integrity_check: " + "; ".join(facts.integrity[:5]))
+        library = facts.library_schema_version
+        if version != library:
             problems.append(
-                f"schema version {version}, this library expects {SCHEMA_VERSION}"
-                + (" (start a worker to migrate)" if version < SCHEMA_VERSION else "")
+                f"schema version {version}, this library expects {library}"
+                + (" (start a worker to migrate)" if version < library else "")
             )
-        if mode.lower() != "wal":
-            problems.append(f"journal_mode is {mode}, expected wal")
-        if version == 0:
-            return Diagnosis(
-                self.path,
-                integrity,
-                version,
-                SCHEMA_VERSION,
-                mode,
-                _size(self.path),
-                _size(self.path + "-wal"),
-                0,
-                [],
-                None,
-                [],
-                [],
-                {},
-                problems,
-                holders,
-            )
+        if facts.journal_mode is not None and facts.journal_mode.lower() != "wal":
+            problems.append(f"journal_mode is {facts.journal_mode}, expected wal")
         workers = self.workers()
         leader = self.leader(workers)
         alive = {w.id for w in workers if w.state == "alive"}
@@ -586,13 +549,9 @@ class ReadModel:
         if orphans and alive:
             problems.append(f"{len(orphans)} orphan job(s): no live worker handles their type")
         return Diagnosis(
-            self.path,
-            integrity,
+            redact(self.path),
+            facts,
             version,
-            SCHEMA_VERSION,
-            mode,
-            _size(self.path),
-            _size(self.path + "-wal"),
             self.count_jobs(JobQuery()),
             workers,
             leader,
@@ -600,7 +559,6 @@ class ReadModel:
             orphans,
             unhandled,
             problems,
-            holders,
         )
 
 
@@ -610,14 +568,6 @@ def unlinked_problem(path: str, holders: Sequence[int]) -> str:
         f"the database file {path} was deleted or replaced while process(es) {pids} had it "
         "open: they are writing to an unlinked file nobody else sees"
     )
-
-
-def _size(path: str) -> int:
-    # os.stat never opens the file, so it cannot drop a POSIX lock this process holds.
-    try:
-        return os.stat(path).st_size
-    except OSError:
-        return 0
 
 
 def _handlers(raw: str | None) -> dict[str, str]:
@@ -635,51 +585,6 @@ def _handlers(raw: str | None) -> dict[str, str]:
         else:
             out[text] = ""
     return out
-
-
-def _metrics_scan() -> str:
-    """Every figure `/metrics` takes from `jobs`, in ONE pass over the table.
-
-    Grouped by queue, status and the bucket each histogram's value falls in (NULL for a
-    row the histogram does not cover, `len(HISTOGRAM_BUCKETS)` above the last bound), so
-    each row costs two CASE chains and a few sums; the cumulative buckets are added up in
-    Python. At a million rows this takes 1.4 s; four passes with a `sum(CASE ...)` per
-    bucket took 3.5 s, most of it in those per-row sums (the GROUP BY's sort of every
-    row, ~0.6 s, is what is left)."""
-    run_ok = (
-        "status IN ('completed', 'failed') AND started_at IS NOT NULL AND finished_at IS NOT NULL"
-    )
-    run = "finished_at - started_at"
-    lat = "started_at - scheduled_at"  # below 0 counts as 0: every bound is positive
-
-    def bucket(value: str) -> str:
-        whens = " ".join(
-            f"WHEN {value} <= {int(b * 1000)} THEN {i}" for i, b in enumerate(HISTOGRAM_BUCKETS)
-        )
-        return f"CASE {whens} ELSE {len(HISTOGRAM_BUCKETS)} END"
-
-    return (
-        "SELECT queue, status, "
-        f"CASE WHEN {run_ok} THEN {bucket(run)} END AS rb, "
-        f"CASE WHEN started_at IS NOT NULL THEN {bucket(lat)} END AS lb, "
-        "count(*), sum(attempt + (started_at IS NOT NULL)), sum(attempt), "
-        f"sum(CASE WHEN {run_ok} THEN {run} END), "
-        f"sum(CASE WHEN started_at IS NOT NULL THEN max(0, {lat}) END) "
-        "FROM jobs GROUP BY queue, status, rb, lb"
-    )
-
-
-_METRICS_SCAN = _metrics_scan()
-
-# The dashboard's per-queue counts in one pass, grouped by queue alone: the GROUP BY's
-# sort of every row is most of the cost, and a key of (queue, status) made it ~25%
-# dearer than per-status sums (0.50 against 0.62-0.73 s at a million rows), before a
-# second pass for the oldest pending row.
-_QUEUE_STATS_SCAN = (
-    "SELECT queue, min(CASE WHEN status = 'pending' THEN scheduled_at END), "
-    + ", ".join(f"sum(status = '{status}')" for status in STATUSES)
-    + " FROM jobs GROUP BY queue"
-)
 
 
 class _HistogramParts:
@@ -743,24 +648,24 @@ def describe_trigger(trigger: Any) -> str:
     return json.dumps(trigger, sort_keys=True)
 
 
-def _schedule_json(row: dict[str, Any]) -> dict[str, Any]:
-    trigger = _loads(row.get("trigger"))
-    name = row.get("name")
-    enabled = row.get("enabled")
-    metadata = _loads(row.get("metadata"))
+def _schedule_json(row: ScheduleRecord) -> dict[str, Any]:
+    trigger = _loads(row.trigger)
+    name = row.name
+    enabled = row.enabled
+    metadata = _loads(row.metadata)
     return {
-        "id": str(row.get("id")),
-        "type": str(row.get("type")),
+        "id": str(row.id),
+        "type": str(row.type),
         "name": name if isinstance(name, str) and name != "" else None,
         "trigger": trigger,
         "trigger_text": describe_trigger(trigger),
-        "payload": _loads(row.get("payload")),
-        "catch_up": _loads(row.get("catch_up")),
+        "payload": _loads(row.payload),
+        "catch_up": _loads(row.catch_up),
         "enabled": bool(enabled) if enabled is not None else True,
-        "next_run": _ms(row.get("next_run")),
-        "last_run": _ms(row.get("last_run")),
-        "fire_count": row.get("fire_count") if isinstance(row.get("fire_count"), int) else 0,
+        "next_run": _ms(row.next_run),
+        "last_run": _ms(row.last_run),
+        "fire_count": row.fire_count if isinstance(row.fire_count, int) else 0,
         "metadata": metadata if isinstance(metadata, dict) else {},
-        "created_at": _ms(row.get("created_at")),
-        "updated_at": _ms(row.get("updated_at")),
+        "created_at": _ms(row.created_at),
+        "updated_at": _ms(row.updated_at),
     }

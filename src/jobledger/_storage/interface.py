@@ -13,6 +13,7 @@ A second backend (PostgreSQL) implements the same protocol and passes the same s
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -26,6 +27,15 @@ if TYPE_CHECKING:
         ScheduleRow,
         WorkerRow,
     )
+
+from jobledger._storage.observe import (
+    JobMetrics,
+    LeaderLease,
+    QueueCounts,
+    ScheduleRecord,
+    StorageFacts,
+    WorkerRecord,
+)
 
 __all__ = [
     "APPLIED",
@@ -381,3 +391,31 @@ class Store(Protocol):
     def list(self, flt: JobFilter, *, limit: int, offset: int) -> list[JobRow]: ...
     def count(self, flt: JobFilter) -> int: ...
     def gc(self, before_ms: int, *, batch: int = 1000) -> int: ...
+
+    # -- observers (read-only) ------------------------------------------------------
+    # What `_observe/read_model.py` reads, besides get/list/count (the values are in
+    # `_storage/observe.py`). A store from `open_store(..., read_only=True)` serves these
+    # and refuses every write.
+    def schema_version(self) -> int: ...
+    def queue_counts(self) -> builtins.list[QueueCounts]:
+        """Every registered queue, and every queue a row names, by name."""
+        ...
+
+    def worker_records(self) -> builtins.list[WorkerRecord]: ...
+    def leader_lease(self) -> LeaderLease | None: ...
+    def schedule_records(self) -> builtins.list[ScheduleRecord]:
+        """Every schedule, ordered by type, name, id."""
+        ...
+
+    def job_metrics(self, bounds_ms: tuple[int, ...]) -> JobMetrics:
+        """The metrics pass over `jobs` (histogram buckets up to each bound, in ms) and
+        the totals GC has collected."""
+        ...
+
+    def count_finished_before(self, before_ms: int) -> int:
+        """How many rows `gc(before_ms)` would delete now."""
+        ...
+
+    def storage_facts(self) -> StorageFacts:
+        """What `doctor` checks below the tables (can be slow: SQLite's integrity check)."""
+        ...

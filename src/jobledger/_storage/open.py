@@ -70,9 +70,24 @@ def split_schema(url: str) -> tuple[str, str]:
     return urlunsplit(parts._replace(query=urlencode(kept))), schema
 
 
-def open_store(path: str, *, synchronous: Synchronous, busy_timeout: float) -> Store:
+def open_store(
+    path: str,
+    *,
+    synchronous: Synchronous = "NORMAL",
+    busy_timeout: float = 1.0,
+    read_only: bool = False,
+) -> Store:
+    """The store for `path` (a file, or a `postgresql://` URL).
+
+    `read_only=True` is the observers' door (CLI, HTTP, dashboard, metrics): it never
+    creates or migrates anything, raises `DB_NOT_FOUND` for a missing file and
+    `DB_SCHEMA` for a file or schema that is not a jobledger database of a known
+    version, and its connections refuse writes (SQLite `mode=ro`, PostgreSQL
+    `default_transaction_read_only`). See `sqlite/readonly.py`, `postgres/readonly.py`.
+    """
     if is_postgres_url(path):
         try:
+            from jobledger._storage.postgres.readonly import ReadOnlyPostgresStore
             from jobledger._storage.postgres.store import PostgresStore
         except ImportError as exc:  # pragma: no cover - depends on the install
             raise JobValidationError(
@@ -80,12 +95,18 @@ def open_store(path: str, *, synchronous: Synchronous, busy_timeout: float) -> S
                 code="JOB_INVALID_OPTION",
             ) from exc
         dsn, schema = split_schema(path)
+        if read_only:
+            return ReadOnlyPostgresStore(dsn, schema=schema, busy_timeout=max(busy_timeout, 5.0))
         return PostgresStore(
             dsn,
             schema=schema,
             busy_timeout=busy_timeout,
             synchronous_commit="off" if synchronous == "OFF" else None,
         )
+    if read_only:
+        from jobledger._storage.sqlite.readonly import ReadOnlySqliteStore
+
+        return ReadOnlySqliteStore(path, busy_timeout=max(busy_timeout, 5.0))
     from jobledger._storage.sqlite.store import SqliteStore
 
     return SqliteStore(path, synchronous=synchronous, busy_timeout=busy_timeout)

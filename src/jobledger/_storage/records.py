@@ -8,9 +8,11 @@ order).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from jobledger._storage.interface import JobRow
+if TYPE_CHECKING:
+    from jobledger._storage.interface import JobRow
+
 
 __all__ = [
     "LeaseRow",

@@ -23,7 +23,7 @@ from rich.console import Console
 
 from jobledger._observe.read_model import ReadModel
 from jobledger._runtime.manager import JobManager
-from jobledger._storage.open import redact
+from jobledger._storage.open import is_postgres_url, redact
 from jobledger.cli._text import visible
 
 __all__ = [
@@ -82,8 +82,9 @@ def out(*, stderr: bool = False) -> Console:
 
 
 def reader(settings: Settings) -> ReadModel:
-    """The read model over the CLI's database (never creates the file)."""
-    if not os.path.exists(settings.db):
+    """The read model over the CLI's database, a file or a `postgresql://` URL (opened
+    read-only: never creates the file or the schema, never migrates)."""
+    if not is_postgres_url(settings.db) and not os.path.exists(settings.db):
         fail(
             f"no jobledger database at {settings.db} (pass --db PATH or set JOBLEDGER_DB)",
             EXIT_FAILED,

@@ -10,10 +10,8 @@ from rich.table import Table
 from rich.text import Text
 
 from jobledger._observe.read_model import STATUSES, Diagnosis, iso, unlinked_problem
-from jobledger._storage.open import is_postgres_url
-from jobledger._storage.sqlite.connections import checkpoint_truncate, open_writer
-from jobledger._storage.sqlite.files import unlinked_holders
-from jobledger._storage.sqlite.store import SqliteStore
+from jobledger._storage import maintenance
+from jobledger._storage.open import is_postgres_url, open_store
 from jobledger.cli._common import EXIT_FAILED, Settings, out, reader
 from jobledger.cli._jobs import status_style
 from jobledger.cli._params import Seconds
@@ -52,14 +50,6 @@ def queues(settings: Settings, as_json: bool) -> None:
     console.print(table)
 
 
-def _wal_bytes(db: str) -> int:
-    # os.stat never opens the file (see the POSIX-lock hazard in _storage/lease.py).
-    try:
-        return os.stat(db + "-wal").st_size
-    except OSError:
-        return 0
-
-
 def _mib(n: int) -> str:
     return f"{n / (1024 * 1024):.2f} MiB"
 
@@ -74,16 +64,24 @@ def _print_diagnosis(d: Diagnosis) -> None:
     def note(text: str) -> None:
         console.print(cell(text))
 
+    sqlite = d.backend == "sqlite"
     console.print(cell(d.path, "bold"))
-    line(d.integrity == ["ok"], f"integrity_check: {'; '.join(d.integrity[:3])}")
+    if sqlite:
+        line(d.integrity == ["ok"], f"integrity_check: {'; '.join(d.integrity[:3])}")
+    else:
+        # Reaching this line is the connectivity check: an unreachable server fails before.
+        line(True, f"connected: PostgreSQL {d.facts.server_version or '?'}")
     line(
         d.schema_version == d.library_schema_version,
         f"schema version {d.schema_version} (library {d.library_schema_version})",
     )
-    line(d.journal_mode.lower() == "wal", f"journal mode {d.journal_mode}")
-    held = ", ".join(map(str, d.unlinked_holders[:10])) or "none"
-    line(not d.unlinked_holders, f"processes writing to a deleted or replaced copy: {held}")
-    note(f"     size {_mib(d.db_bytes)}, WAL {_mib(d.wal_bytes)}, {d.jobs} job rows")
+    if sqlite:
+        line(d.journal_mode.lower() == "wal", f"journal mode {d.journal_mode}")
+        held = ", ".join(map(str, d.unlinked_holders[:10])) or "none"
+        line(not d.unlinked_holders, f"processes writing to a deleted or replaced copy: {held}")
+        note(f"     size {_mib(d.db_bytes)}, WAL {_mib(d.wal_bytes)}, {d.jobs} job rows")
+    else:
+        note(f"     {d.jobs} job rows")
     alive = [w for w in d.workers if w.state == "alive"]
     dead = [w for w in d.workers if w.state == "dead"]
     line(not dead, f"workers: {len(alive)} alive, {len(dead)} dead (not stopped)")
@@ -117,7 +115,7 @@ def _fail_if_only_an_unlinked_copy_is_left(db: str, as_json: bool) -> None:
     """A deleted file that workers still write to is worse news than a wrong path."""
     if is_postgres_url(db) or os.path.exists(db):
         return
-    holders = unlinked_holders(db)
+    holders = maintenance.unlinked_holders(db)
     if not holders:
         return  # reader() says there is no database there
     problem = unlinked_problem(db, holders)
@@ -144,29 +142,31 @@ def doctor(settings: Settings, checkpoint: bool, as_json: bool) -> None:
     _fail_if_only_an_unlinked_copy_is_left(settings.db, as_json)
     with reader(settings) as rm:
         diagnosis = rm.diagnose()
-    checkpointed: tuple[int, int, int] | None = None
-    if checkpoint:
-        conn = open_writer(settings.db, busy_timeout=5.0)
-        try:
-            checkpointed = checkpoint_truncate(conn)
-        finally:
-            conn.close()
+    checkpointed = maintenance.checkpoint(settings.db) if checkpoint else None
     if as_json:
         data = diagnosis.to_json()
-        if checkpointed is not None:
-            data["checkpoint"] = {
-                **dict(zip(("busy", "log", "checkpointed"), checkpointed, strict=True)),
-                "wal_bytes_after": _wal_bytes(settings.db),
-            }
+        if checkpoint:
+            data["checkpoint"] = (
+                None
+                if checkpointed is None
+                else {
+                    "busy": checkpointed.busy,
+                    "log": checkpointed.log,
+                    "checkpointed": checkpointed.checkpointed,
+                    "wal_bytes_after": checkpointed.wal_bytes_after,
+                }
+            )
         click.echo(dumps(data, indent=2))
     else:
         _print_diagnosis(diagnosis)
-        if checkpointed is not None:
-            busy, log, done = checkpointed
-            state = "blocked by a reader or writer" if busy else "done"
+        if checkpoint and checkpointed is None:
+            out().print("checkpoint: not applicable (the server manages its own WAL)")
+        elif checkpointed is not None:
+            state = "blocked by a reader or writer" if checkpointed.busy else "done"
             out().print(
-                f"checkpoint (TRUNCATE): {state}; {done}/{log} WAL frames copied; "
-                f"WAL now {_mib(_wal_bytes(settings.db))}"
+                f"checkpoint (TRUNCATE): {state}; {checkpointed.checkpointed}/"
+                f"{checkpointed.log} WAL frames copied; "
+                f"WAL now {_mib(checkpointed.wal_bytes_after)}"
             )
     if diagnosis.problems:
         raise SystemExit(EXIT_FAILED)
@@ -190,7 +190,10 @@ def gc(settings: Settings, older_than: float, dry_run: bool) -> None:
     if dry_run:
         click.echo(f"{count} finished job(s) would be deleted")
         return
-    store = SqliteStore(settings.db)
+    # A writer's store (reader() above made sure the database exists): the delete
+    # trigger adds what the rows counted to the totals /metrics keeps, in the same
+    # transaction (see _storage/observe.py).
+    store = open_store(settings.db, busy_timeout=5.0)
     try:
         deleted = store.gc(cutoff)
     finally:

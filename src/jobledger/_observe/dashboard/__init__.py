@@ -9,7 +9,6 @@ data and may contain markup. Pages carry a strict Content-Security-Policy (set b
 from __future__ import annotations
 
 import json
-import os
 from html import escape
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -232,7 +231,7 @@ def render_index(
     notice = f'<p class="notice error">{_e(problem)}</p>' if problem else ""
     body = f"""{notice}
 <section id="overview">
-<h1>Queues <span class="muted small">{_e(os.path.basename(rm.path))}</span></h1>
+<h1>Queues <span class="muted small">{_e(rm.name)}</span></h1>
 {_queues_table(rm)}</section>
 <section id="jobs"><h2>Jobs</h2>{_jobs_section(rm, query, limit, offset)}</section>
 <section id="schedules"><h2>Schedules</h2>{_schedules_table(rm, actions)}</section>

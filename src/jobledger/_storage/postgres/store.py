@@ -48,6 +48,7 @@ travel together, so a claim or a finalize costs one network round trip.
 
 from __future__ import annotations
 
+import builtins
 import functools
 import json
 import logging
@@ -71,8 +72,17 @@ from jobledger._storage.interface import (
     NewJob,
     Outcome,
 )
-from jobledger._storage.postgres.migrate import migrate
-from jobledger._storage.postgres.queries import Queries, check_schema_name
+from jobledger._storage.observe import (
+    JobMetrics,
+    LeaderLease,
+    QueueCounts,
+    ScheduleRecord,
+    StorageFacts,
+    WorkerRecord,
+)
+from jobledger._storage.postgres import observe
+from jobledger._storage.postgres.migrate import migrate, schema_version
+from jobledger._storage.postgres.queries import Queries, check_schema_name, quote_ident
 from jobledger._storage.records import LeaseRow, RecoveryPlan, RecoveryStats, WorkerRow
 from jobledger._storage.schedule_ops import ScheduleOps
 from jobledger.errors import (
@@ -944,6 +954,37 @@ class PostgresStore(ScheduleOps):
             total += n
             if n < batch:
                 return total
+
+    # -- observers (read-only) ------------------------------------------------------
+    # The statements are in postgres/observe.py; every one is a single read.
+
+    @functools.cached_property
+    def _ident(self) -> str:
+        return quote_ident(self.schema)
+
+    def schema_version(self) -> int:
+        return self.read(lambda c: schema_version(c, self.schema))
+
+    def queue_counts(self) -> builtins.list[QueueCounts]:
+        return self.read(lambda c: observe.queue_counts(c, self._ident))
+
+    def worker_records(self) -> builtins.list[WorkerRecord]:
+        return self.read(lambda c: observe.worker_records(c, self._ident))
+
+    def leader_lease(self) -> LeaderLease | None:
+        return self.read(lambda c: observe.leader_lease(c, self._ident))
+
+    def schedule_records(self) -> builtins.list[ScheduleRecord]:
+        return self.read(lambda c: observe.schedule_records(c, self._ident))
+
+    def job_metrics(self, bounds_ms: tuple[int, ...]) -> JobMetrics:
+        return self.read(lambda c: observe.job_metrics(c, self._ident, bounds_ms))
+
+    def count_finished_before(self, before_ms: int) -> int:
+        return self.read(lambda c: observe.count_finished_before(c, self._ident, before_ms))
+
+    def storage_facts(self) -> StorageFacts:
+        return self.read(observe.storage_facts)
 
 
 def _job_of(row: JobRow) -> NewJob:

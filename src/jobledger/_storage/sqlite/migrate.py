@@ -61,6 +61,7 @@ __all__ = [
     "load_migrations",
     "migrate",
     "migrate_connection",
+    "observed_state",
     "render_fresh_schema",
     "schema_version",
     "split_statements",
@@ -230,6 +231,21 @@ def _tables(conn: sqlite3.Connection) -> frozenset[str]:
 def _read_state(db_path: str, busy_timeout: float) -> tuple[int, str] | None:
     """(user_version, journal_mode) from a read-only look, or None when that is not known
     (no file yet, or a busy one). Raises `SchemaError` for a file that is not ours."""
+    state = observed_state(db_path, busy_timeout)
+    if state is None:
+        return None
+    try:
+        os.close(os.open(db_path, os.O_RDWR | os.O_CLOEXEC))
+    except OSError as exc:
+        # A worker writes; SQLite would open the file read-only without a word and fail
+        # at the first write. Observers (`ReadModel`, the CLI, HTTP) read such files.
+        raise _not_ours(db_path, f"it cannot be opened for writing ({exc.strerror})") from exc
+    return state
+
+
+def observed_state(db_path: str, busy_timeout: float) -> tuple[int, str] | None:
+    """`_read_state` for a reader: every check but whether the file can be written.
+    Observers use it before they open a file read-only (they never migrate)."""
     if not os.path.lexists(db_path):
         return None
     if os.path.isdir(db_path):
@@ -261,12 +277,6 @@ def _read_state(db_path: str, busy_timeout: float) -> tuple[int, str] | None:
         raise _not_ours(
             db_path, f"it lacks jobledger's tables {sorted(missing)}", user_version=version
         )
-    try:
-        os.close(os.open(db_path, os.O_RDWR | os.O_CLOEXEC))
-    except OSError as exc:
-        # A worker writes; SQLite would open the file read-only without a word and fail
-        # at the first write. Observers (`ReadModel`, the CLI, HTTP) read such files.
-        raise _not_ours(db_path, f"it cannot be opened for writing ({exc.strerror})") from exc
     return version, mode
 
 

@@ -2,7 +2,7 @@
 -- After adding a migration, regenerate it from the repository root with
 --   python -m jobledger._storage.sqlite.migrate \
 --       > src/jobledger/_storage/sqlite/schema.sql
--- user_version = 4
+-- user_version = 5
 
 CREATE INDEX job_schedules_enabled_next_run_idx ON job_schedules (enabled, next_run);
 
@@ -46,6 +46,15 @@ CREATE TABLE job_schedules (
     created_at  INTEGER NOT NULL,
     updated_at  INTEGER NOT NULL
 );
+
+CREATE TABLE job_totals (
+    queue    TEXT NOT NULL,
+    status   TEXT NOT NULL,
+    jobs     INTEGER NOT NULL DEFAULT 0,
+    started  INTEGER NOT NULL DEFAULT 0,
+    retried  INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (queue, status)
+) WITHOUT ROWID;
 
 CREATE TABLE "jobs" (
     id               TEXT NOT NULL,                 -- rowid = ids.row_key(id); see above
@@ -114,6 +123,17 @@ CREATE TABLE workers (
     heartbeat_at  INTEGER NOT NULL,
     stopped_at    INTEGER
 );
+
+CREATE TRIGGER jobs_collect_totals AFTER DELETE ON jobs
+WHEN old.status = 'completed' OR old.status = 'failed' OR old.status = 'cancelled'
+BEGIN
+    INSERT INTO job_totals (queue, status, jobs, started, retried)
+    VALUES (old.queue, old.status, 1, old.attempt + (old.started_at IS NOT NULL), old.attempt)
+    ON CONFLICT (queue, status) DO UPDATE SET
+        jobs = jobs + 1,
+        started = started + excluded.started,
+        retried = retried + excluded.retried;
+END;
 
 CREATE TRIGGER jobs_orphan_children AFTER DELETE ON jobs BEGIN
     UPDATE jobs SET parent_id = NULL WHERE parent_id = old.id;

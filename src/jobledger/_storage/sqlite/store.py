@@ -13,6 +13,7 @@ are safe to replay.
 
 from __future__ import annotations
 
+import builtins
 import itertools
 import json
 import logging
@@ -41,8 +42,17 @@ from jobledger._storage.interface import (
     Reissued,
     fresh_row,
 )
+from jobledger._storage.observe import (
+    JobMetrics,
+    LeaderLease,
+    QueueCounts,
+    ScheduleRecord,
+    StorageFacts,
+    WorkerRecord,
+)
 from jobledger._storage.records import LeaseRow, RecoveryPlan, RecoveryStats, WorkerRow
 from jobledger._storage.schedule_ops import ScheduleOps
+from jobledger._storage.sqlite import observe
 from jobledger._storage.sqlite import queries as q
 from jobledger._storage.sqlite.connections import (
     Synchronous,
@@ -747,8 +757,35 @@ class SqliteStore(ScheduleOps):
             if n < batch:
                 return total
 
+    # -- observers (read-only) ------------------------------------------------------
+    # The statements are in sqlite/observe.py; every one is a single read.
 
-def _insert(conn: sqlite3.Connection, rows: Sequence[JobRow]) -> list[JobRow]:
+    def schema_version(self) -> int:
+        return self.read(observe.schema_version)
+
+    def queue_counts(self) -> builtins.list[QueueCounts]:
+        return self.read(observe.queue_counts)
+
+    def worker_records(self) -> builtins.list[WorkerRecord]:
+        return self.read(observe.worker_records)
+
+    def leader_lease(self) -> LeaderLease | None:
+        return self.read(observe.leader_lease)
+
+    def schedule_records(self) -> builtins.list[ScheduleRecord]:
+        return self.read(observe.schedule_records)
+
+    def job_metrics(self, bounds_ms: tuple[int, ...]) -> JobMetrics:
+        return self.read(lambda c: observe.job_metrics(c, bounds_ms))
+
+    def count_finished_before(self, before_ms: int) -> int:
+        return self.read(lambda c: observe.count_finished_before(c, before_ms))
+
+    def storage_facts(self) -> StorageFacts:
+        return self.read(lambda c: observe.storage_facts(c, self.path))
+
+
+def _insert(conn: sqlite3.Connection, rows: Sequence[JobRow]) -> builtins.list[JobRow]:
     """INSERT fresh rows; returns them as inserted (`Reissued` where a row key was taken).
 
     Rows that differ only in id and payload (one `enqueue_many` call) go `SHARED_CHUNK`

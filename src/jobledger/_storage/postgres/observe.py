@@ -1,0 +1,185 @@
+"""The observers' reads on PostgreSQL: the statements of `sqlite/observe.py` in this
+dialect, mapped to the same values (`_storage/observe.py`).
+
+Each function runs on one reader connection of `PostgresStore.read` (autocommit: each
+statement is its own snapshot, none outlives the call). `s` is the store's quoted
+schema name. Sums of bigints come back as `Decimal`; everything is turned into `int`.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import psycopg
+
+from jobledger._storage.observe import (
+    STATUSES,
+    CollectedTotal,
+    JobMetrics,
+    LeaderLease,
+    MetricGroup,
+    QueueCounts,
+    ScheduleRecord,
+    StorageFacts,
+    WorkerRecord,
+)
+from jobledger._storage.postgres.migrate import SCHEMA_VERSION
+
+__all__ = [
+    "count_finished_before",
+    "job_metrics",
+    "leader_lease",
+    "queue_counts",
+    "schedule_records",
+    "storage_facts",
+    "worker_records",
+]
+
+Conn = psycopg.Connection[Any]
+_TERMINAL = "status IN ('completed', 'failed', 'cancelled')"
+
+
+@functools.cache
+def _queue_stats_scan(s: str) -> str:
+    return (
+        "SELECT queue, min(scheduled_at) FILTER (WHERE status = 'pending'), "
+        + ", ".join(f"count(*) FILTER (WHERE status = '{status}')" for status in STATUSES)
+        + f" FROM {s}.jobs GROUP BY queue"
+    )
+
+
+@functools.cache
+def metrics_scan(s: str, bounds_ms: tuple[int, ...]) -> str:
+    """`sqlite/observe.metrics_scan` in this dialect: one grouped pass over `jobs`."""
+    run_ok = (
+        "status IN ('completed', 'failed') AND started_at IS NOT NULL AND finished_at IS NOT NULL"
+    )
+    run = "finished_at - started_at"
+    lat = "started_at - scheduled_at"
+    started = "CASE WHEN started_at IS NOT NULL THEN 1 ELSE 0 END"
+
+    def bucket(value: str) -> str:
+        whens = " ".join(f"WHEN {value} <= {int(b)} THEN {i}" for i, b in enumerate(bounds_ms))
+        return f"CASE {whens} ELSE {len(bounds_ms)} END"
+
+    return (
+        "SELECT queue, status, "
+        f"CASE WHEN {run_ok} THEN {bucket(run)} END AS rb, "
+        f"CASE WHEN started_at IS NOT NULL THEN {bucket(lat)} END AS lb, "
+        f"count(*), sum(attempt + {started}), sum(attempt), "
+        f"sum(CASE WHEN {run_ok} THEN {run} END), "
+        f"sum(CASE WHEN started_at IS NOT NULL THEN greatest(0, {lat}) END) "
+        f"FROM {s}.jobs GROUP BY queue, status, rb, lb"
+    )
+
+
+def _int(value: Any) -> int:
+    return 0 if value is None else int(value)
+
+
+def queue_counts(conn: Conn, s: str) -> list[QueueCounts]:
+    registered = {
+        str(r[0]): str(r[1])
+        for r in conn.execute(f"SELECT name, type FROM {s}.queues ORDER BY name").fetchall()
+    }
+    scanned: dict[str, tuple[int | None, tuple[int, ...]]] = {}
+    for name, oldest, *counts in conn.execute(_queue_stats_scan(s)).fetchall():
+        scanned[str(name)] = (None if oldest is None else int(oldest), tuple(map(_int, counts)))
+    empty = (0,) * len(STATUSES)
+    out: list[QueueCounts] = []
+    for name in sorted(registered.keys() | scanned.keys()):
+        oldest, counts = scanned.get(name, (None, empty))
+        out.append(QueueCounts(name, registered.get(name), counts, oldest))
+    return out
+
+
+def worker_records(conn: Conn, s: str) -> list[WorkerRecord]:
+    rows = conn.execute(
+        f"SELECT id, hostname, pid, handlers, started_at, heartbeat_at, stopped_at FROM {s}.workers"
+    ).fetchall()
+    return [
+        WorkerRecord(str(r[0]), str(r[1]), int(r[2]), r[3], int(r[4]), int(r[5]), _opt_int(r[6]))
+        for r in rows
+    ]
+
+
+def _opt_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def leader_lease(conn: Conn, s: str) -> LeaderLease | None:
+    row = conn.execute(
+        f"SELECT worker_id, term, expires_at FROM {s}.leader WHERE id = 1"
+    ).fetchone()
+    return None if row is None else LeaderLease(str(row[0]), int(row[1]), int(row[2]))
+
+
+def schedule_records(conn: Conn, s: str) -> list[ScheduleRecord]:
+    cur = conn.execute(f"SELECT * FROM {s}.job_schedules ORDER BY type, name, id")
+    names = [d.name for d in cur.description or ()]
+    return [
+        ScheduleRecord.from_columns(dict(zip(names, row, strict=True))) for row in cur.fetchall()
+    ]
+
+
+def _collected_totals(conn: Conn, s: str) -> list[CollectedTotal]:
+    rows = conn.execute(f"SELECT queue, status, jobs, started, retried FROM {s}.job_totals")
+    return [
+        CollectedTotal(str(q), str(st), int(j), int(sta), int(r))
+        for q, st, j, sta, r in rows.fetchall()
+    ]
+
+
+def job_metrics(conn: Conn, s: str, bounds_ms: tuple[int, ...]) -> JobMetrics:
+    groups = [
+        MetricGroup(
+            str(queue),
+            str(status),
+            _opt_int(rb),
+            _opt_int(lb),
+            _int(n),
+            _int(started),
+            _int(retried),
+            _int(run_ms),
+            _int(latency_ms),
+        )
+        for queue, status, rb, lb, n, started, retried, run_ms, latency_ms in conn.execute(
+            metrics_scan(s, bounds_ms)
+        ).fetchall()
+    ]
+    queues = [str(r[0]) for r in conn.execute(f"SELECT name FROM {s}.queues").fetchall()]
+    oldest = {
+        str(queue): int(at)
+        for queue, at in conn.execute(
+            f"SELECT queue, min(scheduled_at) FROM {s}.jobs WHERE status = 'pending' GROUP BY queue"
+        ).fetchall()
+    }
+    term = conn.execute(f"SELECT term FROM {s}.leader WHERE id = 1").fetchone()
+    return JobMetrics(
+        groups,
+        _collected_totals(conn, s),
+        queues,
+        oldest,
+        None if term is None else int(term[0]),
+    )
+
+
+def count_finished_before(conn: Conn, s: str, before_ms: int) -> int:
+    row = conn.execute(
+        f"SELECT count(*) FROM {s}.jobs WHERE finished_at IS NOT NULL AND finished_at < %s "
+        f"AND {_TERMINAL}",
+        (before_ms,),
+    ).fetchone()
+    return 0 if row is None else int(row[0])
+
+
+def storage_facts(conn: Conn) -> StorageFacts:
+    version = conn.execute("SHOW server_version").fetchone()
+    read_only = conn.execute("SHOW transaction_read_only").fetchone()
+    return StorageFacts(
+        kind="postgres",
+        library_schema_version=SCHEMA_VERSION,
+        server_version=None if version is None else str(version[0]),
+        read_only=None if read_only is None else str(read_only[0]) == "on",
+    )

@@ -1,0 +1,171 @@
+"""Every observing CLI command on both backends (`--db PATH` or `--db postgresql://...`),
+with the same output: jobs list/show/wait/cancel/enqueue, queues, schedules, doctor, gc.
+Run in-process (click's CliRunner) against a real file or a real PostgreSQL schema."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+import jobledger as jl
+from tests.cli.conftest import APP_SOURCE, Cli
+from tests.conftest import db_rows, is_postgres
+
+
+@pytest.fixture
+def cli_on(db: str, app_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Cli:
+    """The `cli` fixture of tests/cli/conftest.py, on the `db` fixture's database."""
+    module = f"cliapp_{uuid.uuid4().hex[:12]}"
+    (app_dir / f"{module}.py").write_text(APP_SOURCE)
+    monkeypatch.chdir(app_dir)
+    monkeypatch.setattr(sys, "path", [str(app_dir), *sys.path])
+    monkeypatch.setenv("JOBLEDGER_DB", "")
+    monkeypatch.delenv("JOBLEDGER_DB")
+    cli = Cli(app_dir, module)
+    cli.db = db
+    return cli
+
+
+def _run(cli: Cli, *payloads: tuple[str, object]) -> list[jl.JobSnapshot]:
+    jobs: jl.JobManager = cli.load().jobs
+
+    async def go() -> list[jl.JobSnapshot]:
+        async with jobs:
+            handles = [jobs.enqueue(name, payload) for name, payload in payloads]
+            return [await asyncio.wait_for(h.finished, 20) for h in handles]
+
+    return asyncio.run(go())
+
+
+def test_jobs_queues_and_schedules_read_the_same_on_every_backend(cli_on: Cli) -> None:
+    cli = cli_on
+    ok, boom = _run(cli, ("math.add", {"a": 1, "b": 2}), ("math.boom", {}))
+    waiting = cli("jobs", "enqueue", "math.add", "--payload", '{"a":5,"b":5}', "--delay", "600")
+    assert waiting.exit_code == 0, waiting.stderr
+    waiting_id = waiting.stdout.strip()
+
+    listed = cli("jobs", "list")
+    assert listed.exit_code == 0, listed.stderr
+    assert [line.split()[0] for line in listed.stdout.splitlines()[1:4]] == [
+        waiting_id,
+        boom.id,
+        ok.id,
+    ]
+    assert "1-3 of 3" in listed.stdout
+    shown = cli("jobs", "show", ok.id)
+    assert json.loads(shown.stdout) == ok.to_json()
+    assert cli("jobs", "show", "no-such-id").exit_code == 1
+    waited = cli("jobs", "wait", ok.id, "--json")
+    assert waited.exit_code == 0
+    assert json.loads(waited.stdout)["status"] == "completed"
+    assert cli("jobs", "wait", boom.id).exit_code == 1
+
+    counts = {q["name"]: q["counts"] for q in json.loads(cli("queues", "--json").stdout)}
+    assert counts["math.add"] == {
+        "pending": 0, "delayed": 1, "running": 0, "completed": 1, "failed": 0, "cancelled": 0,
+    }  # fmt: skip
+    assert counts["math.boom"]["failed"] == 1
+    table = cli("queues").stdout.splitlines()
+    assert table[1].split()[:8] == ["math.add", "math.add", "0", "1", "0", "1", "0", "0"]
+
+    cancelled = cli("jobs", "cancel", waiting_id, "--reason", "not needed")
+    assert cancelled.exit_code == 0, cancelled.stderr
+    assert cancelled.stdout.strip() == f"{waiting_id} cancelled"
+    assert json.loads(cli("jobs", "show", waiting_id).stdout)["status"] == "cancelled"
+
+    module = cli.load()
+    jobs: jl.JobManager = module.jobs
+    sid = jobs.register_job_schedule(
+        module.ADD, module.Add(a=1, b=2), trigger=jl.Interval(seconds=3600), name="hourly"
+    )
+    asyncio.run(jobs.stop())
+    row = next(line for line in cli("schedules", "list").stdout.splitlines() if sid in line)
+    assert row.split()[1:6] == ["math.add", "hourly", "every", "3600s", "enabled"]
+    assert json.loads(cli("schedules", "show", sid).stdout)["name"] == "hourly"
+    paused = cli("schedules", "pause", sid, "--app", cli.app)
+    assert paused.exit_code == 0, paused.stderr
+    assert json.loads(cli("schedules", "list", "--json").stdout)[0]["enabled"] is False
+
+
+def test_doctor_on_every_backend_reports_health_then_a_dead_worker(cli_on: Cli) -> None:
+    cli = cli_on
+    _run(cli, ("math.add", {"a": 1, "b": 1}))
+    healthy = cli("doctor")
+    assert healthy.exit_code == 0, healthy.stdout
+    assert "healthy" in healthy.stdout
+    report = json.loads(cli("doctor", "--json").stdout)
+    assert report["ok"] is True
+    assert report["backend"] == ("postgres" if is_postgres(cli.db) else "sqlite")
+    assert report["schema_version"] == report["library_schema_version"]
+    if is_postgres(cli.db):
+        assert "connected: PostgreSQL" in healthy.stdout
+        assert report["server_version"]
+        assert json.loads(cli("doctor", "--json", "--checkpoint").stdout)["checkpoint"] is None
+    else:
+        assert "integrity_check: ok" in healthy.stdout
+        assert report["journal_mode"] == "wal"
+
+    job_id = cli("jobs", "enqueue", "math.add", "--payload", '{"a":1,"b":1}').stdout.strip()
+    db_rows(
+        cli.db,
+        "INSERT INTO workers (id, hostname, pid, handlers, started_at, heartbeat_at) "
+        "VALUES ('ghost', 'elsewhere', 1, '[\"math.add=retry\"]', 1000, 1000)",
+    )
+    db_rows(
+        cli.db,
+        "UPDATE jobs SET status = 'running', worker_id = 'ghost', started_at = 1000 WHERE id = ?",
+        (job_id,),
+    )
+    db_rows(cli.db, "DELETE FROM leader")
+    db_rows(
+        cli.db,
+        "INSERT INTO leader (id, worker_id, term, expires_at) VALUES (1, 'ghost', 3, 2000)",
+    )
+    sick = cli("doctor")
+    assert sick.exit_code == 1
+    assert "running jobs of workers not alive: 1" in sick.stdout
+    assert "workers: 0 alive, 1 dead (not stopped)" in sick.stdout
+    assert "leader: ghost term 3 (expired at" in sick.stdout
+    assert job_id in sick.stdout
+    report = json.loads(cli("doctor", "--json").stdout)
+    assert report["ok"] is False
+    assert report["stuck_running"] == [job_id]
+    assert report["leader"]["term"] == 3
+    assert [w["state"] for w in report["workers"] if w["id"] == "ghost"] == ["dead"]
+
+
+def test_gc_on_every_backend_deletes_old_finished_jobs(cli_on: Cli) -> None:
+    cli = cli_on
+    done = _run(cli, ("math.add", {"a": 1, "b": 1}), ("math.boom", {}))
+    waiting = cli("jobs", "enqueue", "math.add", "--payload", "{}").stdout.strip()
+    assert cli("gc").stdout.strip() == "deleted 0 finished job(s)"
+    assert cli("gc", "--older-than", "0", "--dry-run").stdout.strip() == (
+        "2 finished job(s) would be deleted"
+    )
+    time.sleep(0.01)  # finished_at is in milliseconds; make "older than 0 s" strict
+    assert cli("gc", "--older-than", "0").stdout.strip() == "deleted 2 finished job(s)"
+    left = [json.loads(line)["id"] for line in cli("jobs", "list", "--json").stdout.splitlines()]
+    assert left == [waiting]
+    assert all(cli("jobs", "show", s.id).exit_code == 1 for s in done)
+
+
+def test_observing_commands_never_create_the_database(cli_on: Cli) -> None:
+    cli = cli_on
+    if is_postgres(cli.db):
+        cli.db = cli.db.replace("schema=", "schema=absent_")
+        missing = "no jobledger schema"
+    else:
+        cli.db = str(cli.dir / "absent.db")
+        missing = "no jobledger database at"
+    for args in (("jobs", "list"), ("queues",), ("schedules", "list"), ("doctor",), ("gc",)):
+        result = cli(*args)
+        assert result.exit_code == 1, args
+        assert missing in result.stderr, (args, result.stderr)
+    if not is_postgres(cli.db):
+        assert not Path(cli.db).exists()
