@@ -114,14 +114,14 @@ class SchemaFactory:
 
         from jobledger._storage.postgres.migrate import migrate
 
-        failures = 0
+        down_since: float | None = None
         while not self._stop.is_set():
             try:
                 with psycopg.connect(PG_DSN, autocommit=True) as conn:
                     while not self._stop.is_set():
                         name = new_schema_name()
                         migrate(conn, name)
-                        failures = 0
+                        down_since = None
                         while True:
                             try:
                                 self._ready.put(name, timeout=0.05)
@@ -133,8 +133,9 @@ class SchemaFactory:
             except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
                 # The server restarted (tests/recovery/test_transient_faults.py does it on
                 # purpose): connect again; a half-made schema is dropped as stale later.
-                failures += 1
-                if failures > 100:
+                now = time.monotonic()
+                down_since = now if down_since is None else down_since
+                if now - down_since > 120:
                     self._ready.put(exc)
                     return
                 time.sleep(0.1)
@@ -146,7 +147,7 @@ class SchemaFactory:
         import psycopg
 
         name: str | None = None
-        for _ in range(100):
+        for _ in range(1200):  # 0.1 s apart: two minutes for a server to come back
             try:
                 with psycopg.connect(PG_DSN, autocommit=True) as conn:
                     if name is not None:  # the one a lost connection did not drop
