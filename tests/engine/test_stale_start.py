@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 
 import jobledger as jl
-from jobledger._storage.interface import ClaimedJob
+from jobledger._storage.interface import ClaimedJob, ClaimResult
 from tests.conftest import db_rows, sql_for
 from tests.recovery import arun
 
@@ -41,7 +41,7 @@ def test_a_stale_claim_that_was_rescued_is_not_run(db: str) -> None:
             )
             qu = engine.ensure_queue(T.name, T.name)
             assert qu is not None
-            engine._start(qu, stale)
+            engine._take(qu, ClaimResult([stale], False), 10)
             await asyncio.sleep(0.2)
             assert h.id not in engine.inflight
             assert qu.running == 0
@@ -75,7 +75,7 @@ def test_a_stale_claim_still_ours_runs(db: str) -> None:
             )
             qu = engine.ensure_queue(T.name, T.name)
             assert qu is not None
-            engine._start(qu, stale)
+            engine._take(qu, ClaimResult([stale], False), 10)
             snap = await asyncio.wait_for(h.finished, 10.0)
             return str(snap.status)
 

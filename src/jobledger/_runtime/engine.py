@@ -306,8 +306,14 @@ class Engine:
             self.global_blocked = True
             self._denied[qu.name] = None
         qu.turned_away = result.queue_full and qu.running == 0
+        # Claims older than this were made before a stall long enough to be judged dead.
+        stale = (
+            None
+            if self.stale_after_ms is None or not result.jobs
+            else self.now_ms() - self.stale_after_ms
+        )
         for job in result.jobs:
-            self._start(qu, job)
+            self._start(qu, job, stale)
         if len(result.jobs) == limit:
             self.kick(qu.name)
 
@@ -350,9 +356,9 @@ class Engine:
 
     # -- execution ------------------------------------------------------------------
 
-    def _start(self, qu: DispatchQueue, job: ClaimedJob) -> None:
+    def _start(self, qu: DispatchQueue, job: ClaimedJob, stale_before: int | None = None) -> None:
         assert self.loop is not None
-        if self.stale_after_ms is not None and self.now_ms() - job.started_at > self.stale_after_ms:
+        if stale_before is not None and job.started_at < stale_before:
             # This process stalled (a freeze, a long pause) between the claim and now, long
             # enough to be judged dead: the job may run elsewhere already. One read tells.
             row = self.store.get(job.id)
