@@ -234,13 +234,16 @@ def _drain_across(db: str, fault: str) -> tuple[int, int, int]:
     return completed, len(executions), len(set(executions))
 
 
+ONLY_POSTGRES = pytest.mark.parametrize("db", ["postgres"], indirect=True)
+
+
 @pytest.mark.postgres
+@ONLY_POSTGRES
 @pytest.mark.parametrize("fault", ["restart", "stop-3s-start"])
 def test_a_postgres_restart_mid_drain_completes_every_job_on_the_live_worker(
     db: str, fault: str
 ) -> None:
-    if not is_postgres(db):
-        pytest.skip("a PostgreSQL server fault")
+    assert is_postgres(db)
     completed, executions, distinct = _drain_across(db, fault)
     assert completed == 300
     assert distinct == 300
@@ -249,12 +252,12 @@ def test_a_postgres_restart_mid_drain_completes_every_job_on_the_live_worker(
 
 
 @pytest.mark.postgres
+@ONLY_POSTGRES
 def test_a_claim_committed_but_reported_failed_is_reconciled(db: str) -> None:
     """A row this worker claimed without seeing the commit (planted: `running` under its
     id, unknown to its engine) is put back and run after the worker's next claim fails
     for real (its queue's claim lock held past the lock timeout by another session)."""
-    if not is_postgres(db):
-        pytest.skip("a PostgreSQL fault")
+    assert is_postgres(db)
     import psycopg
 
     from jobledger._storage.postgres.store import PostgresStore
