@@ -212,18 +212,14 @@ class Queries:
     # .unregistered`).
     CLAIM_REGISTERED, CLAIM_REGISTERED_EXCLUDING = (
         sql.replace(
-            "WHERE status = 'running') AS total), ",
-            "WHERE status = 'running') AS total, EXISTS (SELECT 1 FROM {s}.workers w "
-            "WHERE w.id = %(worker)s AND w.stopped_at IS NULL) AS reg), ",
-        )
-        .replace(
-            "LIMIT (SELECT greatest(0, least(%(qcap)s - in_q, %(gcap)s - total, %(limit)s)) ",
-            "LIMIT (SELECT CASE WHEN reg THEN greatest(0, least(%(qcap)s - in_q, "
-            "%(gcap)s - total, %(limit)s)) ELSE 0 END ",
-        )
-        .replace(
+            "ORDER BY priority, scheduled_at, id ",
+            "AND EXISTS (SELECT 1 FROM {s}.workers w WHERE w.id = %(worker)s "
+            "AND w.stopped_at IS NULL) ORDER BY priority, scheduled_at, id ",
+        ).replace(
             "SELECT counts.in_q, counts.total, claimed.*",
-            "SELECT counts.in_q, CASE WHEN counts.reg THEN counts.total ELSE -1 END, claimed.*",
+            "SELECT counts.in_q, CASE WHEN EXISTS (SELECT 1 FROM {s}.workers w "
+            "WHERE w.id = %(worker)s AND w.stopped_at IS NULL) THEN counts.total ELSE -1 END, "
+            "claimed.*",
         )
         for sql in (CLAIM, CLAIM_EXCLUDING)
     )
