@@ -4,11 +4,10 @@ Statements are templates over the schema name (`{s}`, replaced once per store by
 quoted identifier), so every object lives in the store's schema and a user's own tables
 are never shadowed: nothing relies on `search_path`. Placeholders are psycopg's `%s`.
 
-`Queries(schema)` carries, under the same attribute names, the statements the SQLite
-backend keeps in `sqlite/queries.py` and that runtime code issues through `store.write` /
-`store.read` today (workers, schedules, leader): row tuples are column-for-column the
-same (integers for flags and epoch-ms times, JSON as text), so code that reads
-`row[C_STATUS]` works on either backend.
+`Queries(schema)` names its statements as `sqlite/queries.py` does wherever both
+backends share an implementation (`_storage/schedule_ops.py`); row tuples are
+column-for-column the shared layout (`_storage/layout.py`: integers for flags and epoch-ms
+times, JSON as text), so a row reads the same from either backend.
 
 As in SQLite, statuses are spelled as literals on hot paths so the planner can match the
 partial indexes.
@@ -18,62 +17,9 @@ from __future__ import annotations
 
 import re
 
-from jobledger._storage.layout import (
-    C_ATTEMPT,
-    C_CANCEL,
-    C_CREATED_AT,
-    C_ENQUEUED_BY,
-    C_ERROR,
-    C_FINISHED_AT,
-    C_ID,
-    C_KEY,
-    C_MAX_ATTEMPTS,
-    C_METADATA,
-    C_OUTPUT,
-    C_PARENT,
-    C_PAYLOAD,
-    C_PRIORITY,
-    C_PROGRESS,
-    C_PROGRESS_DETAIL,
-    C_QUEUE,
-    C_SCHEDULE,
-    C_SCHEDULED_AT,
-    C_STARTED_AT,
-    C_STATUS,
-    C_TIMEOUT,
-    C_TYPE,
-    C_UPDATED_AT,
-    C_WORKER,
-    JOB_COLUMNS,
-    SCHEDULE_COLUMNS,
-)
+from jobledger._storage.layout import JOB_COLUMNS, SCHEDULE_COLUMNS
 
 __all__ = [
-    "C_ATTEMPT",
-    "C_CANCEL",
-    "C_CREATED_AT",
-    "C_ENQUEUED_BY",
-    "C_ERROR",
-    "C_FINISHED_AT",
-    "C_ID",
-    "C_KEY",
-    "C_MAX_ATTEMPTS",
-    "C_METADATA",
-    "C_OUTPUT",
-    "C_PARENT",
-    "C_PAYLOAD",
-    "C_PRIORITY",
-    "C_PROGRESS",
-    "C_PROGRESS_DETAIL",
-    "C_QUEUE",
-    "C_SCHEDULE",
-    "C_SCHEDULED_AT",
-    "C_STARTED_AT",
-    "C_STATUS",
-    "C_TIMEOUT",
-    "C_TYPE",
-    "C_UPDATED_AT",
-    "C_WORKER",
     "JOB_COLUMNS",
     "SCHEDULE_COLUMNS",
     "Queries",
@@ -109,20 +55,11 @@ def quote_ident(name: str) -> str:
 class Queries:
     """The statements of one schema. Class attributes are the templates.
 
-    Also carries the row layout (`JOB_COLUMNS`, `C_*`), so an instance can stand in for
-    the `sqlite.queries` module wherever runtime code reads `q.<NAME>`.
+    Row positions are the shared layout's (`_storage/layout.py`).
     """
 
     JOB_COLUMNS = JOB_COLUMNS
     SCHEDULE_COLUMNS = SCHEDULE_COLUMNS
-    C_ID, C_TYPE, C_STATUS, C_QUEUE = C_ID, C_TYPE, C_STATUS, C_QUEUE
-    C_PRIORITY, C_PAYLOAD, C_OUTPUT, C_ERROR = C_PRIORITY, C_PAYLOAD, C_OUTPUT, C_ERROR
-    C_ATTEMPT, C_MAX_ATTEMPTS, C_TIMEOUT, C_KEY = C_ATTEMPT, C_MAX_ATTEMPTS, C_TIMEOUT, C_KEY
-    C_PARENT, C_SCHEDULE, C_METADATA = C_PARENT, C_SCHEDULE, C_METADATA
-    C_PROGRESS, C_PROGRESS_DETAIL, C_CANCEL = C_PROGRESS, C_PROGRESS_DETAIL, C_CANCEL
-    C_WORKER, C_SCHEDULED_AT, C_STARTED_AT = C_WORKER, C_SCHEDULED_AT, C_STARTED_AT
-    C_FINISHED_AT, C_CREATED_AT = C_FINISHED_AT, C_CREATED_AT
-    C_UPDATED_AT, C_ENQUEUED_BY = C_UPDATED_AT, C_ENQUEUED_BY
 
     # -- jobs: enqueue ---------------------------------------------------------------
     # One statement per entry: insert unless the key is live or the parent is missing;

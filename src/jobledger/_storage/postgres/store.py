@@ -62,6 +62,7 @@ import psycopg
 from psycopg.pq import TransactionStatus
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from jobledger._storage import layout as L
 from jobledger._storage.interface import (
     APPLIED,
     ClaimedJob,
@@ -83,8 +84,8 @@ from jobledger._storage.observe import (
 from jobledger._storage.postgres import observe
 from jobledger._storage.postgres.migrate import migrate, schema_version
 from jobledger._storage.postgres.queries import Queries, check_schema_name, quote_ident
-from jobledger._storage.records import LeaseRow, RecoveryPlan, RecoveryStats, WorkerRow
 from jobledger._storage.schedule_ops import ScheduleOps
+from jobledger._storage.worker_ops import WorkerOps
 from jobledger.errors import (
     DatabaseBusy,
     DatabaseFull,
@@ -127,7 +128,7 @@ class _EnqueueMissed(Exception):
     pass
 
 
-class PostgresStore(ScheduleOps):
+class PostgresStore(ScheduleOps, WorkerOps):
     def __init__(
         self,
         dsn: str,
@@ -149,8 +150,8 @@ class PostgresStore(ScheduleOps):
 
         self.kind = "postgres"
         self.path = dsn
-        self.workers = workers
-        self.leader_ops = leader_ops
+        self._worker_statements = workers
+        self._lease_statements = leader_ops
         self.memory = False  # the runtime's ":memory:" special cases never apply
         self.exact_global_cap = exact_global_cap
         self._busy_timeout = busy_timeout
@@ -771,69 +772,11 @@ class PostgresStore(ScheduleOps):
     def writer_busy(self) -> bool:
         return False  # no cheap cross-host probe; dispatch treats it as "not busy"
 
-    # -- workers and the leader lease (the dialect's statements: postgres/workers.py and
-    # postgres/leader.py; policy is `jobledger._core.recovery`) --------------------------
-
-    def register_worker(
-        self, worker_id: str, hostname: str, pid: int, handlers: Sequence[str], now_ms: int
-    ) -> None:
-        from jobledger._storage.postgres import workers
-
-        workers.register_worker(self, worker_id, hostname, pid, handlers, now_ms)
-
-    def heartbeat(self, worker_id: str, now_ms: int) -> bool:
-        from jobledger._storage.postgres import workers
-
-        return workers.heartbeat(self, worker_id, now_ms)
-
-    def stop_worker(self, worker_id: str, now_ms: int) -> None:
-        from jobledger._storage.postgres import workers
-
-        workers.stop_worker(self, worker_id, now_ms)
-
-    def list_workers(self) -> list[WorkerRow]:
-        from jobledger._storage.postgres import workers
-
-        return workers.list_workers(self)
-
-    def recover_worker(
-        self,
-        worker_id: str,
-        plan: Callable[[Sequence[JobRow]], RecoveryPlan],
-        cancel_error: Callable[[str], str],
-        now_ms: int,
-    ) -> RecoveryStats:
-        from jobledger._storage.postgres import workers
-
-        return workers.recover_worker(self, worker_id, plan, cancel_error, now_ms)
-
     def unregistered_claimers(self) -> list[str]:
         return [
             str(r[0])
             for r in self.read(lambda c: c.execute(self.q.UNREGISTERED_CLAIMERS).fetchall())
         ]
-
-    def read_lease(self) -> LeaseRow | None:
-        from jobledger._storage.postgres import leader
-
-        return leader.read_lease(self)
-
-    def take_lease(
-        self, worker_id: str, *, now_ms: int, ttl_ms: int, alive: Callable[[LeaseRow], bool]
-    ) -> int | None:
-        from jobledger._storage.postgres import leader
-
-        return leader.take_lease(self, worker_id, now_ms=now_ms, ttl_ms=ttl_ms, alive=alive)
-
-    def renew_lease(self, worker_id: str, term: int, *, expires_at: int) -> bool:
-        from jobledger._storage.postgres import leader
-
-        return leader.renew_lease(self, worker_id, term, expires_at=expires_at)
-
-    def resign_lease(self, worker_id: str, term: int) -> None:
-        from jobledger._storage.postgres import leader
-
-        leader.resign_lease(self, worker_id, term)
 
     def release_unconfirmed_claims(self, worker_id: str, keep: Sequence[str], now_ms: int) -> int:
         q = self.q
@@ -989,21 +932,21 @@ class PostgresStore(ScheduleOps):
 
 def _job_of(row: JobRow) -> NewJob:
     return NewJob(
-        id=row[Queries.C_ID],
-        type=row[Queries.C_TYPE],
-        status=row[Queries.C_STATUS],
-        queue=row[Queries.C_QUEUE],
-        priority=row[Queries.C_PRIORITY],
-        payload=row[Queries.C_PAYLOAD],
-        max_attempts=row[Queries.C_MAX_ATTEMPTS],
-        timeout_ms=row[Queries.C_TIMEOUT],
-        idempotency_key=row[Queries.C_KEY],
-        parent_id=row[Queries.C_PARENT],
-        schedule_id=row[Queries.C_SCHEDULE],
-        metadata=row[Queries.C_METADATA],
-        enqueued_by=row[Queries.C_ENQUEUED_BY],
-        scheduled_at=row[Queries.C_SCHEDULED_AT],
-        created_at=row[Queries.C_CREATED_AT],
+        id=row[L.C_ID],
+        type=row[L.C_TYPE],
+        status=row[L.C_STATUS],
+        queue=row[L.C_QUEUE],
+        priority=row[L.C_PRIORITY],
+        payload=row[L.C_PAYLOAD],
+        max_attempts=row[L.C_MAX_ATTEMPTS],
+        timeout_ms=row[L.C_TIMEOUT],
+        idempotency_key=row[L.C_KEY],
+        parent_id=row[L.C_PARENT],
+        schedule_id=row[L.C_SCHEDULE],
+        metadata=row[L.C_METADATA],
+        enqueued_by=row[L.C_ENQUEUED_BY],
+        scheduled_at=row[L.C_SCHEDULED_AT],
+        created_at=row[L.C_CREATED_AT],
     )
 
 

@@ -50,7 +50,6 @@ from jobledger._storage.observe import (
     StorageFacts,
     WorkerRecord,
 )
-from jobledger._storage.records import LeaseRow, RecoveryPlan, RecoveryStats, WorkerRow
 from jobledger._storage.schedule_ops import ScheduleOps
 from jobledger._storage.sqlite import observe
 from jobledger._storage.sqlite import queries as q
@@ -63,6 +62,7 @@ from jobledger._storage.sqlite.connections import (
 from jobledger._storage.sqlite.files import FileIdentity
 from jobledger._storage.sqlite.keys import key_of, keys_of
 from jobledger._storage.sqlite.migrate import migrate, migrate_connection
+from jobledger._storage.worker_ops import WorkerOps
 from jobledger.errors import JobNotFound, StorageError
 
 __all__ = ["SqliteStore"]
@@ -96,7 +96,7 @@ _INSERT_CHUNK = f"{_INSERT_HEAD} VALUES {', '.join([_INSERT_VALUES] * _CHUNK)}"
 _REISSUES = 8
 
 
-class SqliteStore(ScheduleOps):
+class SqliteStore(ScheduleOps, WorkerOps):
     def __init__(
         self,
         path: str,
@@ -119,8 +119,8 @@ class SqliteStore(ScheduleOps):
 
         self.kind = "sqlite"
         self.q = q
-        self.workers = workers
-        self.leader_ops = leader_ops
+        self._worker_statements = workers
+        self._lease_statements = leader_ops
         self.memory = path == ":memory:" or path == ""
         self._busy_timeout = busy_timeout
         self._synchronous: Synchronous = synchronous
@@ -589,66 +589,8 @@ class SqliteStore(ScheduleOps):
             lambda c: c.execute(q.RELEASE_LOCK, (name, job_id, worker_id, attempt)), "unlock"
         )
 
-    # -- workers and the leader lease (the dialect's statements: sqlite/workers.py and
-    # sqlite/leader.py; policy is `jobledger._core.recovery`) --------------------------
-
-    def register_worker(
-        self, worker_id: str, hostname: str, pid: int, handlers: Sequence[str], now_ms: int
-    ) -> None:
-        from jobledger._storage.sqlite import workers
-
-        workers.register_worker(self, worker_id, hostname, pid, handlers, now_ms)
-
-    def heartbeat(self, worker_id: str, now_ms: int) -> bool:
-        from jobledger._storage.sqlite import workers
-
-        return workers.heartbeat(self, worker_id, now_ms)
-
-    def stop_worker(self, worker_id: str, now_ms: int) -> None:
-        from jobledger._storage.sqlite import workers
-
-        workers.stop_worker(self, worker_id, now_ms)
-
-    def list_workers(self) -> list[WorkerRow]:
-        from jobledger._storage.sqlite import workers
-
-        return workers.list_workers(self)
-
-    def recover_worker(
-        self,
-        worker_id: str,
-        plan: Callable[[Sequence[JobRow]], RecoveryPlan],
-        cancel_error: Callable[[str], str],
-        now_ms: int,
-    ) -> RecoveryStats:
-        from jobledger._storage.sqlite import workers
-
-        return workers.recover_worker(self, worker_id, plan, cancel_error, now_ms)
-
     def unregistered_claimers(self) -> list[str]:
         return [r[0] for r in self.read(lambda c: c.execute(q.UNREGISTERED_CLAIMERS).fetchall())]
-
-    def read_lease(self) -> LeaseRow | None:
-        from jobledger._storage.sqlite import leader
-
-        return leader.read_lease(self)
-
-    def take_lease(
-        self, worker_id: str, *, now_ms: int, ttl_ms: int, alive: Callable[[LeaseRow], bool]
-    ) -> int | None:
-        from jobledger._storage.sqlite import leader
-
-        return leader.take_lease(self, worker_id, now_ms=now_ms, ttl_ms=ttl_ms, alive=alive)
-
-    def renew_lease(self, worker_id: str, term: int, *, expires_at: int) -> bool:
-        from jobledger._storage.sqlite import leader
-
-        return leader.renew_lease(self, worker_id, term, expires_at=expires_at)
-
-    def resign_lease(self, worker_id: str, term: int) -> None:
-        from jobledger._storage.sqlite import leader
-
-        leader.resign_lease(self, worker_id, term)
 
     def release_unconfirmed_claims(self, worker_id: str, keep: Sequence[str], now_ms: int) -> int:
         keep_json = json.dumps(list(keep))
