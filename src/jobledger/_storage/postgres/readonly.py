@@ -93,23 +93,10 @@ class ReadOnlyPostgresStore(PostgresStore):
                 },
             )
 
-    def _readers(self) -> ConnectionPool[Conn]:
-        pool = self._pool
-        if pool is not None:
-            return pool
-        with self._pool_lock:
-            if self._pool is None:
-                self._pool = ConnectionPool(
-                    self.dsn,
-                    min_size=1,
-                    max_size=self._pool_size,
-                    kwargs={"autocommit": True, "application_name": "jobledger-observer"},
-                    configure=_read_only_session,
-                    name=f"jobledger-observer-{self.schema}",
-                    timeout=max(5.0, self._busy_timeout),
-                    open=True,
-                )
-            return self._pool
+    _reader_name = "jobledger-observer"
+
+    def _configure_reader(self, conn: Conn) -> None:
+        _read_only_session(conn)
 
     def close(self) -> None:
         self._closed = True

@@ -222,6 +222,11 @@ class PostgresStore(ScheduleOps, WorkerOps):
             self._closed = False
         return conn
 
+    _reader_name = "jobledger-reader"
+
+    def _configure_reader(self, conn: Conn) -> None:
+        """A new reader connection's session setup (the read-only store's refuses writes)."""
+
     def _readers(self) -> ConnectionPool[Conn]:
         pool = self._pool
         if pool is not None:
@@ -232,8 +237,9 @@ class PostgresStore(ScheduleOps, WorkerOps):
                     self.dsn,
                     min_size=1,
                     max_size=self._pool_size,
-                    kwargs={"autocommit": True, "application_name": "jobledger-reader"},
-                    name=f"jobledger-{self.schema}",
+                    kwargs={"autocommit": True, "application_name": self._reader_name},
+                    configure=self._configure_reader,
+                    name=f"{self._reader_name}-{self.schema}",
                     timeout=max(5.0, self._busy_timeout),
                     open=True,
                 )
