@@ -15,10 +15,13 @@ from tests.recovery import arun
 T = jl.JobType("stale.t", int)
 
 
-def test_a_stale_claim_that_was_rescued_is_not_run(db: str) -> None:
+def _stale_claim(db: str, owner: str | None) -> tuple[list[int], str | None]:
+    """Hand the engine a claim made 10 s ago of a row now running under `owner` (None:
+    this worker); returns what the handler ran and the job's final status (None: it
+    did not finish within 0.5 s)."""
     ran: list[int] = []
 
-    async def body() -> None:
+    async def body() -> str | None:
         jobs = jl.JobManager(db, startup_delay=0, poll_interval=0.02, worker_timeout=5.0)
 
         @jobs.handler(T, recovery="retry")
@@ -28,56 +31,34 @@ def test_a_stale_claim_that_was_rescued_is_not_run(db: str) -> None:
         async with jobs:
             await jobs.recovery_done
             h = jobs.enqueue(T, 7, delay=3600)  # delayed: the engine does not claim it
-            # Claimed by this worker 10 s ago, then rescued and taken by another worker.
             db_rows(
                 db,
-                sql_for(db, "UPDATE jobs SET status = 'running', worker_id = 'other' WHERE id = ?"),
-                (h.id,),
+                sql_for(db, "UPDATE jobs SET status = 'running', worker_id = ? WHERE id = ?"),
+                (owner or jobs.worker_id, h.id),
             )
             engine = jobs._engine
             now = engine.now_ms()
-            stale = ClaimedJob(
+            claim = ClaimedJob(
                 h.id, T.name, T.name, 0, "7", 0, 3, None, "{}", None, None, now, now - 10_000
             )
             qu = engine.ensure_queue(T.name, T.name)
             assert qu is not None
-            engine._take(qu, ClaimResult([stale], False), 10)
-            await asyncio.sleep(0.2)
-            assert h.id not in engine.inflight
-            assert qu.running == 0
+            engine._take(qu, ClaimResult([claim], False), 10)
+            try:
+                snap = await asyncio.wait_for(h.finished, 0.5)
+            except TimeoutError:
+                assert h.id not in engine.inflight
+                assert qu.running == 0
+                return None
+            return str(snap.status)
 
-    arun(body)
-    assert ran == [], "a rescued claim must not run in the stalled worker"
+    return ran, arun(body)
+
+
+def test_a_stale_claim_that_was_rescued_is_not_run(db: str) -> None:
+    ran, status = _stale_claim(db, "other")
+    assert (ran, status) == ([], None), "a rescued claim must not run in the stalled worker"
 
 
 def test_a_stale_claim_still_ours_runs(db: str) -> None:
-    ran: list[int] = []
-
-    async def body() -> str:
-        jobs = jl.JobManager(db, startup_delay=0, poll_interval=0.02, worker_timeout=5.0)
-
-        @jobs.handler(T, recovery="retry")
-        async def run(ctx: jl.JobContext[int]) -> None:
-            ran.append(ctx.payload)
-
-        async with jobs:
-            await jobs.recovery_done
-            h = jobs.enqueue(T, 8, delay=3600)
-            db_rows(
-                db,
-                sql_for(db, "UPDATE jobs SET status = 'running', worker_id = ? WHERE id = ?"),
-                (jobs.worker_id, h.id),
-            )
-            engine = jobs._engine
-            now = engine.now_ms()
-            stale = ClaimedJob(
-                h.id, T.name, T.name, 0, "8", 0, 3, None, "{}", None, None, now, now - 10_000
-            )
-            qu = engine.ensure_queue(T.name, T.name)
-            assert qu is not None
-            engine._take(qu, ClaimResult([stale], False), 10)
-            snap = await asyncio.wait_for(h.finished, 10.0)
-            return str(snap.status)
-
-    assert arun(body) == "completed"
-    assert ran == [8]
+    assert _stale_claim(db, None) == ([7], "completed")
