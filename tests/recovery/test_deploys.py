@@ -98,6 +98,13 @@ class Worker:
 
         wait_for(seen, what=repr(text))
 
+    def signal(self, sig: int) -> tuple[int, float]:
+        """Send `sig`; the exit code and how long the exit took."""
+        sent = time.monotonic()
+        self.proc.send_signal(sig)
+        code = self.proc.wait(30)
+        return code, time.monotonic() - sent
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
@@ -128,10 +135,7 @@ def test_sigterm_lets_finishing_jobs_finish_and_requeues_the_interrupted(
         blocked = producer.enqueue(BLOCKS, 1).id
         abandoned = producer.enqueue(BLOCKS_ABANDON, 2).id
         wait_for(lambda: status_counts(db) == {"running": 3}, what="three running jobs")
-        signalled = time.monotonic()
-        worker.proc.send_signal(signal.SIGTERM)
-        code = worker.proc.wait(30)
-        took = time.monotonic() - signalled
+        code, took = worker.signal(signal.SIGTERM)
     finally:
         worker.stop()
         arun(producer.stop)
@@ -195,10 +199,7 @@ def test_the_worker_exits_within_grace_plus_two_seconds_past_a_stuck_thread(
         worker.wait_for_output("jobledger worker ")
         job = producer.enqueue(STUCK, 1).id
         wait_for(lambda: status_counts(db) == {"running": 1})
-        signalled = time.monotonic()
-        worker.proc.send_signal(signal.SIGTERM)
-        code = worker.proc.wait(30)
-        took = time.monotonic() - signalled
+        code, took = worker.signal(signal.SIGTERM)
     finally:
         worker.stop()
         arun(producer.stop)
@@ -218,10 +219,7 @@ def test_a_second_signal_stops_at_once(db: str, tmp_path: Path) -> None:
         wait_for(lambda: status_counts(db) == {"running": 1})
         worker.proc.send_signal(signal.SIGTERM)
         worker.wait_for_output("jobledger: stopping")
-        signalled = time.monotonic()
-        worker.proc.send_signal(signal.SIGINT)
-        code = worker.proc.wait(30)
-        took = time.monotonic() - signalled
+        code, took = worker.signal(signal.SIGINT)
     finally:
         worker.stop()
         arun(producer.stop)
