@@ -564,7 +564,7 @@ class Engine:
         try:
             rows, claimed = self._write_outcomes(outcomes, now, refill)
         except Exception as exc:
-            self._keep(batch, exc)
+            self._keep(batch, exc, claim_tried=refill is not None)
             return
         if self._write_failures:
             log.warning(
@@ -572,8 +572,9 @@ class Engine:
                 self._write_failures,
             )
             self._write_failures = 0
-        if refill is not None and claimed is None:
-            self._unconfirmed = True  # the refill's claim failed: did it commit?
+        if refill is not None and claimed is None and not self._gate_closed():
+            # The refill's claim raised (a closed gate means it never ran): did it commit?
+            self._unconfirmed = True
         kicks: set[str] = set()
         for (outcome, attempt), row in zip(batch, rows, strict=True):
             self._release(attempt)
@@ -603,11 +604,13 @@ class Engine:
         if claimed is not None and refill is not None:
             self._take(refill[0], claimed, refill[1].limit)
 
-    def _keep(self, batch: list[tuple[Outcome, Attempt]], exc: Exception) -> None:
+    def _keep(
+        self, batch: list[tuple[Outcome, Attempt]], exc: Exception, *, claim_tried: bool
+    ) -> None:
         """The outcomes' write failed (busy past the coordinator, a full disk, a lost
         server): keep them, slots and handles included, and write them again later. A
-        live worker never leaves its own rows `running`; the rows hold
-        their SQL slots meanwhile, so the caps stay exact."""
+        live worker never leaves its own rows `running`; the rows hold their SQL slots
+        meanwhile, so the caps stay exact."""
         self._write_failures += 1
         for _, attempt in batch:
             attempt.kept = True
@@ -615,7 +618,7 @@ class Engine:
         delay = min(max(self.poll_interval, 0.01) * 2 ** min(self._write_failures, 8), 1.0)
         if self._write_failures == 1:
             log.warning(
-                "finalize of %d job(s) failed (%s); kept, retrying every %.2gs at most",
+                "finalize of %d job(s) failed (%s); kept, retrying in %.2gs (backoff to 1 s)",
                 len(batch),
                 exc,
                 delay,
@@ -623,7 +626,8 @@ class Engine:
             )
         else:
             log.debug("finalize retry %d failed: %s", self._write_failures, exc)
-        self._unconfirmed = True  # a refill may have been in the failed transaction
+        if claim_tried:
+            self._unconfirmed = True  # a refill claim rode in the failed transaction
         loop = self.loop
         self._flush_scheduled = True  # new outcomes join this retry, not hammer the database
         if loop is None or loop.is_closed():
