@@ -123,3 +123,51 @@ def test_drain_refuses_a_stopped_manager(tmp_path: Path) -> None:
         assert info.value.code == "JOB_MANAGER_STOPPED"
 
     asyncio.run(main())
+
+
+def test_drain_on_a_real_clock_ends_the_quiet_window_instead_of_waiting_it(
+    tmp_path: Path,
+) -> None:
+    # The FastAPI layout: a module-level manager with the defaults (a real clock, a 60 s
+    # startup_delay), drained by a test that must not wait the window out.
+    jobs = jl.JobManager(tmp_path / "j.db")
+    assert jobs.startup_delay == 60.0
+    ran: list[int] = []
+
+    @jobs.handler(PARENT, recovery="retry")
+    async def parent(ctx: jl.JobContext[N]) -> None:
+        ran.append(ctx.payload.n)
+
+    async def main() -> list[jl.JobSnapshot]:
+        assert jobs.state == "new"
+        jobs.enqueue(PARENT, N(n=1))
+        try:
+            # Far below the window: a drain that waited for it would time out.
+            done = await drain(jobs, timeout=10)
+            assert jobs.recovery_done.done()
+            assert jobs.state == "started"
+            assert not jobs.busy
+            return done
+        finally:
+            await jobs.stop()
+            assert jobs.state == "stopped"
+
+    done = asyncio.run(main())
+    assert [s.status for s in done] == ["completed"]
+    assert ran == [1]
+
+
+def test_end_quiet_window_runs_recovery_at_once_and_is_idempotent(tmp_path: Path) -> None:
+    jobs = jl.JobManager(tmp_path / "j.db", startup_delay=3600)
+    jobs.end_quiet_window()  # before start: nothing to end
+
+    async def main() -> None:
+        async with jobs:
+            assert not jobs.recovery_done.done()
+            jobs.end_quiet_window()
+            jobs.end_quiet_window()
+            await asyncio.wait_for(asyncio.shield(jobs.recovery_done), 5)
+            await asyncio.sleep(0)  # give the window's task its turn
+            jobs.end_quiet_window()
+
+    asyncio.run(main())

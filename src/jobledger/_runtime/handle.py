@@ -9,24 +9,24 @@ handle never resolves. At shutdown, pending futures are abandoned, not failed.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Generator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Generator
+from typing import Any
 
 from jobledger._storage.interface import JobRow
 from jobledger._storage.rows import snapshot_from_row
 from jobledger._types import JobSnapshot
 
-if TYPE_CHECKING:
-    from jobledger._runtime.manager import JobManager
+__all__ = ["JobHandle", "Waiter"]
 
-__all__ = ["JobHandle"]
+# Given a job id, a future for its terminal snapshot (the manager's; see the docstring).
+Waiter = Callable[[str], "asyncio.Future[JobSnapshot]"]
 
 
 class JobHandle:
-    __slots__ = ("_manager", "_row", "_snapshot", "id")
+    __slots__ = ("_row", "_snapshot", "_wait", "id")
 
-    def __init__(self, manager: JobManager, row: JobRow) -> None:
-        self._manager = manager
+    def __init__(self, wait: Waiter, row: JobRow) -> None:
+        self._wait = wait
         self._row = row
         self._snapshot: JobSnapshot | None = None
         self.id: str = row[0]
@@ -59,5 +59,4 @@ class _Finished:
 
     async def _wait(self) -> JobSnapshot:
         handle = self._handle
-        fut: asyncio.Future[JobSnapshot] = handle._manager._wait_finished(handle.id)
-        return await fut
+        return await handle._wait(handle.id)

@@ -37,20 +37,27 @@ import asyncio
 import logging
 import os
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from jobledger._core.recovery import dead_workers, plan_recovery
 from jobledger._runtime.leader import LeaderLease
+from jobledger._runtime.promoter import Promoter
+from jobledger._runtime.queues import QueueBook
 from jobledger._runtime.services import Runtime, Service
+from jobledger._runtime.watcher import Watcher
+from jobledger._storage.interface import Store
 from jobledger._storage.records import WorkerRow
 from jobledger._storage.rows import error_to_json
 from jobledger._types import DrainVerdict, JobErrorInfo, RecoveryStrategy
+from jobledger.clock import Clock
 
 if TYPE_CHECKING:
-    from jobledger._runtime.manager import JobManager
+    from jobledger._core.registry import HandlerSpec
+    from jobledger._runtime.engine import Engine
 
-__all__ = ["DRAIN_TIMEOUT", "Hold", "Lifecycle"]
+__all__ = ["DRAIN_TIMEOUT", "Hold", "Lifecycle", "ScheduleHooks", "WorkerSettings"]
 
 log = logging.getLogger("jobledger.lifecycle")
 
@@ -79,6 +86,24 @@ class ScheduleHooks:
 
     def on_leadership(self, leader: bool) -> None:
         return None
+
+    def follow(self) -> None:
+        """Another process committed: schedules may have been added or changed."""
+
+
+@dataclass
+class WorkerSettings:
+    """The manager's timing options, read at each use (the CLI sets some before start)."""
+
+    worker_id: str
+    startup_delay: float
+    heartbeat_interval: float
+    worker_timeout: float
+    gc_retention: float
+    gc_interval: float
+    poll_interval: float
+    leader_ttl: float
+    shutdown_grace: float
 
 
 class Hold:
@@ -112,8 +137,35 @@ class Hold:
 
 
 class Lifecycle:
-    def __init__(self, manager: JobManager) -> None:
-        self.m = manager
+    """Owns the started manager's services; built from what they use, not the manager."""
+
+    def __init__(
+        self,
+        store: Store,
+        engine: Engine,
+        clock: Clock,
+        handlers: Mapping[str, HandlerSpec[Any]],
+        settings: WorkerSettings,
+        queues: QueueBook,
+    ) -> None:
+        self.store = store
+        self.engine = engine
+        self.clock = clock
+        self.handlers = handlers
+        self.settings = settings
+        self.queues = queues
+        self.promoter = Promoter(
+            store, engine, clock, poll_interval=settings.poll_interval, kick=queues.kick_known
+        )
+        self.watcher = Watcher(
+            store,
+            engine,
+            clock,
+            queues,
+            poll_interval=settings.poll_interval,
+            wake_promoter=self.promoter.wake,
+            follow_schedules=lambda: self.schedules.follow(),
+        )
         self.hostname = socket.gethostname()
         self.dispatch_open = False
         self.is_leader = False
@@ -127,6 +179,8 @@ class Lifecycle:
         self._runtime: Runtime | None = None
         self._stopping = False
         self._hold_until_sweep = False  # the dead owners were unknown at start
+        self._window_over = False
+        self._skip_window = False  # end_quiet_window() came before the window's task
         self.started_at = 0.0  # clock.monotonic() at start(); the quiet window counts from it
 
     # -- recovery_done (exists from construction, bound to the loop lazily) ----------
@@ -139,8 +193,8 @@ class Lifecycle:
     def _resolve_recovery(self) -> None:
         fut = self._recovery_done
         if fut is None:
-            if self.m._loop is not None:
-                fut = self._recovery_done = self.m._loop.create_future()
+            if self.engine.loop is not None:
+                fut = self._recovery_done = self.engine.loop.create_future()
             else:
                 return
         if not fut.done():
@@ -149,57 +203,65 @@ class Lifecycle:
     # -- start / stop ---------------------------------------------------------------
 
     async def start(self) -> None:
-        m = self.m
-        for spec in m._handlers.values():
+        for spec in self.handlers.values():
             spec.job_type._build_adapter()
-        m._engine.accepting = True
-        m._engine.stale_after_ms = int(m.worker_timeout * 1000)
+        self.engine.accepting = True
+        self.engine.stale_after_ms = int(self.settings.worker_timeout * 1000)
         self.recovery_future()
-        self.started_at = m.clock.monotonic()
+        self.started_at = self.clock.monotonic()
         self._exclude_dead_owners()
-        self._runtime = Runtime([m._promoter, WorkerService(self), JobService(self)])
+        self._runtime = Runtime(
+            [self.promoter, WorkerService(self), JobService(self), self.watcher]
+        )
         await self._runtime.start()
         # Every row not owned by a dead worker is work now: producers'
         # rows, live workers' and this manager's own; only the sweep waits for the window.
         try:
-            for seq, qname, type_name in m._store.queues_since(0):
-                m._queue_seq = max(m._queue_seq, seq)
-                m._engine.ensure_queue(qname, type_name)
+            self.queues.load_all()
         except Exception:
             log.warning("reading the queues failed; the watcher finds them", exc_info=True)
-        with m._touched_lock:
-            touched = dict(m._touched_queues)
-        for name, type_name in touched.items():
-            m._engine.kick_threadsafe(name, type_name)
-        m._engine.kick_all()
+        for name, type_name in self.queues.touched().items():
+            self.engine.kick_threadsafe(name, type_name)
+        self.engine.kick_all()
 
     def _exclude_dead_owners(self) -> None:
         """Until the sweep, claims skip rows that dead workers enqueued: the sweep may
         cancel them by strategy (abandon, orphans, superseded singletons)."""
-        m = self.m
         try:
             dead, _ = dead_workers(
-                m._store.list_workers(),
-                now_ms=m._engine.now_ms(),
-                timeout_ms=int(m.worker_timeout * 1000),
+                self.store.list_workers(),
+                now_ms=self.engine.now_ms(),
+                timeout_ms=int(self.settings.worker_timeout * 1000),
                 hostname=self.hostname,
-                exclude=m.worker_id,
+                exclude=self.settings.worker_id,
             )
         except Exception:
             log.warning("reading the workers failed; claims wait for the sweep", exc_info=True)
-            m._engine.accepting = False
+            self.engine.accepting = False
             self._hold_until_sweep = True
             return
-        m._engine.exclude_owners = tuple(w.id for w in dead[:MAX_EXCLUDED])
+        self.engine.exclude_owners = tuple(w.id for w in dead[:MAX_EXCLUDED])
 
     async def stop(self) -> None:
         self._stopping = True
+        self.watcher.stop_following()
         if self._runtime is not None:
             await self._runtime.stop()
 
     # -- the recovery flow ----------------------------------------------------------
 
+    def end_quiet_window(self) -> None:
+        if self._runtime is None or self._stopping or self._window_over:
+            return
+        quiet = self._quiet
+        if quiet is None:
+            self._skip_window = True  # the window's task has not run yet
+            return
+        quiet.cancel()
+        self.quiet_window_elapsed()
+
     def quiet_window_elapsed(self) -> None:
+        self._window_over = True
         if self._stopping:
             return
         if self.holds:
@@ -228,41 +290,37 @@ class Lifecycle:
             self._flow = None
 
     async def _step(self, name: str) -> None:
-        m = self.m
         if name == "reset":
             self.rescue()
-            m._engine.exclude_owners = ()
+            self.engine.exclude_owners = ()
             if self._hold_until_sweep:
                 self._hold_until_sweep = False
-                m._engine.accepting = not self._stopping
+                self.engine.accepting = not self._stopping
         elif name == "resurrect":
             self.dispatch_open = True
-            for seq, qname, type_name in m._store.queues_since(0):
-                m._queue_seq = max(m._queue_seq, seq)
-                m._engine.ensure_queue(qname, type_name)
+            self.queues.load_all()
         elif name == "schedules":
             await self.schedules.catch_up_and_arm()
         else:
-            m._promoter.wake()
-            m._engine.kick_all()
+            self.promoter.wake()
+            self.engine.kick_all()
 
     def rescue(self) -> int:
         """Recover the rows of every dead worker by strategy; returns how many workers."""
-        m = self.m
-        now = m._engine.now_ms()
+        now = self.engine.now_ms()
         dead, alive = dead_workers(
-            m._store.list_workers(),
+            self.store.list_workers(),
             now_ms=now,
-            timeout_ms=int(m.worker_timeout * 1000),
+            timeout_ms=int(self.settings.worker_timeout * 1000),
             hostname=self.hostname,
-            exclude=m.worker_id,
+            exclude=self.settings.worker_id,
         )
         # Rows claimed under an id that has no worker row are a dead worker's too (a
         # claim that raced the deletion of its worker's row).
-        known = {w.id for w in dead} | {w.id for w in alive} | {m.worker_id}
+        known = {w.id for w in dead} | {w.id for w in alive} | {self.settings.worker_id}
         ghosts = [
             WorkerRow(i, "", 0, (), 0, 0, 0)
-            for i in m._store.unregistered_claimers()
+            for i in self.store.unregistered_claimers()
             if i not in known
         ]
         dead = dead + ghosts
@@ -270,11 +328,11 @@ class Lifecycle:
             return 0
         strategies: dict[str, RecoveryStrategy] = {}
         for worker in alive:
-            if worker.id == m.worker_id:
+            if worker.id == self.settings.worker_id:
                 continue
             for type_name, strategy in _handlers_of(worker).items():
                 strategies.setdefault(type_name, strategy)
-        for type_name, spec in m._handlers.items():
+        for type_name, spec in self.handlers.items():
             strategies[type_name] = spec.recovery
 
         def cancel_error(message: str) -> str:
@@ -284,14 +342,14 @@ class Lifecycle:
 
         kicked: set[str] = set()
         for worker in dead:
-            stats = m._store.recover_worker(
+            stats = self.store.recover_worker(
                 worker.id,
                 lambda rows: plan_recovery(rows, strategies.get),
                 cancel_error,
                 now,
             )
             for row in stats.cancelled:
-                m._engine.settle_row(row)
+                self.engine.settle_row(row)
             if stats.reset or stats.kept:
                 kicked.add("*")
             log.info(
@@ -302,10 +360,8 @@ class Lifecycle:
                 len(stats.cancelled),
             )
         if kicked and self.dispatch_open:
-            for seq, qname, type_name in m._store.queues_since(m._queue_seq):
-                m._queue_seq = seq
-                m._engine.ensure_queue(qname, type_name)
-            m._engine.kick_all()
+            self.queues.follow()
+            self.engine.kick_all()
         return len(dead)
 
     # -- pause and drain ------------------------------------------------------------
@@ -314,7 +370,7 @@ class Lifecycle:
         hold = Hold(self, reason)
         first = not self.holds
         self.holds.append(hold)
-        self.m._engine.paused = True
+        self.engine.paused = True
         if first:
             log.info("paused: %s", reason)
             self.schedules.on_pause()
@@ -325,20 +381,19 @@ class Lifecycle:
             self.holds.remove(hold)
         except ValueError:
             return
-        if self.holds or self._stopping or self.m._stopped:
+        if self.holds or self._stopping:
             return
-        m = self.m
-        m._engine.paused = False
+        self.engine.paused = False
         log.info("pause released")
-        loop = m._loop
+        loop = self.engine.loop
         if loop is None:
             return
 
         def finish() -> None:
             if self.holds or self._stopping:
                 return
-            m._promoter.wake()
-            m._engine.kick_all()
+            self.promoter.wake()
+            self.engine.kick_all()
             self.schedules.on_release()
 
         if self._cursor is not None:
@@ -361,7 +416,7 @@ class Lifecycle:
     async def drain(self, timeout: float) -> DrainVerdict:
         if not self.holds:
             log.warning("drain_in_flight without a pause: a point-in-time snapshot")
-        engine = self.m._engine
+        engine = self.engine
         attempts = list(engine.inflight.values())
         waits: list[Awaitable[Any]] = [a.done.wait() for a in attempts]
         # Jobs whose outcome is written but whose on_settled hook still runs: the drain
@@ -386,7 +441,6 @@ class Lifecycle:
     # -- shutdown -------------------------------------------------------------------
 
     async def shutdown_jobs(self) -> None:
-        m = self.m
         if self._quiet is not None:
             self._quiet.cancel()
         flow = self._flow
@@ -396,9 +450,9 @@ class Lifecycle:
             except Exception:
                 pass
         await self.schedules.on_stop()
-        engine = m._engine
+        engine = self.engine
         engine.accepting = False  # claims stop first
-        grace = m.shutdown_grace
+        grace = self.settings.shutdown_grace
         if engine.inflight and grace > 0:
             # The grace: running handlers may end by themselves, so a deploy finishes them.
             left = await _wait_done(list(engine.inflight.values()), grace)
@@ -438,31 +492,31 @@ class WorkerService(Service):
     name = "workers"
 
     def __init__(self, lifecycle: Lifecycle) -> None:
-        super().__init__(lifecycle.m.clock)
+        super().__init__(lifecycle.clock)
         self.lc = lifecycle
         self.lease: LeaderLease | None = None
 
     async def on_init(self) -> None:
         self.register()
-        self.lc.m._engine.on_unregistered = self.register
+        self.lc.engine.on_unregistered = self.register
 
     def register(self) -> None:
-        m = self.lc.m
-        handlers = sorted(f"{n}={s.recovery}" for n, s in m._handlers.items())
-        m._store.register_worker(
-            m.worker_id, self.lc.hostname, os.getpid(), handlers, m._engine.now_ms()
+        lc = self.lc
+        handlers = sorted(f"{n}={s.recovery}" for n, s in lc.handlers.items())
+        lc.store.register_worker(
+            lc.settings.worker_id, self.lc.hostname, os.getpid(), handlers, lc.engine.now_ms()
         )
 
     async def on_ready(self) -> None:
-        m = self.lc.m
-        tick_every = max(m.poll_interval * 20, 1.0)
+        lc = self.lc
+        tick_every = max(lc.settings.poll_interval * 20, 1.0)
         self.lease = LeaderLease(
-            m._store,
-            m.worker_id,
+            lc.store,
+            lc.settings.worker_id,
             self.lc.hostname,
-            ttl=m.leader_ttl,
-            renew_every=min(m.heartbeat_interval or 5.0, tick_every),
-            now_ms=m._engine.now_ms,
+            ttl=lc.settings.leader_ttl,
+            renew_every=min(lc.settings.heartbeat_interval or 5.0, tick_every),
+            now_ms=lc.engine.now_ms,
         )
         # The first election is synchronous, so a lone manager leads from start() on.
         try:
@@ -471,11 +525,11 @@ class WorkerService(Service):
             log.warning("leader election failed; retrying at the next tick", exc_info=True)
             leader = False
         self._set_leader(leader, force=True)
-        self.register_interval(self.beat, m.heartbeat_interval or 5.0)
+        self.register_interval(self.beat, lc.settings.heartbeat_interval or 5.0)
         self.register_interval(self.lead, self.lease.cadence)
         self.register_interval(self.tick, tick_every)
-        if m.gc_interval > 0:
-            self.register_interval(self.gc, m.gc_interval)
+        if lc.settings.gc_interval > 0:
+            self.register_interval(self.gc, lc.settings.gc_interval)
 
     def lead(self) -> None:
         """Renew or try to take the leader lease (also while paused: like the heartbeat,
@@ -498,18 +552,20 @@ class WorkerService(Service):
                 log.exception("rescue after taking leadership failed; the next tick retries")
 
     def beat(self) -> None:
-        m = self.lc.m
+        lc = self.lc
         # SQLite goes on writing to a deleted or replaced file without an error; the store
         # logs it once (a stat, no I/O on the database).
-        m._store.report_file_replaced()
-        now = m._engine.now_ms()
+        lc.store.report_file_replaced()
+        now = lc.engine.now_ms()
         try:
-            if not m._store.heartbeat(m.worker_id, now) and not self.lc._stopping:
+            if not lc.store.heartbeat(lc.settings.worker_id, now) and not self.lc._stopping:
                 # Another process judged us dead (a stall longer than worker_timeout) and
                 # recovered our rows, deleting our worker row. Register again: rows we claim
                 # from now on must belong to a registered worker, or nobody could ever
                 # recover them if we really die.
-                log.warning("worker %s was recovered as dead; registering again", m.worker_id)
+                log.warning(
+                    "worker %s was recovered as dead; registering again", lc.settings.worker_id
+                )
                 self.register()
         except Exception:
             log.warning("heartbeat skipped", exc_info=True)
@@ -521,24 +577,24 @@ class WorkerService(Service):
         self.lc.rescue()
 
     def gc(self) -> None:
-        m = self.lc.m
+        lc = self.lc
         if self.lc.holds or not self.lc.is_leader:
             return
-        cutoff = m._engine.now_ms() - int(m.gc_retention * 1000)
-        deleted = m._store.gc(cutoff)
+        cutoff = lc.engine.now_ms() - int(lc.settings.gc_retention * 1000)
+        deleted = lc.store.gc(cutoff)
         if deleted:
             log.info("gc deleted %d terminal job(s)", deleted)
 
     async def on_stop(self) -> None:
-        m = self.lc.m
+        lc = self.lc
         if self.lease is not None:
             self.lease.resign()
             self._set_leader(False)
-        now = m._engine.now_ms()
+        now = lc.engine.now_ms()
         try:
-            m._store.stop_worker(m.worker_id, now)
+            lc.store.stop_worker(lc.settings.worker_id, now)
         except Exception:
-            log.warning("could not mark worker %s stopped", m.worker_id, exc_info=True)
+            log.warning("could not mark worker %s stopped", lc.settings.worker_id, exc_info=True)
 
 
 class JobService(Service):
@@ -546,21 +602,21 @@ class JobService(Service):
     depends_on = ("workers",)
 
     def __init__(self, lifecycle: Lifecycle) -> None:
-        super().__init__(lifecycle.m.clock)
+        super().__init__(lifecycle.clock)
         self.lc = lifecycle
 
     def stop_timeout(self) -> float:
         # The grace and the settling second are waits on purpose; the rest is margin.
-        return self.lc.m.shutdown_grace + SETTLE_AFTER_ABORT + 1.0
+        return self.lc.settings.shutdown_grace + SETTLE_AFTER_ABORT + 1.0
 
     async def on_all_ready(self) -> None:
-        delay = self.lc.m.startup_delay
+        delay = self.lc.settings.startup_delay
 
         async def window() -> None:
             # Measured from start(), not from when this task first runs: time that passed
             # in between (a FakeClock advanced right after start()) counts.
             remaining = delay - (self.clock.monotonic() - self.lc.started_at)
-            if remaining > 0:
+            if remaining > 0 and not self.lc._skip_window:
                 await self.clock.sleep(remaining)
             self.lc.quiet_window_elapsed()
 

@@ -6,11 +6,15 @@ observer (`get`, `list`, `count`, events). The table is the only source of truth
 in-memory structure here (handlers, queues, in-flight attempts, waiters) is a view
 rebuilt from it.
 
-Background loops of a started manager, each for one duty:
-    watcher   notices commits of other processes (PRAGMA data_version, every
-              `poll_interval`): new queues, cancel requests, finished jobs, delayed rows
-    promoter  moves due `delayed` rows to `pending` and kicks their queues
-    lifecycle heartbeat, leader lease, rescue and GC (see `workers.py`, `recovery.py`)
+The facade owns no loop. A started manager's background duties are services on one
+`services.Runtime`, built by `lifecycle.Lifecycle` from what they use (store, engine,
+clock, handlers, settings, the `queues.QueueBook`):
+    promoter  moves due `delayed` rows to `pending` and kicks their queues (promoter.py)
+    workers   heartbeat, leader lease, rescue and GC (lifecycle.py, _core/recovery.py)
+    jobs      the quiet window, the recovery flow, the bounded shutdown (lifecycle.py)
+    watcher   notices commits of other processes: finished jobs, new queues, cancel
+              requests, delayed rows, schedules (watcher.py; in a never-started manager
+              it runs only while handles wait)
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, TypeVar, overload
+from typing import Any, Literal, TypeVar, overload
 
 from jobledger._core.backoff import RetryPolicy
 from jobledger._core.limits import (
@@ -49,8 +53,8 @@ from jobledger._runtime.engine import Engine
 from jobledger._runtime.enqueue import UNSET, EnqueueOptions, JobSpec, prepare_row, prepare_rows
 from jobledger._runtime.events import EventBus, JobEvent
 from jobledger._runtime.handle import JobHandle
-from jobledger._runtime.lifecycle import DRAIN_TIMEOUT, Hold, Lifecycle
-from jobledger._runtime.promoter import Promoter
+from jobledger._runtime.lifecycle import DRAIN_TIMEOUT, Hold, Lifecycle, WorkerSettings
+from jobledger._runtime.queues import QueueBook
 from jobledger._runtime.timers import wait_with_timeout
 from jobledger._scheduling.job_schedules import snapshot_of
 from jobledger._scheduling.triggers import CatchUpPolicy, SkipMissed, Trigger
@@ -78,7 +82,9 @@ from jobledger._types import (
 from jobledger.clock import Clock, SystemClock
 from jobledger.errors import HandlerRegistrationError, JobError, JobValidationError
 
-__all__ = ["JobManager", "WriteTx"]
+__all__ = ["JobManager", "ManagerState", "WriteTx"]
+
+ManagerState = Literal["new", "started", "stopping", "stopped"]
 
 log = logging.getLogger("jobledger")
 
@@ -176,12 +182,7 @@ class JobManager:
             ("shutdown_grace", shutdown_grace),
             ("busy_timeout", busy_timeout),
         ):
-            if not is_finite_number(value) or not 0 <= value <= MAX_TIMEOUT_SECONDS:
-                raise JobValidationError(
-                    f"{name} must be a number of seconds in [0, {MAX_TIMEOUT_SECONDS:g}]",
-                    code="JOB_INVALID_OPTION",
-                    params={name: repr(value)},
-                )
+            _seconds(name, value)
         if synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
             raise JobValidationError(
                 f"synchronous must be OFF, NORMAL, FULL or EXTRA, not {synchronous!r}",
@@ -209,16 +210,17 @@ class JobManager:
                 params={"path": repr(self.path)},
             )
         self.clock: Clock = clock or SystemClock()
-        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self.startup_delay = float(startup_delay)
-        self.heartbeat_interval = float(heartbeat_interval)
-        self.worker_timeout = float(worker_timeout)
-        self.gc_retention = float(gc_retention)
-        self.gc_interval = float(gc_interval)
-        self.poll_interval = float(poll_interval)
-        self.leader_ttl = float(leader_ttl)
-        # stop() waits this long for running handlers before it interrupts them.
-        self.shutdown_grace = float(shutdown_grace)
+        self._settings = WorkerSettings(
+            worker_id=worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}",
+            startup_delay=float(startup_delay),
+            heartbeat_interval=float(heartbeat_interval),
+            worker_timeout=float(worker_timeout),
+            gc_retention=float(gc_retention),
+            gc_interval=float(gc_interval),
+            poll_interval=float(poll_interval),
+            leader_ttl=float(leader_ttl),
+            shutdown_grace=float(shutdown_grace),
+        )
         self.max_payload_bytes = max_payload_bytes
         self._store: Store = open_store(
             self.path, synchronous=synchronous, busy_timeout=busy_timeout
@@ -243,22 +245,63 @@ class JobManager:
         self._stopping = False
         self._stopped = False
         self._tasks: list[asyncio.Task[Any]] = []
-        self._watch_task: asyncio.Task[None] | None = None
-        self._promoter = Promoter(
-            self._store,
-            self._engine,
-            self.clock,
-            poll_interval=self.poll_interval,
-            kick=self._kick_known,
+        self._waiter = self._wait_finished  # one bound method for every handle
+        self._queues = QueueBook(self._store, self._engine)
+        self._lifecycle = Lifecycle(
+            self._store, self._engine, self.clock, self._handlers, self._settings, self._queues
         )
-        self._queue_seq = 0
-        self._touched_queues: dict[str, str] = {}
-        self._touched_lock = threading.Lock()
-        self._lifecycle = Lifecycle(self)
         from jobledger._scheduling.job_schedules import JobSchedules
 
         self._schedules = JobSchedules(self)
         self._lifecycle.schedules = self._schedules
+
+    # -- options (read at each use; the CLI sets some between construction and start) -
+
+    @property
+    def worker_id(self) -> str:
+        return self._settings.worker_id
+
+    @property
+    def startup_delay(self) -> float:
+        """Seconds after `start()` before dead workers' rows are recovered."""
+        return self._settings.startup_delay
+
+    @startup_delay.setter
+    def startup_delay(self, value: float) -> None:
+        self._settings.startup_delay = _seconds("startup_delay", value)
+
+    @property
+    def shutdown_grace(self) -> float:
+        """Seconds `stop()` waits for running handlers before it interrupts them."""
+        return self._settings.shutdown_grace
+
+    @shutdown_grace.setter
+    def shutdown_grace(self, value: float) -> None:
+        self._settings.shutdown_grace = _seconds("shutdown_grace", value)
+
+    @property
+    def heartbeat_interval(self) -> float:
+        return self._settings.heartbeat_interval
+
+    @property
+    def worker_timeout(self) -> float:
+        return self._settings.worker_timeout
+
+    @property
+    def gc_retention(self) -> float:
+        return self._settings.gc_retention
+
+    @property
+    def gc_interval(self) -> float:
+        return self._settings.gc_interval
+
+    @property
+    def poll_interval(self) -> float:
+        return self._settings.poll_interval
+
+    @property
+    def leader_ttl(self) -> float:
+        return self._settings.leader_ttl
 
     # -- registration ---------------------------------------------------------------
 
@@ -394,7 +437,7 @@ class JobManager:
         new = self._prepare(job_type, payload, opts)
         row = self._store.enqueue_rows((new,))[0]
         self._after_one(new, row)
-        return JobHandle(self, row)
+        return JobHandle(self._waiter, row)
 
     def enqueue_many(
         self,
@@ -437,7 +480,7 @@ class JobManager:
             return []
         rows = self._store.enqueue_rows(new)
         self._after_rows(new, rows)
-        return [JobHandle(self, row) for row in rows]
+        return [JobHandle(self._waiter, row) for row in rows]
 
     @contextmanager
     def write_tx(self) -> Iterator[WriteTx]:
@@ -490,7 +533,7 @@ class JobManager:
         new = self._prepare(job_type, payload, opts)
         row = self._store.enqueue_rows((new,), conn=tx.conn)[0]
         tx.after_commit(lambda: self._after_one(new, row))
-        return JobHandle(self, row)
+        return JobHandle(self._waiter, row)
 
     def _check_tx(self, tx: object) -> None:
         if not isinstance(tx, WriteTx) or tx._store is not self._store or not tx._open:
@@ -542,8 +585,7 @@ class JobManager:
         # Only inserted entries registered their queue; a hit's queue may not exist.
         queues.update(kicks)
         self._store.remember_queues(list(queues))
-        with self._touched_lock:
-            self._touched_queues.update(kicks)
+        self._queues.touch_many(kicks)
         if self._started and not self._stopping:
             engine = self._engine
             for name, type_name in kicks.items():
@@ -560,10 +602,8 @@ class JobManager:
             queue, type_name = new[_QUEUE], new[_TYPE]
             self._store.remember_queues((queue,))
             pending = new[_STATUS] == "pending"
-            # Read without the lock: the common case (already touched) writes nothing.
-            if pending and self._touched_queues.get(queue) != type_name:
-                with self._touched_lock:
-                    self._touched_queues[queue] = type_name
+            if pending:
+                self._queues.touch(queue, type_name)
             if self._started and not self._stopping:
                 if pending:
                     self._engine.kick_threadsafe(queue, type_name)
@@ -755,59 +795,13 @@ class JobManager:
         if row is not None and row[L.C_STATUS] in ("completed", "failed", "cancelled"):
             self._engine.resolve_terminal([row])
         elif job_id not in self._engine.inflight:
-            self._ensure_watcher()
+            self._lifecycle.watcher.watch_waiters()
         return fut
 
-    # -- background: watcher and promoter -------------------------------------------
-
-    def _ensure_watcher(self) -> None:
-        if self._watch_task is None or self._watch_task.done():
-            self._watch_task = asyncio.get_running_loop().create_task(self._watch())
-
-    async def _watch(self) -> None:
-        """Notice what other processes committed, without scanning the table."""
-        store, engine = self._store, self._engine
-        last = -1
-        while not self._stopped or engine.waiters:
-            try:
-                version = store.data_version()
-            except Exception:
-                log.debug("data_version failed", exc_info=True)
-                version = last
-            if version != last:
-                last = version
-                try:
-                    self._on_external_change()
-                except Exception:
-                    log.exception("the watcher failed to apply a change; it carries on")
-            if not self._started and not engine.waiters:
-                return
-            await asyncio.sleep(self.poll_interval)
-
-    def _on_external_change(self) -> None:
-        engine = self._engine
-        if engine.waiters:
-            ids = [i for i in engine.waiters if i not in engine.inflight]
-            engine.resolve_terminal(self._store.terminal_among(ids))
-        if not self._started or self._stopping:
-            return
-        for seq, name, type_name in self._store.queues_since(self._queue_seq):
-            self._queue_seq = seq
-            engine.ensure_queue(name, type_name)
-        if engine.inflight:
-            for job_id, reason in self._store.cancel_requested_among(list(engine.inflight)):
-                attempt = engine.inflight.get(job_id)
-                if attempt is not None:
-                    engine.abort(
-                        attempt, "cancel", f"Job cancelled: {reason}" if reason else "Job cancelled"
-                    )
-        engine.kick_all()
-        self._promoter.wake()
-        # Schedules registered or changed by other processes (a web app, the CLI).
-        self._schedules.follow()
+    # -- background ---------------------------------------------------------------
 
     def _on_delayed(self, at_ms: int) -> None:
-        self._promoter.wake()
+        self._lifecycle.promoter.wake()
 
     def _on_delayed_threadsafe(self, at_ms: int) -> None:
         loop = self._loop
@@ -817,16 +811,6 @@ class JobManager:
             self._on_delayed(at_ms)
         else:
             loop.call_soon_threadsafe(self._on_delayed, at_ms)
-
-    def _kick_known(self, name: str) -> None:
-        engine = self._engine
-        if name not in engine.queues:
-            for seq, qname, type_name in self._store.queues_since(0):
-                if qname == name:
-                    engine.ensure_queue(qname, type_name)
-                    self._queue_seq = max(self._queue_seq, seq)
-                    break
-        engine.kick(name)
 
     # -- schedules ------------------------------------------------------------------
 
@@ -1005,6 +989,27 @@ class JobManager:
         return bool(self._lifecycle.holds)
 
     @property
+    def state(self) -> ManagerState:
+        """`"new"` (never started), `"started"`, `"stopping"` or `"stopped"`."""
+        if self._stopped:
+            return "stopped"
+        if self._stopping:
+            return "stopping"
+        return "started" if self._started else "new"
+
+    @property
+    def busy(self) -> bool:
+        """True while a handler of this manager runs, or its outcome's `on_settled` hook."""
+        return bool(self._engine.inflight) or bool(self._engine.settling())
+
+    def end_quiet_window(self) -> None:
+        """Run the startup recovery flow now instead of `startup_delay` after `start()`.
+
+        For a lone worker and for tests: dead workers' rows are recovered and schedules
+        armed at once. A no-op before `start()` and once the window has ended."""
+        self._lifecycle.end_quiet_window()
+
+    @property
     def is_leader(self) -> bool:
         """True while this started manager holds the leader lease (rescue, GC, schedules)."""
         return self._lifecycle.is_leader
@@ -1023,7 +1028,6 @@ class JobManager:
         self._engine.loop = self._loop
         self._started = True
         await self._lifecycle.start()
-        self._ensure_watcher()
 
     async def stop(self) -> None:
         """Stop: stop claiming, wait up to `shutdown_grace` s for running handlers, then
@@ -1032,6 +1036,9 @@ class JobManager:
             return
         if not self._started:
             self._stopped = True
+            # Handles waiting in a never-started manager are abandoned, like at a stop.
+            self._engine.drop_waiters()
+            await self._lifecycle.watcher.on_destroy()
             self._store.close()
             return
         self._stopping = True
@@ -1046,12 +1053,6 @@ class JobManager:
         self._tasks.clear()
         self._stopped = True
         self._engine.drop_waiters()
-        if self._watch_task is not None:
-            self._watch_task.cancel()
-            try:
-                await self._watch_task
-            except (asyncio.CancelledError, Exception):
-                pass
         self._engine.shutdown_pool()
         self._store.close()
 
@@ -1069,6 +1070,16 @@ class JobManager:
 
     def __repr__(self) -> str:
         return f"JobManager({self.path!r}, worker_id={self.worker_id!r})"
+
+
+def _seconds(name: str, value: object) -> float:
+    if is_finite_number(value) and 0 <= value <= MAX_TIMEOUT_SECONDS:
+        return float(value)
+    raise JobValidationError(
+        f"{name} must be a number of seconds in [0, {MAX_TIMEOUT_SECONDS:g}]",
+        code="JOB_INVALID_OPTION",
+        params={name: repr(value)},
+    )
 
 
 def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
