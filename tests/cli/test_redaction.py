@@ -4,6 +4,7 @@ run it, and the password is only ever shown as `***`."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 from pathlib import Path
@@ -144,7 +145,6 @@ def test_serve_on_postgres_never_shows_the_password(db: str, redact_app: Path) -
         ("jobs", "enqueue", "t"),
         ("jobs", "list"),
         ("jobs", "cancel", "some-id"),
-        ("doctor",),
         ("gc",),
         ("serve", "--port", "0"),
         ("--debug", "jobs", "enqueue", "t"),
@@ -161,3 +161,20 @@ def test_errors_about_an_unreachable_server_mask_the_password(
     assert SECRET not in proc.stdout + proc.stderr
     if "postgresql://" in proc.stderr:
         assert "postgresql://postgres:***@127.0.0.1:1/test" in proc.stderr
+
+
+def test_doctor_reports_an_unreachable_server_as_a_failed_check(redact_app: Path) -> None:
+    # The finding, printed like every other check (exit 1), not a crash of the command.
+    text = jobledger("--db", UNREACHABLE, "doctor", cwd=redact_app)
+    assert text.returncode == 1, text.stderr
+    lines = text.stdout.splitlines()
+    assert lines[0] == "postgresql://postgres:***@127.0.0.1:1/test"
+    assert lines[1].startswith("FAIL database reachable with a jobledger schema: DB_BUSY")
+    assert lines[-1] == "1 problem(s)"
+    as_json = jobledger("--db", UNREACHABLE, "doctor", "--json", cwd=redact_app)
+    assert as_json.returncode == 1, as_json.stderr
+    data = json.loads(as_json.stdout)
+    assert data["ok"] is False
+    assert data["path"] == "postgresql://postgres:***@127.0.0.1:1/test"
+    assert "unreachable" in data["problems"][0]
+    assert SECRET not in text.stdout + text.stderr + as_json.stdout + as_json.stderr

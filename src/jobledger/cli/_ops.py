@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any, NoReturn
 
 import click
 from rich.table import Table
@@ -11,11 +12,12 @@ from rich.text import Text
 
 from jobledger._observe.read_model import STATUSES, Diagnosis, iso, unlinked_problem
 from jobledger._storage import maintenance
-from jobledger._storage.open import is_postgres_url, open_store
+from jobledger._storage.open import is_postgres_url, open_store, redact
 from jobledger.cli._common import EXIT_FAILED, Settings, out, reader
 from jobledger.cli._jobs import status_style
 from jobledger.cli._params import Seconds
 from jobledger.cli._text import cell, dumps
+from jobledger.errors import JobError
 
 __all__ = ["doctor", "gc", "queues"]
 
@@ -118,13 +120,18 @@ def _fail_if_only_an_unlinked_copy_is_left(db: str, as_json: bool) -> None:
     holders = maintenance.unlinked_holders(db)
     if not holders:
         return  # reader() says there is no database there
-    problem = unlinked_problem(db, holders)
+    _fail_with(db, unlinked_problem(db, holders), as_json, unlinked_holders=holders)
+
+
+def _fail_with(db: str, problem: str, as_json: bool, **extra: Any) -> NoReturn:
+    """A diagnosis of one problem, printed like any other, and exit 1."""
+    shown = redact(db)
     if as_json:
-        data = {"path": db, "ok": False, "problems": [problem], "unlinked_holders": holders}
+        data = {"path": shown, "ok": False, "problems": [problem], **extra}
         click.echo(dumps(data, indent=2))
     else:
         console = out()
-        console.print(cell(db, "bold"))
+        console.print(cell(shown, "bold"))
         console.print(Text.assemble(Text("FAIL", style="red"), " ", cell(problem)))
         console.print(Text("1 problem(s)", style="red"))
     raise SystemExit(EXIT_FAILED)
@@ -140,8 +147,15 @@ def doctor(settings: Settings, checkpoint: bool, as_json: bool) -> None:
     Exits 1 when a problem is found.
     """
     _fail_if_only_an_unlinked_copy_is_left(settings.db, as_json)
-    with reader(settings) as rm:
-        diagnosis = rm.diagnose()
+    try:
+        with reader(settings) as rm:
+            diagnosis = rm.diagnose()
+    except JobError as exc:
+        if not is_postgres_url(settings.db) or exc.code not in ("DB_BUSY", "DB_SCHEMA"):
+            raise
+        # A server that is down or a schema that is not ours is the finding, not a crash.
+        why = " ".join(str(exc).split())  # the server's message spans lines
+        _fail_with(settings.db, f"database reachable with a jobledger schema: {why}", as_json)
     checkpointed = maintenance.checkpoint(settings.db) if checkpoint else None
     if as_json:
         data = diagnosis.to_json()
