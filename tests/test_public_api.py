@@ -8,6 +8,7 @@ import jobledger.testing
 CONTRACT = {
     # DESIGN.md §2 names these; removing one is a breaking change.
     "AfterStartup",
+    "AttemptSnapshot",
     "CancelManyResult",
     "CancelToken",
     "Clock",
@@ -25,6 +26,7 @@ CONTRACT = {
     "JobSpec",
     "JobStatus",
     "JobType",
+    "LogLine",
     "MissedEvent",
     "Once",
     "PermanentError",

@@ -19,11 +19,13 @@ from jobledger._scheduling.triggers import (
     Trigger,
 )
 from jobledger._types import (
+    AttemptSnapshot,
     CancelManyResult,
     DrainVerdict,
     JobErrorInfo,
     JobSnapshot,
     JobStatus,
+    LogLine,
     MissedEvent,
     ScheduleSnapshot,
     SettledEvent,
@@ -46,6 +48,7 @@ from jobledger.errors import (
 
 __all__ = [
     "AfterStartup",
+    "AttemptSnapshot",
     "CancelManyResult",
     "CancelToken",
     "CatchUpPolicy",
@@ -71,6 +74,7 @@ __all__ = [
     "JobStatus",
     "JobType",
     "JobValidationError",
+    "LogLine",
     "MissedEvent",
     "Once",
     "PermanentError",

@@ -18,12 +18,15 @@ if TYPE_CHECKING:
 
 __all__ = [
     "TERMINAL_STATUSES",
+    "AttemptOutcome",
+    "AttemptSnapshot",
     "CancelManyResult",
     "CancelOutcome",
     "DrainVerdict",
     "JobErrorInfo",
     "JobSnapshot",
     "JobStatus",
+    "LogLine",
     "MissedEvent",
     "RecoveryStrategy",
     "ScheduleSnapshot",
@@ -33,6 +36,9 @@ __all__ = [
 JSON = Any
 RecoveryStrategy = Literal["abandon", "retry", "singleton"]
 CancelOutcome = Literal["cancelled", "timed-out", "not-cancellable"]
+# How one attempt ended: "interrupted" by a shutdown (the job went back to pending, its
+# attempt unspent), "lost" when its worker died while it ran.
+AttemptOutcome = Literal["completed", "retry", "failed", "cancelled", "interrupted", "lost"]
 
 
 class JobStatus(StrEnum):
@@ -59,6 +65,9 @@ class JobErrorInfo:
     message: str
     retryable: bool
     params: Mapping[str, JSON] = field(default_factory=dict)
+    # The formatted traceback of the exception a handler raised (at most 16 KiB, its
+    # end kept); None for cancels and for errors the library itself raised.
+    traceback: str | None = None
 
     def to_json(self) -> dict[str, JSON]:
         return {
@@ -66,6 +75,51 @@ class JobErrorInfo:
             "message": self.message,
             "retryable": self.retryable,
             "params": dict(self.params),
+            "traceback": self.traceback,
+        }
+
+
+def _iso(value: datetime | None) -> str | None:
+    # Six fractional digits always, so the strings sort as the times do.
+    if value is None:
+        return None
+    return value.isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+@dataclass(frozen=True, slots=True)
+class LogLine:
+    """One line a handler logged through `ctx.logger`, kept with its attempt."""
+
+    at: datetime
+    level: str
+    message: str
+
+    def to_json(self) -> dict[str, JSON]:
+        return {"at": _iso(self.at), "level": self.level, "message": self.message}
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptSnapshot:
+    """One attempt of a job that ended. `attempt` is 1-based: the n-th of `max_attempts`
+    (an interrupted attempt is not spent, so the next one has its number again)."""
+
+    attempt: int
+    worker_id: str | None
+    started_at: datetime | None
+    finished_at: datetime
+    outcome: AttemptOutcome
+    error: JobErrorInfo | None
+    logs: list[LogLine] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, JSON]:
+        return {
+            "attempt": self.attempt,
+            "worker_id": self.worker_id,
+            "started_at": _iso(self.started_at),
+            "finished_at": _iso(self.finished_at),
+            "outcome": self.outcome,
+            "error": None if self.error is None else self.error.to_json(),
+            "logs": [line.to_json() for line in self.logs],
         }
 
 
@@ -105,13 +159,7 @@ class JobSnapshot:
 
     def to_json(self) -> dict[str, JSON]:
         """The snapshot as JSON-ready values (ISO-8601 UTC times)."""
-
-        def iso(value: datetime | None) -> str | None:
-            # Six fractional digits always, so the strings sort as the times do.
-            if value is None:
-                return None
-            return value.isoformat(timespec="microseconds").replace("+00:00", "Z")
-
+        iso = _iso
         return {
             "id": self.id,
             "type": self.type,

@@ -71,7 +71,7 @@ def test_migrations_are_recorded_and_idempotent(schema: str, stores: list[Postgr
         rows = conn.execute(
             f'SELECT version, name FROM "{schema}".schema_migrations ORDER BY version'
         ).fetchall()
-        assert rows == [(1, "initial"), (2, "job_totals")]
+        assert rows == [(1, "initial"), (2, "job_totals"), (3, "attempts")]
         assert migrate(conn, schema) == SCHEMA_VERSION
         tables = {
             r[0]

@@ -10,6 +10,7 @@ carries the number of its last attempt.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 from typing import Any
 
@@ -86,8 +87,11 @@ def test_exhausted_retries_fail_with_the_last_attempt_number(db: str) -> None:
     assert snap.status == jl.JobStatus.FAILED
     assert snap.attempt == 2
     assert snap.finished_at is not None
-    # The kind of error is retryable even on the final failure (DESIGN §7).
-    assert snap.error == jl.JobErrorInfo(
+    # The kind of error is retryable even on the final failure.
+    assert snap.error is not None
+    assert snap.error.traceback is not None
+    assert snap.error.traceback.endswith("ValueError: boom\n")
+    assert dataclasses.replace(snap.error, traceback=None) == jl.JobErrorInfo(
         "JOB_HANDLER_THREW", "boom", True, {"exception": "ValueError"}
     )
 
@@ -135,9 +139,17 @@ def test_permanent_error_fails_at_once(db: str) -> None:
     plain, coded = run(main())
     assert seen == [0, 0]
     assert (plain.status, plain.attempt) == ("failed", 0)
-    assert plain.error == jl.JobErrorInfo("JOB_HANDLER_THREW", "bad input", False, {})
+    # A PermanentError keeps its traceback too: the handler raised it.
+    assert plain.error is not None
+    assert coded.error is not None
+    assert 'raise jl.PermanentError("bad input")' in (plain.error.traceback or "")
+    assert dataclasses.replace(plain.error, traceback=None) == jl.JobErrorInfo(
+        "JOB_HANDLER_THREW", "bad input", False, {}
+    )
     assert (coded.status, coded.attempt) == ("failed", 0)
-    assert coded.error == jl.JobErrorInfo("PAYMENT_DECLINED", "declined", False, {"amount": 3})
+    assert dataclasses.replace(coded.error, traceback=None) == jl.JobErrorInfo(
+        "PAYMENT_DECLINED", "declined", False, {"amount": 3}
+    )
 
 
 def test_timeout_is_retryable_and_fires_the_token_with_reason_timeout(db: str) -> None:

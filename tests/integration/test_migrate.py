@@ -42,6 +42,7 @@ from tests.integration import _procs, v7_id
 
 WAIT = _procs.WAIT
 TABLES = {
+    "job_attempts",
     "job_schedules",
     "job_totals",
     "jobs",

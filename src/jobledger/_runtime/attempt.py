@@ -79,6 +79,7 @@ class Attempt:
         "queue",
         "schedule_id",
         "spec",
+        "started_at",
         "submitted",
         "task",
         "token",
@@ -105,6 +106,7 @@ class Attempt:
         self.metadata = metadata
         self.parent_id = parent_id
         self.schedule_id = schedule_id
+        self.started_at: int | None = None  # the claim's time, for the attempt's record
         self.token = CancelToken(engine.loop)
         self.task: asyncio.Future[Any] | None = None
         self.submitted = False

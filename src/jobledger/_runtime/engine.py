@@ -60,6 +60,7 @@ import asyncio
 import json
 import logging
 import threading
+import traceback
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -388,6 +389,7 @@ class Engine:
             job.parent_id,
             job.schedule_id,
         )
+        attempt.started_at = job.started_at
         self.inflight[job.id] = attempt
         if not spec.is_async:
             self.sync_inflight += 1
@@ -468,6 +470,7 @@ class Engine:
                 progress=attempt.progress if attempt.progress_dirty else None,
                 progress_detail=attempt.progress_detail if attempt.progress_dirty else None,
                 release_locks=bool(attempt.locks),
+                started_at=attempt.started_at,
                 **kw,
             ),
             attempt,
@@ -494,8 +497,9 @@ class Engine:
         message: str,
         retryable: bool,
         params: dict[str, Any] | None = None,
+        traceback: str | None = None,
     ) -> tuple[Outcome, Attempt]:
-        info = JobErrorInfo(code=code, message=message, retryable=retryable, params=params or {})
+        info = JobErrorInfo(code, message, retryable, params or {}, traceback)
         if retryable and attempt.attempt + 1 < job.max_attempts:
             delay = compute_backoff(attempt.spec.retry, attempt.attempt + 1)
             retry_at = self.now_ms() + int(delay * 1000)
@@ -525,13 +529,14 @@ class Engine:
     ) -> tuple[Outcome, Attempt]:
         if attempt.token.is_set():
             return self._interrupted(attempt, job)
+        tb = format_traceback(exc)
         if isinstance(exc, PermanentError):
-            return self._failed(attempt, job, exc.code, exc.message, False, dict(exc.params))
+            return self._failed(attempt, job, exc.code, exc.message, False, dict(exc.params), tb)
         message = str(exc) or type(exc).__name__
         params = {"exception": type(exc).__name__}
         if isinstance(exc, JobError):
             params["code"] = exc.code
-        return self._failed(attempt, job, "JOB_HANDLER_THREW", message, True, params)
+        return self._failed(attempt, job, "JOB_HANDLER_THREW", message, True, params, tb)
 
     # -- grouped finalize -----------------------------------------------------------
 
@@ -861,6 +866,21 @@ def _ignore_row(row: JobRow) -> None:
 def _set_if_pending(fut: asyncio.Future[JobSnapshot], snap: JobSnapshot) -> None:
     if not fut.done():
         fut.set_result(snap)
+
+
+TRACEBACK_CAP = 16 * 1024  # bytes of UTF-8 kept of a handler's traceback
+
+
+def format_traceback(exc: BaseException) -> str:
+    """The formatted traceback, its end kept when it is over the cap (the raising frame
+    and the message are at the end)."""
+    text = "".join(traceback.format_exception(exc))
+    data = text.encode("utf-8", "replace")
+    if len(data) <= TRACEBACK_CAP:
+        return text
+    marker = "[... traceback cut to its last 16 KiB ...]\n"
+    tail = data[-(TRACEBACK_CAP - len(marker)) :].decode("utf-8", "ignore")
+    return marker + tail
 
 
 def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:

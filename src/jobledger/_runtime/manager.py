@@ -68,8 +68,9 @@ from jobledger._storage.interface import (
     was_inserted,
 )
 from jobledger._storage.open import Synchronous, open_store
-from jobledger._storage.rows import error_to_json, snapshot_from_row
+from jobledger._storage.rows import attempt_snapshot, error_to_json, snapshot_from_row
 from jobledger._types import (
+    AttemptSnapshot,
     CancelManyResult,
     CancelOutcome,
     DrainVerdict,
@@ -749,6 +750,13 @@ class JobManager:
             return None
         row = self._store.get(job_id)
         return None if row is None else snapshot_from_row(row)
+
+    def attempts(self, job_id: str) -> builtins.list[AttemptSnapshot]:
+        """The job's ended attempts, oldest first (none for an unknown id, or a job that
+        has not finished an attempt yet)."""
+        if not findable(job_id, "job_id"):
+            return []
+        return [attempt_snapshot(r) for r in self._store.attempts(job_id)]
 
     def list(
         self,

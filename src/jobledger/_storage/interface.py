@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from jobledger._storage.records import (
+        AttemptRow,
         LeaseRow,
         RecoveryPlan,
         RecoveryStats,
@@ -210,6 +211,9 @@ class Outcome:
     # False: nobody needs the terminal row, so `finalize` answers APPLIED (or None when
     # the fence did not match) instead of reading the row back.
     want_row: bool = True
+    # For the attempt's record (`job_attempts`), written with the outcome when it applies.
+    started_at: int | None = None
+    logs: str | None = None  # JSON [[at_ms, level, message], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,6 +275,11 @@ class Store(Protocol):
     ) -> tuple[list[JobRow | None], ClaimResult | None]:
         """`finalize`, then `claim` on what it freed; None for the claim when it failed
         after the outcomes were committed (the caller claims again later)."""
+        ...
+
+    def attempts(self, job_id: str) -> list[AttemptRow]:
+        """The job's ended attempts, oldest first (each written by the transaction that
+        applied its outcome, or by the rescue of its dead worker as "lost")."""
         ...
 
     def promote_due(self, now_ms: int) -> list[str]: ...

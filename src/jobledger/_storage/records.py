@@ -15,6 +15,8 @@ if TYPE_CHECKING:
 
 
 __all__ = [
+    "ATTEMPT_OUTCOME",
+    "AttemptRow",
     "LeaseRow",
     "RecoveryPlan",
     "RecoveryStats",
@@ -23,6 +25,29 @@ __all__ = [
     "lease_row",
     "schedule_row",
 ]
+
+
+class AttemptRow(NamedTuple):
+    """One ended attempt (`job_attempts`), in the dialects' `ATTEMPT_COLUMNS` order."""
+
+    attempt: int  # the job's 0-based `attempt` when it ran
+    worker_id: str | None
+    started_at: int | None
+    finished_at: int
+    outcome: str
+    error: str | None  # JobErrorInfo JSON
+    logs: str | None  # JSON [[at_ms, level, message], ...]
+
+
+# The attempt outcome an applied finalize writes, by the Outcome's kind. A retry that met
+# a cancel request is written "cancelled" (the store knows which statement matched).
+ATTEMPT_OUTCOME = {
+    "completed": "completed",
+    "failed": "failed",
+    "cancelled": "cancelled",
+    "retry": "retry",
+    "requeue": "interrupted",
+}
 
 
 @dataclass(frozen=True, slots=True)

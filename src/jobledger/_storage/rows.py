@@ -11,10 +11,20 @@ from typing import Any
 
 from jobledger._storage import layout as L
 from jobledger._storage.interface import JobRow
-from jobledger._types import JobErrorInfo, JobSnapshot, JobStatus
+from jobledger._storage.records import AttemptRow
+from jobledger._types import AttemptSnapshot, JobErrorInfo, JobSnapshot, JobStatus, LogLine
 from jobledger.clock import from_ms
 
-__all__ = ["error_from_json", "error_to_json", "snapshot_from_row"]
+__all__ = [
+    "attempt_snapshot",
+    "error_from_json",
+    "error_to_json",
+    "logs_from_json",
+    "lost_error",
+    "snapshot_from_row",
+]
+
+_OUTCOMES = frozenset({"completed", "retry", "failed", "cancelled", "interrupted", "lost"})
 
 
 def error_to_json(info: JobErrorInfo) -> str:
@@ -31,6 +41,7 @@ def error_from_json(text: str | None) -> JobErrorInfo | None:
             message=str(raw["message"]),
             retryable=bool(raw["retryable"]),
             params=dict(raw.get("params") or {}),
+            traceback=None if raw.get("traceback") is None else str(raw["traceback"]),
         )
     except (ValueError, KeyError, TypeError):
         return JobErrorInfo(
@@ -72,4 +83,42 @@ def snapshot_from_row(row: JobRow) -> JobSnapshot:
         created_at=from_ms(row[L.C_CREATED_AT]),
         updated_at=from_ms(row[L.C_UPDATED_AT]),
         enqueued_by=row[L.C_ENQUEUED_BY],
+    )
+
+
+def lost_error(worker_id: str) -> str:
+    """The error of an attempt whose worker died while it ran (no traceback: the
+    library, not the handler, tells it)."""
+    return error_to_json(
+        JobErrorInfo(
+            "JOB_WORKER_LOST",
+            f"worker {worker_id} stopped heartbeating while the attempt ran",
+            True,
+            {"worker_id": worker_id},
+        )
+    )
+
+
+def logs_from_json(text: str | None) -> list[LogLine]:
+    """Stored `[[at_ms, level, message], ...]`; an unreadable list reads as no lines."""
+    if not text:
+        return []
+    try:
+        return [
+            LogLine(from_ms(int(at)), str(level), str(msg)) for at, level, msg in json.loads(text)
+        ]
+    except (ValueError, TypeError):
+        return []
+
+
+def attempt_snapshot(row: AttemptRow) -> AttemptSnapshot:
+    outcome = row.outcome if row.outcome in _OUTCOMES else "lost"
+    return AttemptSnapshot(
+        attempt=row.attempt + 1,
+        worker_id=row.worker_id,
+        started_at=None if row.started_at is None else from_ms(row.started_at),
+        finished_at=from_ms(row.finished_at),
+        outcome=outcome,  # type: ignore[arg-type]  # checked against _OUTCOMES
+        error=error_from_json(row.error),
+        logs=logs_from_json(row.logs),
     )

@@ -84,6 +84,7 @@ from jobledger._storage.observe import (
 from jobledger._storage.postgres import observe
 from jobledger._storage.postgres.migrate import migrate, schema_version
 from jobledger._storage.postgres.queries import Queries, check_schema_name, quote_ident
+from jobledger._storage.records import ATTEMPT_OUTCOME, AttemptRow
 from jobledger._storage.schedule_ops import ScheduleOps
 from jobledger._storage.worker_ops import WorkerOps
 from jobledger.errors import (
@@ -649,16 +650,21 @@ class PostgresStore(ScheduleOps, WorkerOps):
             for o in outcomes:
                 locks = (o.release_locks, o.job_id, o.worker_id)
                 fence = (o.job_id, o.worker_id, o.attempt)
+                ended = ATTEMPT_OUTCOME[o.kind]
+                record = (o.job_id, o.attempt, o.worker_id, o.started_at, now_ms, ended,
+                          o.error, o.logs)  # fmt: skip
                 if o.kind == "retry" or o.kind == "requeue":
                     if o.kind == "retry":
                         retry_params: tuple[Any, ...] = (o.error, o.retry_at, now_ms)
-                        retried = conn.execute(q.RETRY, (*retry_params, *fence, *locks))
+                        retried = conn.execute(q.RETRY, (*retry_params, *fence, *locks, *record))
+                        # A retry that met a cancel request ended the job as cancelled.
+                        record = (*record[:5], "cancelled", *record[6:])
                     else:
                         retry_params = (now_ms, o.progress, o.progress_detail)
-                        retried = conn.execute(q.REQUEUE, (*retry_params, *fence, *locks))
+                        retried = conn.execute(q.REQUEUE, (*retry_params, *fence, *locks, *record))
                     cancelled = conn.execute(
                         q.CANCEL_INSTEAD_OF_RETRY,
-                        (now_ms, now_ms, o.progress, o.progress_detail, *fence, *locks),
+                        (now_ms, now_ms, o.progress, o.progress_detail, *fence, *locks, *record),
                     )
                     fetches.append(functools.partial(_first_row, retried, cancelled))
                     continue
@@ -672,6 +678,7 @@ class PostgresStore(ScheduleOps, WorkerOps):
                     o.progress_detail,
                     *fence,
                     *locks,
+                    *record,
                 )
                 if o.want_row:
                     cur = conn.execute(q.FINISH, params)
@@ -684,6 +691,10 @@ class PostgresStore(ScheduleOps, WorkerOps):
             return lambda: [fetch() for fetch in fetches]
 
         return self._tx_then(send, label)
+
+    def attempts(self, job_id: str) -> list[AttemptRow]:
+        rows = self.read(lambda c: c.execute(self.q.ATTEMPTS_OF, (job_id,)).fetchall())
+        return [AttemptRow(*r) for r in rows]
 
     def promote_due(self, now_ms: int) -> list[str]:
         q = self.q

@@ -17,9 +17,11 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from jobledger._storage import layout as L
 from jobledger._storage.interface import JobRow
 from jobledger._storage.postgres.store import Conn, PostgresStore
 from jobledger._storage.records import RecoveryPlan, RecoveryStats, WorkerRow
+from jobledger._storage.rows import lost_error
 
 __all__ = ["heartbeat", "list_workers", "recover_worker", "register_worker", "stop_worker"]
 
@@ -93,6 +95,14 @@ def recover_worker(
         for job_id in decided.reset:
             conn.execute(q.RESET_RUNNING, (now_ms, job_id, worker_id))
             stats.reset += 1
+        # The attempts that were running on the dead worker end here, as "lost" (the rows
+        # are locked above, so each statement applies).
+        ended = {job_id for job_id, _ in decided.cancel} | set(decided.reset)
+        for r in rows:
+            if r[L.C_ID] in ended and r[L.C_STATUS] == "running" and r[L.C_WORKER] == worker_id:
+                record = (r[L.C_ID], r[L.C_ATTEMPT], worker_id, r[L.C_STARTED_AT], now_ms,
+                          "lost", lost_error(worker_id), None)  # fmt: skip
+                conn.execute(q.INSERT_ATTEMPT, record)
         for job_id in decided.disown:
             conn.execute(q.DISOWN, (job_id,))
             stats.kept += 1

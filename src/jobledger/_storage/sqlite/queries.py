@@ -138,6 +138,20 @@ def finish_many_sql(n_rows: int) -> str:
     )
 
 
+# Records per `insert_attempts_sql` statement: 8 * 100 bound parameters (< 999).
+ATTEMPT_CHUNK = 100
+ATTEMPT_COLUMNS = "attempt, worker_id, started_at, finished_at, outcome, error, logs"
+ATTEMPTS_OF = f"SELECT {ATTEMPT_COLUMNS} FROM job_attempts WHERE job_key = ? ORDER BY id"
+
+
+@functools.cache
+def insert_attempts_sql(n_rows: int) -> str:
+    """The ended attempts of one finalize in one statement: per record its job key, then
+    `ATTEMPT_COLUMNS` (a statement per record would cost what finish_many_sql saves)."""
+    values = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * n_rows)
+    return f"INSERT INTO job_attempts (job_key, {ATTEMPT_COLUMNS}) VALUES {values}"
+
+
 RETRY = (
     "UPDATE jobs SET status = 'delayed', attempt = attempt + 1, error = ?, scheduled_at = ?, "
     "started_at = NULL, worker_id = NULL, updated_at = ? "

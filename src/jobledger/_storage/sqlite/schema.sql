@@ -2,7 +2,9 @@
 -- After adding a migration, regenerate it from the repository root with
 --   python -m jobledger._storage.sqlite.migrate \
 --       > src/jobledger/_storage/sqlite/schema.sql
--- user_version = 5
+-- user_version = 6
+
+CREATE INDEX job_attempts_job_idx ON job_attempts (job_key);
 
 CREATE INDEX job_schedules_enabled_next_run_idx ON job_schedules (enabled, next_run);
 
@@ -30,6 +32,18 @@ CREATE INDEX jobs_parent_idx ON jobs (parent_id) WHERE parent_id IS NOT NULL;
 CREATE INDEX jobs_running_idx ON jobs (queue, worker_id) WHERE status = 'running';
 
 CREATE INDEX jobs_schedule_idx ON jobs (schedule_id, finished_at) WHERE schedule_id IS NOT NULL;
+
+CREATE TABLE job_attempts (
+    id          INTEGER PRIMARY KEY,
+    job_key     INTEGER NOT NULL,
+    attempt     INTEGER NOT NULL,            -- the job's `attempt` when it ran (0-based)
+    worker_id   TEXT,
+    started_at  INTEGER,
+    finished_at INTEGER NOT NULL,
+    outcome     TEXT NOT NULL,               -- completed retry failed cancelled interrupted lost
+    error       TEXT,                        -- JobErrorInfo JSON, with its traceback
+    logs        TEXT                         -- JSON [[at_ms, level, message], ...]
+);
 
 CREATE TABLE job_schedules (
     id          TEXT PRIMARY KEY,
@@ -123,6 +137,11 @@ CREATE TABLE workers (
     heartbeat_at  INTEGER NOT NULL,
     stopped_at    INTEGER
 );
+
+CREATE TRIGGER jobs_collect_attempts AFTER DELETE ON jobs
+BEGIN
+    DELETE FROM job_attempts WHERE job_key = old.rowid;
+END;
 
 CREATE TRIGGER jobs_collect_totals AFTER DELETE ON jobs
 WHEN old.status = 'completed' OR old.status = 'failed' OR old.status = 'cancelled'

@@ -50,6 +50,7 @@ from jobledger._storage.observe import (
     StorageFacts,
     WorkerRecord,
 )
+from jobledger._storage.records import ATTEMPT_OUTCOME, AttemptRow
 from jobledger._storage.schedule_ops import ScheduleOps
 from jobledger._storage.sqlite import observe
 from jobledger._storage.sqlite import queries as q
@@ -486,6 +487,12 @@ class SqliteStore(ScheduleOps, WorkerOps):
                               o.error, o.progress, o.progress_detail)  # fmt: skip
                 sql = q.finish_many_sql((len(bound) - 1) // 9)
                 matched.update(r[0] for r in conn.execute(sql, bound))
+            # The attempts' records, written with their outcomes (only where the fence
+            # matched: a stale attempt's outcome is not an attempt of the row).
+            records: list[Any] = []
+            for key, o in zip(keys, batch, strict=True):
+                if o.job_id in matched:
+                    records += _record(key, o, ATTEMPT_OUTCOME[o.kind], now_ms)
             results: list[JobRow | None] = []
             for o in outcomes:
                 row: JobRow | None
@@ -493,7 +500,9 @@ class SqliteStore(ScheduleOps, WorkerOps):
                     row = APPLIED if o.job_id in matched else None
                     results.append(row)
                     continue
-                fence = (key_of(conn, o.job_id), o.job_id, o.worker_id, o.attempt)
+                key = key_of(conn, o.job_id)
+                fence = (key, o.job_id, o.worker_id, o.attempt)
+                ended = ATTEMPT_OUTCOME[o.kind]
                 if o.kind == "retry" or o.kind == "requeue":
                     if o.kind == "retry":
                         params_r: tuple[Any, ...] = (o.error, o.retry_at, now_ms, *fence)
@@ -506,6 +515,8 @@ class SqliteStore(ScheduleOps, WorkerOps):
                             q.CANCEL_INSTEAD_OF_RETRY,
                             (now_ms, now_ms, o.progress, o.progress_detail, *fence),
                         ).fetchone()
+                        if o.kind == "retry":
+                            ended = "cancelled"
                 else:
                     params = (
                         o.kind,
@@ -522,14 +533,24 @@ class SqliteStore(ScheduleOps, WorkerOps):
                     else:
                         applied = conn.execute(q.FINISH_NO_ROW, params).rowcount == 1
                         row = APPLIED if applied else None
+                if row is not None:
+                    records += _record(key, o, ended, now_ms)
                 if o.release_locks and row is not None:
                     # Only under a matched fence: a stale attempt must not free the
                     # locks a re-claim of the same job holds now.
                     conn.execute(q.RELEASE_JOB_LOCKS, (o.job_id, o.worker_id))
                 results.append(row)
+            write_attempts(conn, records)
             return results
 
         return work
+
+    def attempts(self, job_id: str) -> list[AttemptRow]:
+        def read(conn: sqlite3.Connection) -> list[AttemptRow]:
+            rows = conn.execute(q.ATTEMPTS_OF, (key_of(conn, job_id),)).fetchall()
+            return [AttemptRow(*r) for r in rows]
+
+        return self.read(read)
 
     def promote_due(self, now_ms: int) -> list[str]:
         rows = self.write(
@@ -844,6 +865,18 @@ def _forked(ref: weakref.ReferenceType[SqliteStore]) -> None:
     store = ref()
     if store is not None:
         store._after_fork()
+
+
+def _record(key: int, o: Outcome, outcome: str, now_ms: int) -> tuple[Any, ...]:
+    return (key, o.attempt, o.worker_id, o.started_at, now_ms, outcome, o.error, o.logs)
+
+
+def write_attempts(conn: sqlite3.Connection, records: list[Any]) -> None:
+    """Insert the flat `records` (8 values per attempt: `_record`'s)."""
+    per = q.ATTEMPT_CHUNK * 8
+    for start in range(0, len(records), per):
+        chunk = records[start : start + per]
+        conn.execute(q.insert_attempts_sql(len(chunk) // 8), chunk)
 
 
 def _claim_work(

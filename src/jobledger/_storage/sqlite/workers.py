@@ -13,11 +13,13 @@ import json
 import sqlite3
 from collections.abc import Callable, Sequence
 
+from jobledger._storage import layout as L
 from jobledger._storage.interface import JobRow
 from jobledger._storage.records import RecoveryPlan, RecoveryStats, WorkerRow
+from jobledger._storage.rows import lost_error
 from jobledger._storage.sqlite import queries as q
 from jobledger._storage.sqlite.keys import key_of
-from jobledger._storage.sqlite.store import SqliteStore
+from jobledger._storage.sqlite.store import SqliteStore, write_attempts
 
 __all__ = ["heartbeat", "list_workers", "recover_worker", "register_worker", "stop_worker"]
 
@@ -65,19 +67,35 @@ def recover_worker(
         stats = RecoveryStats()
         rows = conn.execute(q.LIVE_ROWS_OF_WORKER, (worker_id, worker_id)).fetchall()
         decided = plan(rows)
+        # The attempts that were running on the dead worker end here, as "lost".
+        ran = {
+            r[L.C_ID]: r for r in rows if r[L.C_STATUS] == "running" and r[L.C_WORKER] == worker_id
+        }
+        records: list[object] = []
+
+        def lost(job_id: str, key: int) -> None:
+            row = ran.get(job_id)
+            if row is not None:
+                records.extend((key, row[L.C_ATTEMPT], worker_id, row[L.C_STARTED_AT], now_ms,
+                                "lost", lost_error(worker_id), None))  # fmt: skip
 
         def at(job_id: str) -> tuple[int, str]:
             return key_of(conn, job_id), job_id
 
         for job_id, why in decided.cancel:
+            key = key_of(conn, job_id)
             done = conn.execute(
-                q.CANCEL_RECOVERED, (cancel_error(why), now_ms, now_ms, *at(job_id))
+                q.CANCEL_RECOVERED, (cancel_error(why), now_ms, now_ms, key, job_id)
             ).fetchone()
             if done is not None:
                 stats.cancelled.append(done)
+                lost(job_id, key)
         for job_id in decided.reset:
-            conn.execute(q.RESET_RUNNING, (now_ms, *at(job_id), worker_id))
+            key = key_of(conn, job_id)
+            if conn.execute(q.RESET_RUNNING, (now_ms, key, job_id, worker_id)).rowcount:
+                lost(job_id, key)
             stats.reset += 1
+        write_attempts(conn, records)
         for job_id in decided.disown:
             conn.execute(q.DISOWN, at(job_id))
             stats.kept += 1
