@@ -25,6 +25,7 @@ CONTRACT = {
     "JobSpec",
     "JobStatus",
     "JobType",
+    "LogLine",
     "MissedEvent",
     "Once",
     "PermanentError",

@@ -24,6 +24,7 @@ __all__ = [
     "JobErrorInfo",
     "JobSnapshot",
     "JobStatus",
+    "LogLine",
     "MissedEvent",
     "RecoveryStrategy",
     "ScheduleSnapshot",
@@ -182,6 +183,18 @@ class SettledEvent:
     metadata: Mapping[str, JSON]
     parent_id: str | None
     schedule_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class LogLine:
+    """One line a handler logged through `ctx.logger`, as kept with its attempt.
+
+    `level` is the logging level's name (`"INFO"`, `"WARNING"`, ...); `message` is the
+    formatted message, with the traceback appended for `ctx.logger.exception(...)`."""
+
+    at: datetime
+    level: str
+    message: str
 
 
 @dataclass(frozen=True, slots=True)
