@@ -88,6 +88,7 @@ class Attempt:
         "queue",
         "schedule_id",
         "spec",
+        "started_ms",
         "submitted",
         "task",
         "token",
@@ -127,6 +128,8 @@ class Attempt:
         self._flush_armed = False
         self.locks: set[str] = set()
         self._logs: LogBuffer | None = None
+        # The row's started_at (epoch ms, written by the claim), for the worker's record.
+        self.started_ms: int | None = None
 
     # -- logs -------------------------------------------------------------------------
 

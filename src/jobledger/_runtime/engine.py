@@ -71,6 +71,7 @@ from jobledger._core.registry import HandlerSpec, dumps
 from jobledger._runtime.attempt import Attempt
 from jobledger._runtime.context import JobContext
 from jobledger._runtime.events import EventBus, JobEvent
+from jobledger._runtime.joblog import log_ends, log_raised, log_start, worker_log
 from jobledger._runtime.timers import call_later
 from jobledger._storage import layout as L
 from jobledger._storage.interface import (
@@ -388,6 +389,7 @@ class Engine:
             job.parent_id,
             job.schedule_id,
         )
+        attempt.started_ms = job.started_at
         self.inflight[job.id] = attempt
         if not spec.is_async:
             self.sync_inflight += 1
@@ -407,6 +409,8 @@ class Engine:
     async def _run(self, attempt: Attempt, job: ClaimedJob) -> None:
         """One attempt: decode, call the handler, classify, hand the outcome to finalize."""
         spec = attempt.spec
+        if worker_log.isEnabledFor(logging.INFO):
+            log_start(attempt)
         try:
             payload = spec.job_type.decode(job.payload)
         except Exception as exc:
@@ -430,6 +434,8 @@ class Engine:
             attempt.token.fire("shutdown", "the job's task was cancelled")
             outcome = self._interrupted(attempt, job)
         except Exception as exc:
+            if worker_log.isEnabledFor(logging.DEBUG):
+                log_raised(attempt, exc)
             outcome = self._from_exception(attempt, job, exc)
         else:
             outcome = self._completed(attempt, job, result)
@@ -572,6 +578,8 @@ class Engine:
                 self._write_failures,
             )
             self._write_failures = 0
+        if worker_log.isEnabledFor(logging.WARNING):  # ends are INFO, or WARNING if failed
+            log_ends(batch, rows, now)
         if refill is not None and claimed is None and not self._gate_closed():
             # The refill's claim raised (a closed gate means it never ran): did it commit?
             self._unconfirmed = True

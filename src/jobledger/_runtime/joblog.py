@@ -1,4 +1,4 @@
-"""Logs of jobs: `ctx.logger` and the lines kept with each attempt.
+"""Logs of jobs: `ctx.logger`, the lines kept with each attempt, the worker's records.
 
 `ctx.logger` (DESIGN.md §8.2) is a `JobLogger`, a `logging.LoggerAdapter` on logger
 `jobledger.job` whose records carry `job_id`, `type`, `queue` and `attempt` as
@@ -18,21 +18,31 @@ the engine can store the lines with the attempt's outcome:
 
 Nothing is paid by an attempt whose handler never touches `ctx.logger`: the adapter and
 the buffer are made on first use, and no handler is added to any logger.
+
+The worker's own records (logger `jobledger.worker`): one when a handler starts
+(`log_start`) and one once its outcome is written (`log_ends`), with `job_id, type,
+queue, attempt` in `extra`, plus `outcome` and `duration_ms` on the end record. Starts
+and completed, cancelled and interrupted ends are INFO; failed, retry and lost ends are
+WARNING, so a worker run at WARNING still says which jobs failed and why (and pays only
+for those). The engine checks `isEnabledFor` before calling either.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 import threading
 import traceback
 from collections import deque
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Iterable, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any
 
 from jobledger._types import LogLine
 
 if TYPE_CHECKING:
+    from jobledger._runtime.attempt import Attempt
+    from jobledger._storage.interface import JobRow, Outcome
     from jobledger.clock import Clock
 
 __all__ = [
@@ -42,13 +52,20 @@ __all__ = [
     "JobLogger",
     "LogBuffer",
     "job_log",
+    "log_ends",
+    "log_raised",
+    "log_start",
+    "worker_log",
 ]
 
 MAX_LOG_LINES = 200
 MAX_LOG_BYTES = 64 * 1024
 TRUNCATED = " [truncated]"
+# An error message quoted in a worker record (the whole of it is in the row).
+_MAX_ERROR_CHARS = 1000
 
 job_log = logging.getLogger("jobledger.job")
+worker_log = logging.getLogger("jobledger.worker")
 
 
 class LogBuffer:
@@ -160,3 +177,95 @@ def _message(msg: object, args: tuple[object, ...], exc_info: Any) -> str:
         if exc_info[0] is not None:
             text += "\n" + "".join(traceback.format_exception(*exc_info)).rstrip("\n")
     return text
+
+
+# -- the worker's records ---------------------------------------------------------------
+
+# Outcome kinds as the end record names them (a "requeue" is a shutdown's interruption).
+_ENDED = {
+    "completed": ("completed", logging.INFO),
+    "retry": ("retry", logging.WARNING),
+    "failed": ("failed", logging.WARNING),
+    "cancelled": ("cancelled", logging.INFO),
+    "requeue": ("interrupted", logging.INFO),
+}
+_LOST = ("lost", logging.WARNING)
+
+
+def _fields(attempt: Attempt) -> dict[str, Any]:
+    return {
+        "job_id": attempt.job_id,
+        "type": attempt.type,
+        "queue": attempt.queue,
+        "attempt": attempt.attempt,
+    }
+
+
+def log_start(attempt: Attempt) -> None:
+    worker_log.info(
+        "job %s started (type %s, queue %s, attempt %d)",
+        attempt.job_id,
+        attempt.type,
+        attempt.queue,
+        attempt.attempt,
+        extra=_fields(attempt),
+    )
+
+
+def log_ends(
+    batch: Iterable[tuple[Outcome, Attempt]], rows: Iterable[JobRow | None], now_ms: int
+) -> None:
+    """One record per outcome of a committed finalize batch (`rows`: what it wrote; None
+    where the fence did not match, so the outcome was not written: the claim was lost)."""
+    for (outcome, attempt), row in zip(batch, rows, strict=True):
+        outcome_name, level = _LOST if row is None else _ENDED.get(outcome.kind, _LOST)
+        if not worker_log.isEnabledFor(level):
+            continue
+        fields = _fields(attempt)
+        duration = None if attempt.started_ms is None else max(0, now_ms - attempt.started_ms)
+        fields["outcome"] = outcome_name
+        fields["duration_ms"] = duration
+        why = ""
+        if row is None:
+            why = ": the row is no longer this attempt's; its outcome was not written"
+        elif outcome.error is not None:
+            code, message = _error(outcome.error)
+            fields["error_code"] = code
+            fields["error_message"] = message
+            if len(message) > _MAX_ERROR_CHARS:
+                message = message[:_MAX_ERROR_CHARS] + "..."
+            why = f": {code}: {message}"
+        took = "" if duration is None else f" after {duration} ms"
+        worker_log.log(
+            level,
+            "job %s %s%s (type %s, queue %s, attempt %d)%s",
+            attempt.job_id,
+            outcome_name,
+            took,
+            attempt.type,
+            attempt.queue,
+            attempt.attempt,
+            why,
+            extra=fields,
+        )
+
+
+def _error(text: str) -> tuple[str, str]:
+    try:
+        raw = json.loads(text)
+        return str(raw["code"]), str(raw["message"])
+    except Exception:
+        return "?", text
+
+
+def log_raised(attempt: Attempt, exc: BaseException) -> None:
+    """DEBUG: the traceback of what a handler raised (its end record follows)."""
+    worker_log.debug(
+        "job %s raised (type %s, queue %s, attempt %d)",
+        attempt.job_id,
+        attempt.type,
+        attempt.queue,
+        attempt.attempt,
+        exc_info=exc,
+        extra=_fields(attempt),
+    )
