@@ -227,7 +227,12 @@ def log_ends(
         fields["duration_ms"] = duration
         why = ""
         if row is None:
-            why = ": the row is no longer this attempt's; its outcome was not written"
+            why = (
+                ": the row is no longer this attempt's (rescued, or an earlier try of this "
+                "write committed after all); the outcome was not written"
+                if attempt.kept
+                else ": the row is no longer this attempt's; its outcome was not written"
+            )
         elif outcome.error is not None:
             code, message = _error(outcome.error)
             fields["error_code"] = code
