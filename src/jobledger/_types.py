@@ -88,7 +88,10 @@ def _iso(value: datetime | None) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class LogLine:
-    """One line a handler logged through `ctx.logger`, kept with its attempt."""
+    """One line a handler logged through `ctx.logger`, as kept with its attempt.
+
+    `level` is the logging level's name (`"INFO"`, `"WARNING"`, ...); `message` is the
+    formatted message, with the traceback appended for `ctx.logger.exception(...)`."""
 
     at: datetime
     level: str

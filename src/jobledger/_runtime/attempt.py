@@ -7,6 +7,9 @@ report reaches the row at once when the last such write is `PROGRESS_INTERVAL` s
 old; otherwise a trailing write lands it `PROGRESS_INTERVAL` after that write (so other
 processes never see a stale value for longer than the interval, even when the handler
 then works silently for minutes), and the outcome carries it in any case.
+
+The lines the handler logs through `ctx.logger` are kept in a `LogBuffer`, made on the
+first log call (`log_lines()` is empty until then; bounds in `_runtime/joblog.py`).
 """
 
 from __future__ import annotations
@@ -22,7 +25,9 @@ from typing import TYPE_CHECKING, Any
 from jobledger._core.limits import has_surrogate, is_finite_number
 from jobledger._core.registry import HandlerSpec, encode_metadata
 from jobledger._runtime.context import CancelToken
+from jobledger._runtime.joblog import JobLogger, LogBuffer
 from jobledger._runtime.timers import call_later
+from jobledger._types import LogLine
 from jobledger.errors import JobError, JobValidationError
 
 if TYPE_CHECKING:
@@ -33,6 +38,9 @@ __all__ = ["PROGRESS_INTERVAL", "Attempt"]
 PROGRESS_INTERVAL = 0.25
 
 log = logging.getLogger("jobledger.engine")
+
+# Guards the lazy making of an attempt's log buffer (rare: once per attempt that logs).
+_LOGS_LOCK = threading.Lock()
 
 
 class Done:
@@ -66,6 +74,7 @@ class Attempt:
         "_engine",
         "_flush_armed",
         "_last_progress_write",
+        "_logs",
         "attempt",
         "done",
         "job_id",
@@ -79,7 +88,7 @@ class Attempt:
         "queue",
         "schedule_id",
         "spec",
-        "started_at",
+        "started_ms",
         "submitted",
         "task",
         "token",
@@ -106,7 +115,6 @@ class Attempt:
         self.metadata = metadata
         self.parent_id = parent_id
         self.schedule_id = schedule_id
-        self.started_at: int | None = None  # the claim's time, for the attempt's record
         self.token = CancelToken(engine.loop)
         self.task: asyncio.Future[Any] | None = None
         self.submitted = False
@@ -119,6 +127,40 @@ class Attempt:
         self._last_progress_write = -math.inf
         self._flush_armed = False
         self.locks: set[str] = set()
+        self._logs: LogBuffer | None = None
+        # The row's started_at (epoch ms, written by the claim), for the worker's record.
+        self.started_ms: int | None = None
+
+    # -- logs -------------------------------------------------------------------------
+
+    def job_logger(self) -> JobLogger:
+        """A `ctx.logger` for this attempt (see `_runtime/joblog.py`)."""
+        fields = {
+            "job_id": self.job_id,
+            "type": self.type,
+            "queue": self.queue,
+            "attempt": self.attempt,
+        }
+        return JobLogger(self._log_buffer(), fields)
+
+    def _log_buffer(self) -> LogBuffer:
+        logs = self._logs
+        if logs is None:
+            with _LOGS_LOCK:  # the handler's threads may log for the first time at once
+                logs = self._logs
+                if logs is None:
+                    logs = self._logs = LogBuffer(self._engine.clock)
+        return logs
+
+    def log_lines(self) -> list[LogLine]:
+        """The lines kept so far, oldest first (the last 200 or 64 KiB); a copy."""
+        logs = self._logs
+        return [] if logs is None else logs.lines()
+
+    def log_lines_dropped(self) -> int:
+        """How many older lines the bounds pushed out of `log_lines()`."""
+        logs = self._logs
+        return 0 if logs is None else logs.dropped
 
     # -- progress and metadata ------------------------------------------------------
 

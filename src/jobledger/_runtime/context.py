@@ -10,11 +10,15 @@ write, like every write in jobledger) and return an already-finished awaitable, 
 `await ctx.report_progress(...)` works in async handlers and a bare call works in
 plain ones. Metadata is written to the database first, then to memory, and only while
 the row still carries this attempt's claim.
+
+`ctx.logger` is made on first use, so a handler that never logs pays nothing for it
+(`_runtime/joblog.py` says what it records and keeps).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Awaitable, Generator, Mapping
 from types import MappingProxyType, TracebackType
@@ -114,7 +118,7 @@ def _resolve(fut: asyncio.Future[None]) -> None:
 class JobContext(Generic[P]):
     """The handler's view of one attempt of one job."""
 
-    __slots__ = ("_attempt", "_metadata", "attempt", "cancelled", "job_id", "payload")
+    __slots__ = ("_attempt", "_logger", "_metadata", "attempt", "cancelled", "job_id", "payload")
 
     def __init__(
         self,
@@ -128,6 +132,7 @@ class JobContext(Generic[P]):
         self.attempt: int = attempt_state.attempt
         self.cancelled: CancelToken = attempt_state.token
         self._metadata: Mapping[str, Any] = MappingProxyType(dict(metadata))
+        self._logger: logging.LoggerAdapter[logging.Logger] | None = None
 
     @property
     def metadata(self) -> Mapping[str, Any]:
@@ -137,6 +142,15 @@ class JobContext(Generic[P]):
     @property
     def queue(self) -> str:
         return self._attempt.queue
+
+    @property
+    def logger(self) -> logging.LoggerAdapter[logging.Logger]:
+        """Logger `jobledger.job` with `job_id, type, queue, attempt` on every record;
+        each line is also kept with this attempt (the last 200 lines or 64 KiB)."""
+        logger = self._logger
+        if logger is None:
+            logger = self._logger = self._attempt.job_logger()
+        return logger
 
     def raise_if_cancelled(self) -> None:
         if self.cancelled.is_set():

@@ -72,6 +72,7 @@ from jobledger._core.registry import HandlerSpec, dumps
 from jobledger._runtime.attempt import Attempt
 from jobledger._runtime.context import JobContext
 from jobledger._runtime.events import EventBus, JobEvent
+from jobledger._runtime.joblog import log_ends, log_raised, log_start, worker_log
 from jobledger._runtime.timers import call_later
 from jobledger._storage import layout as L
 from jobledger._storage.interface import (
@@ -85,7 +86,7 @@ from jobledger._storage.interface import (
 )
 from jobledger._storage.rows import error_to_json, snapshot_from_row
 from jobledger._types import JobErrorInfo, JobSnapshot, SettledEvent
-from jobledger.clock import Clock
+from jobledger.clock import Clock, to_ms
 from jobledger.errors import JobError, PermanentError
 
 __all__ = ["DispatchQueue", "Engine"]
@@ -389,7 +390,7 @@ class Engine:
             job.parent_id,
             job.schedule_id,
         )
-        attempt.started_at = job.started_at
+        attempt.started_ms = job.started_at
         self.inflight[job.id] = attempt
         if not spec.is_async:
             self.sync_inflight += 1
@@ -409,6 +410,8 @@ class Engine:
     async def _run(self, attempt: Attempt, job: ClaimedJob) -> None:
         """One attempt: decode, call the handler, classify, hand the outcome to finalize."""
         spec = attempt.spec
+        if worker_log.isEnabledFor(logging.INFO):
+            log_start(attempt)
         try:
             payload = spec.job_type.decode(job.payload)
         except Exception as exc:
@@ -432,6 +435,8 @@ class Engine:
             attempt.token.fire("shutdown", "the job's task was cancelled")
             outcome = self._interrupted(attempt, job)
         except Exception as exc:
+            if worker_log.isEnabledFor(logging.DEBUG):
+                log_raised(attempt, exc)
             outcome = self._from_exception(attempt, job, exc)
         else:
             outcome = self._completed(attempt, job, result)
@@ -470,7 +475,8 @@ class Engine:
                 progress=attempt.progress if attempt.progress_dirty else None,
                 progress_detail=attempt.progress_detail if attempt.progress_dirty else None,
                 release_locks=bool(attempt.locks),
-                started_at=attempt.started_at,
+                started_at=attempt.started_ms,
+                logs=_logs_json(attempt),
                 **kw,
             ),
             attempt,
@@ -577,6 +583,8 @@ class Engine:
                 self._write_failures,
             )
             self._write_failures = 0
+        if worker_log.isEnabledFor(logging.WARNING):  # ends are INFO, or WARNING if failed
+            log_ends(batch, rows, now)
         if refill is not None and claimed is None and not self._gate_closed():
             # The refill's claim raised (a closed gate means it never ran): did it commit?
             self._unconfirmed = True
@@ -866,6 +874,19 @@ def _ignore_row(row: JobRow) -> None:
 def _set_if_pending(fut: asyncio.Future[JobSnapshot], snap: JobSnapshot) -> None:
     if not fut.done():
         fut.set_result(snap)
+
+
+def _logs_json(attempt: Attempt) -> str | None:
+    """The attempt's kept `ctx.logger` lines as stored: `[[at_ms, level, message], ...]`,
+    led by a note of how many older lines the bounds dropped."""
+    lines = attempt.log_lines()
+    if not lines:
+        return None
+    rows: list[list[Any]] = [[to_ms(x.at), x.level, x.message] for x in lines]
+    dropped = attempt.log_lines_dropped()
+    if dropped:
+        rows.insert(0, [rows[0][0], "INFO", f"[{dropped} earlier line(s) dropped]"])
+    return json.dumps(rows, ensure_ascii=False)
 
 
 TRACEBACK_CAP = 16 * 1024  # bytes of UTF-8 kept of a handler's traceback

@@ -70,13 +70,23 @@ class RedactingFormatter(logging.Formatter):
         return visible(redact(super().format(record)), keep_newlines=True)
 
 
-def configure_logging(level: int, fmt: str) -> None:
-    """`logging.basicConfig(level=, format=)` with a `RedactingFormatter` on stderr (and,
-    like basicConfig, nothing when the root logger already has handlers)."""
+# The name of the handler `configure_logging` installs, so that a later call replaces it.
+_HANDLER = "jobledger.cli"
+
+
+def configure_logging(level: int, fmt: str | logging.Formatter) -> None:
+    """`logging.basicConfig(level=, format=)` with a `RedactingFormatter` (or the given
+    formatter) on stderr; like basicConfig, nothing when the root logger already has
+    other handlers. A handler of an earlier call is replaced: `jobledger --debug worker
+    --log-format json` logs at DEBUG in the worker's format, not the group's."""
     root = logging.getLogger()
+    for old in list(root.handlers):
+        if old.get_name() == _HANDLER:
+            root.removeHandler(old)
     if root.handlers:
         return
     handler = logging.StreamHandler()
-    handler.setFormatter(RedactingFormatter(fmt))
+    handler.set_name(_HANDLER)
+    handler.setFormatter(fmt if isinstance(fmt, logging.Formatter) else RedactingFormatter(fmt))
     root.addHandler(handler)
     root.setLevel(level)

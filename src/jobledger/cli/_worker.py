@@ -1,4 +1,9 @@
-"""`jobledger worker MODULE:ATTR`: run the JobManager defined in the user's code."""
+"""`jobledger worker MODULE:ATTR`: run the JobManager defined in the user's code.
+
+Logs go to stderr, as text or (`--log-format json`) one JSON object per line
+(`_logformat.py`). In JSON the worker's own lines (the banner, "stopping", "worker
+stopped") are INFO records of logger `jobledger.cli` too, so that every line parses.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +13,14 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 
 import click
 
 from jobledger._runtime.manager import JobManager
 from jobledger._storage.open import redact
 from jobledger.cli._common import Settings, load_manager
+from jobledger.cli._logformat import JobTextFormatter, JsonLogFormatter
 from jobledger.cli._params import Seconds, bounded_int
 from jobledger.cli._text import configure_logging, visible
 
@@ -22,18 +29,24 @@ __all__ = ["run_until_signal", "worker"]
 log = logging.getLogger("jobledger.cli")
 
 
-async def run_until_signal(manager: JobManager, *, banner: str | None = None) -> None:
+def _echo(text: str) -> None:
+    click.echo(visible(text), err=True)
+
+
+async def run_until_signal(
+    manager: JobManager, *, banner: str | None = None, say: Callable[[str], None] = _echo
+) -> None:
     """Start `manager`, wait for SIGINT/SIGTERM, stop it (the grace, then interrupt).
 
     A second SIGINT/SIGTERM while stopping exits at once: the rows still running are
-    left for recovery."""
+    left for recovery. `say` shows the worker's own lines (stderr by default)."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     signals = (signal.SIGINT, signal.SIGTERM)
 
     def on_signal() -> None:
         if stop.is_set():
-            click.echo("jobledger: stopping now; running jobs are left for recovery", err=True)
+            say("jobledger: stopping now; running jobs are left for recovery")
             _exit_now(1)
         stop.set()
 
@@ -42,12 +55,11 @@ async def run_until_signal(manager: JobManager, *, banner: str | None = None) ->
     try:
         await manager.start()
         if banner:
-            click.echo(visible(banner), err=True)
+            say(banner)
         await stop.wait()
-        click.echo(
+        say(
             f"jobledger: stopping: running jobs get {manager.shutdown_grace:g}s to finish, "
-            "then are interrupted (again to stop now)",
-            err=True,
+            "then are interrupted (again to stop now)"
         )
     finally:
         try:
@@ -101,6 +113,16 @@ def _lingering_threads() -> list[threading.Thread]:
     type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
     default="info",
     show_default=True,
+    help="Log records at this level and above (--debug: debug). Job starts and ends are "
+    "info on logger jobledger.worker; failed and retried ends are warnings.",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"], case_sensitive=False),
+    default="text",
+    show_default=True,
+    help="json: one JSON object per line on stderr (timestamp, level, logger, message "
+    "and the record's fields: job_id, type, queue, attempt, outcome, duration_ms).",
 )
 @click.pass_obj
 def worker(
@@ -110,6 +132,7 @@ def worker(
     process_max_concurrency: int | None,
     grace: float,
     log_level: str,
+    log_format: str,
 ) -> None:
     """Run the JobManager at MODULE:ATTR until SIGINT or SIGTERM.
 
@@ -117,7 +140,9 @@ def worker(
     path is exported as JOBLEDGER_DB before the import.
     """
     level = logging.DEBUG if settings.debug else getattr(logging, log_level.upper())
-    configure_logging(level, "%(asctime)s %(levelname)s %(name)s: %(message)s")
+    as_json = log_format.lower() == "json"
+    configure_logging(level, JsonLogFormatter() if as_json else JobTextFormatter())
+    say = log.info if as_json else _echo
     manager = load_manager(app, settings)
     if startup_delay is not None:
         manager.startup_delay = startup_delay
@@ -131,7 +156,7 @@ def worker(
         f"jobledger worker {manager.worker_id} on {redact(manager.path)}: handles {types};"
         f"{at_once} dispatch starts after {manager.startup_delay:g}s. Ctrl-C to stop."
     )
-    asyncio.run(run_until_signal(manager, banner=banner))
-    click.echo("jobledger: worker stopped", err=True)
+    asyncio.run(run_until_signal(manager, banner=banner, say=say))
+    say("jobledger: worker stopped")
     if _lingering_threads():  # a handler thread ignored its token: do not wait for it
         _exit_now(0)
