@@ -177,3 +177,48 @@ def test_cancel_button_with_actions_enabled(page: Any, tmp_path: Path) -> None:
         for used in app.state.action_managers.values():
             _stop(used)
         app.state.read_model.close()
+
+
+def test_a_failed_jobs_page_shows_its_attempts_and_tracebacks(page: Any, tmp_path: Path) -> None:
+    db = str(tmp_path / "jobs.db")
+    failing = jl.JobType("ui.failing", Item)
+    jobs = jl.JobManager(db, clock=FakeClock(), startup_delay=0)
+
+    @jobs.handler(failing, recovery="retry", retry=jl.RetryPolicy(max_attempts=2))
+    def fail(ctx: jl.JobContext[Item]) -> None:
+        ctx.logger.warning("about to fail <b>%d</b>", ctx.attempt)
+        raise KeyError("missing")
+
+    async def run() -> str:
+        from jobledger.testing import drain
+
+        async with jobs:
+            job_id = jobs.enqueue(failing, Item(n=1)).id
+            await drain(jobs)
+            return job_id
+
+    job_id = asyncio.run(run())
+    app = create_app(db, poll_interval=0.02)
+    try:
+        with running_server(app) as url:
+            page.goto(f"{url}/jobs/{job_id}")
+            rows = page.locator("#attempts tr.attempt")
+            expect(rows).to_have_count(2)
+            assert [rows.nth(i).get_attribute("data-outcome") for i in range(2)] == [
+                "retry",
+                "failed",
+            ]
+            expect(rows.nth(1)).to_contain_text("JOB_HANDLER_THREW")
+            detail = page.locator("#attempts tr.attempt-detail details").nth(1)
+            detail.locator("summary").click()
+            traceback = detail.locator("pre.traceback")
+            expect(traceback).to_be_visible()
+            expect(traceback).to_contain_text("KeyError: 'missing'")
+            expect(traceback).to_contain_text('raise KeyError("missing")')
+            # Log lines are text, never markup.
+            expect(detail.locator("pre.logs")).to_contain_text("about to fail <b>1</b>")
+            assert detail.locator("pre.logs b").count() == 0
+            _screenshot(page, "attempts")
+            page.goto("about:blank")
+    finally:
+        app.state.read_model.close()

@@ -169,7 +169,7 @@ def test_doctor_reports_an_unreachable_server_as_a_failed_check(redact_app: Path
     assert text.returncode == 1, text.stderr
     lines = text.stdout.splitlines()
     assert lines[0] == "postgresql://postgres:***@127.0.0.1:1/test"
-    assert lines[1].startswith("FAIL database reachable with a jobledger schema: DB_BUSY")
+    assert lines[1].startswith("FAIL database server reachable: DB_BUSY")
     assert lines[-1] == "1 problem(s)"
     as_json = jobledger("--db", UNREACHABLE, "doctor", "--json", cwd=redact_app)
     assert as_json.returncode == 1, as_json.stderr

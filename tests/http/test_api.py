@@ -85,6 +85,8 @@ def test_one_job_and_404s(base_url: str, populated: Populated) -> None:
     job = _get(base_url, f"/api/jobs/{populated.ids['failed']}").json()
     assert job["status"] == "failed"
     assert job["attempt"] == 1
+    traceback = job["error"].pop("traceback")
+    assert traceback.endswith("RuntimeError: failure 1\n")
     assert job["error"] == {
         "code": "JOB_HANDLER_THREW",
         "message": "failure 1",
@@ -148,3 +150,24 @@ def test_security_headers(base_url: str) -> None:
     assert "script-src 'self'" in page.headers["content-security-policy"]
     assert page.headers["x-content-type-options"] == "nosniff"
     assert _get(base_url, "/api/jobs").headers["cache-control"] == "no-store"
+
+
+def test_a_jobs_attempts_with_their_errors_and_tracebacks(
+    base_url: str, populated: Populated
+) -> None:
+    failed = _get(base_url, f"/api/jobs/{populated.ids['failed']}/attempts")
+    assert failed.status_code == 200
+    items = failed.json()["items"]
+    assert [(a["attempt"], a["outcome"]) for a in items] == [(1, "retry"), (2, "failed")]
+    for n, a in enumerate(items):
+        assert a["error"]["message"] == f"failure {n}"
+        assert a["error"]["traceback"].endswith(f"RuntimeError: failure {n}\n")
+        assert a["started_at"] <= a["finished_at"]
+        assert a["logs"] == []
+    done = _get(base_url, f"/api/jobs/{populated.ids['fast']}/attempts").json()["items"]
+    assert [(a["attempt"], a["outcome"], a["error"]) for a in done] == [(1, "completed", None)]
+    waiting = _get(base_url, f"/api/jobs/{populated.ids['pending']}/attempts")
+    assert waiting.json() == {"items": []}
+    missing = _get(base_url, "/api/jobs/does-not-exist/attempts")
+    assert missing.status_code == 404
+    assert missing.json()["error"]["code"] == "JOB_NOT_FOUND"

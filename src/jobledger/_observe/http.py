@@ -359,6 +359,14 @@ def create_app(
             return _error(404, "JOB_NOT_FOUND", f"no job with id {job_id!r}")
         return JSONResponse(snap.to_json())
 
+    async def api_job_attempts(request: Request) -> Response:
+        job_id = request.path_params["job_id"]
+        snap = await read(rm.get_job, job_id)
+        if snap is None:
+            return _error(404, "JOB_NOT_FOUND", f"no job with id {job_id!r}")
+        attempts = await read(rm.attempts, job_id)
+        return JSONResponse({"items": [a.to_json() for a in attempts]})
+
     async def api_job_events(request: Request) -> Response:
         job_id = request.path_params["job_id"]
         first = await read(rm.get_job, job_id)
@@ -462,13 +470,15 @@ def create_app(
         snap = await read(rm.get_job, job_id)
         if snap is None:
             return HTMLResponse(dashboard.render_not_found(job_id), status_code=404)
-        return HTMLResponse(dashboard.render_job(snap, actions=allow_actions))
+        attempts = await read(rm.attempts, job_id)
+        return HTMLResponse(dashboard.render_job(snap, attempts, actions=allow_actions))
 
     routes: list[Route | Mount] = [
         Route("/", index),
         Route("/jobs/{job_id:str}", job_page),
         Route("/api/jobs", api_jobs),
         Route("/api/jobs/{job_id:str}", api_job),
+        Route("/api/jobs/{job_id:str}/attempts", api_job_attempts),
         Route("/api/jobs/{job_id:str}/events", api_job_events),
         Route("/api/queues", api_queues),
         Route("/api/schedules", api_schedules),

@@ -48,8 +48,29 @@ _SCHEMAS: dict[str, Any] = {
                 "message": _STR,
                 "retryable": _BOOL,
                 "params": {"type": "object"},
+                "traceback": _nullable(_STR),
             }
         )
+    ),
+    "Attempt": _obj(
+        {
+            "attempt": {"type": "integer", "minimum": 1},
+            "worker_id": _nullable(_STR),
+            "started_at": _nullable(_TIME),
+            "finished_at": _TIME,
+            "outcome": {
+                "type": "string",
+                "enum": ["completed", "retry", "failed", "cancelled", "interrupted", "lost"],
+            },
+            "error": {"$ref": "#/components/schemas/JobError"},
+            "logs": {
+                "type": "array",
+                "items": _obj({"at": _TIME, "level": _STR, "message": _STR}),
+            },
+        }
+    ),
+    "AttemptList": _obj(
+        {"items": {"type": "array", "items": {"$ref": "#/components/schemas/Attempt"}}}
     ),
     "Job": _obj(
         {
@@ -208,6 +229,19 @@ def openapi_schema(*, actions: bool = False) -> dict[str, Any]:
                 "parameters": [_JOB_ID],
                 "responses": {
                     "200": _json("The job.", _ref("Job")),
+                    "404": _error("JOB_NOT_FOUND"),
+                },
+            }
+        },
+        "/api/jobs/{job_id}/attempts": {
+            "get": {
+                "summary": "The job's ended attempts, oldest first",
+                "description": "Each with its outcome, error (with the traceback of what the "
+                "handler raised) and the lines it logged through ctx.logger.",
+                "operationId": "getJobAttempts",
+                "parameters": [_JOB_ID],
+                "responses": {
+                    "200": _json("The attempts.", _ref("AttemptList")),
                     "404": _error("JOB_NOT_FOUND"),
                 },
             }

@@ -43,8 +43,8 @@ from jobledger._storage.observe import (
     pid_alive,
 )
 from jobledger._storage.open import is_postgres_url, open_store, redact
-from jobledger._storage.rows import snapshot_from_row
-from jobledger._types import JobSnapshot
+from jobledger._storage.rows import attempt_snapshot, snapshot_from_row
+from jobledger._types import AttemptSnapshot, JobSnapshot
 from jobledger.clock import Clock, SystemClock, from_ms
 
 __all__ = [
@@ -353,6 +353,10 @@ class ReadModel:
     def get_job(self, job_id: str) -> JobSnapshot | None:
         row = self.store.get(job_id)
         return None if row is None else snapshot_from_row(row)
+
+    def attempts(self, job_id: str) -> list[AttemptSnapshot]:
+        """The job's ended attempts, oldest first."""
+        return [attempt_snapshot(r) for r in self.store.attempts(job_id)]
 
     def list_jobs(self, query: JobQuery, *, limit: int, offset: int = 0) -> list[JobSnapshot]:
         """Newest first (created_at, then id), like `JobManager.list`."""

@@ -113,12 +113,35 @@ def list_jobs(
 @click.argument("job_id")
 @click.pass_obj
 def show(settings: Settings, job_id: str) -> None:
-    """One job as JSON."""
+    """One job as JSON, with its ended attempts (errors, tracebacks, log lines)."""
     with reader(settings) as rm:
         snap = rm.get_job(job_id)
+        attempts = [] if snap is None else rm.attempts(job_id)
     if snap is None:
         fail(f"JOB_NOT_FOUND: no job with id {job_id!r}")
-    click.echo(dumps(snap.to_json(), indent=2))
+    click.echo(dumps({**snap.to_json(), "attempts": [a.to_json() for a in attempts]}, indent=2))
+
+
+@jobs.command("logs")
+@click.argument("job_id")
+@click.option("--attempt", type=click.IntRange(1), default=None, help="Only attempt N (1-based).")
+@click.pass_obj
+def logs(settings: Settings, job_id: str, attempt: int | None) -> None:
+    """The lines the job's handler logged through ctx.logger, attempt by attempt."""
+    with reader(settings) as rm:
+        snap = rm.get_job(job_id)
+        attempts = [] if snap is None else rm.attempts(job_id)
+    if snap is None:
+        fail(f"JOB_NOT_FOUND: no job with id {job_id!r}")
+    for a in attempts:
+        if attempt is not None and a.attempt != attempt:
+            continue
+        for line in a.logs:
+            # One line per record: a multi-line message (a traceback) is kept readable
+            # by indenting its continuation lines.
+            text = visible(line.message, keep_newlines=True).replace("\n", "\n    ")
+            at = line.at.astimezone(UTC).isoformat(timespec="milliseconds")
+            click.echo(f"{at.replace('+00:00', 'Z')} attempt {a.attempt} {line.level:<8} {text}")
 
 
 @jobs.command("wait")

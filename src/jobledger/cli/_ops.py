@@ -151,11 +151,11 @@ def doctor(settings: Settings, checkpoint: bool, as_json: bool) -> None:
         with reader(settings) as rm:
             diagnosis = rm.diagnose()
     except JobError as exc:
-        if not is_postgres_url(settings.db) or exc.code not in ("DB_BUSY", "DB_SCHEMA"):
-            raise
-        # A server that is down or a schema that is not ours is the finding, not a crash.
+        if not is_postgres_url(settings.db) or exc.code != "DB_BUSY":
+            raise  # e.g. no schema there: the same error as a missing file
+        # A server that is down is the finding, not a crash of the command.
         why = " ".join(str(exc).split())  # the server's message spans lines
-        _fail_with(settings.db, f"database reachable with a jobledger schema: {why}", as_json)
+        _fail_with(settings.db, f"database server reachable: {why}", as_json)
     checkpointed = maintenance.checkpoint(settings.db) if checkpoint else None
     if as_json:
         data = diagnosis.to_json()

@@ -9,12 +9,13 @@ data and may contain markup. Pages carry a strict Content-Security-Policy (set b
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from html import escape
 from typing import Any
 from urllib.parse import quote, urlencode
 
 from jobledger._observe.read_model import STATUSES, JobQuery, ReadModel, iso
-from jobledger._types import JobSnapshot
+from jobledger._types import AttemptSnapshot, JobSnapshot
 
 __all__ = ["render_index", "render_job", "render_not_found"]
 
@@ -275,7 +276,59 @@ def _dl(snap: JobSnapshot) -> str:
     )
 
 
-def render_job(snap: JobSnapshot, *, actions: bool = False) -> str:
+_OUTCOME_STYLE = {
+    "completed": "completed",
+    "retry": "delayed",
+    "failed": "failed",
+    "cancelled": "cancelled",
+    "interrupted": "pending",
+    "lost": "failed",
+}
+
+
+def _attempts(attempts: Sequence[AttemptSnapshot]) -> str:
+    """One row per ended attempt; its error, traceback and log lines fold out below it."""
+    if not attempts:
+        return '<p class="muted" id="no-attempts">No attempt has ended yet.</p>'
+    rows = []
+    for a in attempts:
+        took = (
+            f"{(a.finished_at - a.started_at).total_seconds():.3f} s"
+            if a.started_at is not None
+            else "—"
+        )
+        err = a.error
+        summary = f"<strong>{_e(err.code)}</strong> {_e(err.message)}" if err else ""
+        detail = ""
+        if err is not None and err.traceback:
+            detail += f'<pre class="error traceback">{_e(err.traceback)}</pre>'
+        if a.logs:
+            lines = "\n".join(f"{_e(iso(x.at))} {_e(x.level):<8} {_e(x.message)}" for x in a.logs)
+            detail += f'<pre class="logs">{lines}</pre>'
+        folded = (
+            f'<tr class="attempt-detail"><td colspan="6"><details><summary>traceback and '
+            f"logs</summary>{detail}</details></td></tr>"
+            if detail
+            else ""
+        )
+        badge = f'<span class="badge status-{_OUTCOME_STYLE[a.outcome]}">{_e(a.outcome)}</span>'
+        rows.append(
+            f'<tr class="attempt" data-outcome="{_e(a.outcome)}"><td>{a.attempt}</td>'
+            f"<td>{badge}</td>"
+            f'<td class="mono">{_e(a.worker_id or "—")}</td><td>{_time(a.started_at)}</td>'
+            f"<td>{_e(took)}</td><td>{summary}</td></tr>{folded}"
+        )
+    return (
+        '<table id="attempts"><thead><tr><th>#</th><th>Outcome</th><th>Worker</th>'
+        "<th>Started</th><th>Took</th><th>Error</th></tr></thead><tbody>"
+        + "".join(rows)
+        + "</tbody></table>"
+    )
+
+
+def render_job(
+    snap: JobSnapshot, attempts: Sequence[AttemptSnapshot] = (), *, actions: bool = False
+) -> str:
     value = 100.0 if snap.status == "completed" else (snap.progress or 0.0)
     error = snap.error.to_json() if snap.error is not None else None
     hidden_error = "" if error else " hidden"
@@ -298,6 +351,7 @@ def render_job(snap: JobSnapshot, *, actions: bool = False) -> str:
 <p class="error-summary"><strong id="error-code">{_e(code)}</strong>
 <span id="error-message">{_e(message)}</span></p>
 <pre id="error" class="error">{_json(error)}</pre></section>
+<section id="attempts-section"><h2>Attempts</h2>{_attempts(attempts)}</section>
 <section><h2>Output</h2><pre id="output">{_json(snap.output)}</pre></section>
 <section><h2>Payload</h2><pre id="payload">{_json(snap.payload)}</pre></section>
 <section><h2>Metadata</h2><pre id="metadata">{_json(dict(snap.metadata))}</pre></section>"""

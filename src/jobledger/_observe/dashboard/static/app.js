@@ -101,6 +101,78 @@
       document.getElementById("metadata").textContent = pretty(s.metadata);
     }
 
+    // The attempts table, rebuilt from the API when an attempt ends (textContent only:
+    // errors, tracebacks and log lines are user data).
+    const OUTCOME_STYLE = { completed: "completed", retry: "delayed", failed: "failed",
+      cancelled: "cancelled", interrupted: "pending", lost: "failed" };
+    let shownAttempts = document.querySelectorAll("#attempts tr.attempt").length;
+    function cellOf(row, text, cls) {
+      const td = document.createElement("td");
+      if (cls) td.className = cls;
+      td.textContent = text;
+      row.appendChild(td);
+      return td;
+    }
+    async function refreshAttempts() {
+      const r = await fetch(`/api/jobs/${encodeURIComponent(id)}/attempts`);
+      if (!r.ok) return;
+      const items = (await r.json()).items;
+      if (items.length === shownAttempts) return;
+      shownAttempts = items.length;
+      const table = document.createElement("table");
+      table.id = "attempts";
+      const head = table.createTHead().insertRow();
+      for (const h of ["#", "Outcome", "Worker", "Started", "Took", "Error"]) {
+        const th = document.createElement("th");
+        th.textContent = h;
+        head.appendChild(th);
+      }
+      const body = table.createTBody();
+      for (const a of items) {
+        const row = body.insertRow();
+        row.className = "attempt";
+        row.dataset.outcome = a.outcome;
+        cellOf(row, String(a.attempt));
+        const badge = document.createElement("span");
+        badge.className = `badge status-${OUTCOME_STYLE[a.outcome] || "failed"}`;
+        badge.textContent = a.outcome;
+        cellOf(row, "").appendChild(badge);
+        cellOf(row, a.worker_id || "—", "mono");
+        setTime(cellOf(row, ""), a.started_at);
+        const took = a.started_at ? (Date.parse(a.finished_at) - Date.parse(a.started_at)) / 1000 : null;
+        cellOf(row, took === null ? "—" : `${took.toFixed(3)} s`);
+        cellOf(row, a.error ? `${a.error.code} ${a.error.message}` : "");
+        const tb = a.error && a.error.traceback;
+        if (tb || a.logs.length) {
+          const more = body.insertRow();
+          more.className = "attempt-detail";
+          const td = cellOf(more, "");
+          td.colSpan = 6;
+          const details = document.createElement("details");
+          const summary = document.createElement("summary");
+          summary.textContent = "traceback and logs";
+          details.appendChild(summary);
+          if (tb) {
+            const pre = document.createElement("pre");
+            pre.className = "error traceback";
+            pre.textContent = tb;
+            details.appendChild(pre);
+          }
+          if (a.logs.length) {
+            const pre = document.createElement("pre");
+            pre.className = "logs";
+            pre.textContent = a.logs.map((x) => `${x.at} ${x.level.padEnd(8)} ${x.message}`).join("\n");
+            details.appendChild(pre);
+          }
+          td.appendChild(details);
+        }
+      }
+      const section = document.getElementById("attempts-section");
+      const old = section.querySelector("#attempts, #no-attempts");
+      if (old) old.replaceWith(table);
+      else section.appendChild(table);
+    }
+
     if (TERMINAL.has(document.body.dataset.status)) {
       setLive("done");
       return;
@@ -116,6 +188,7 @@
     es.addEventListener("snapshot", (ev) => {
       const s = JSON.parse(ev.data);
       applySnapshot(s);
+      refreshAttempts();
       if (TERMINAL.has(s.status)) {
         es.close(); // the server ends the stream; without close() the browser reconnects
         setLive("done");
