@@ -18,7 +18,7 @@ from playwright.sync_api import expect
 
 import jobledger as jl
 from jobledger._observe.http import create_app
-from jobledger.testing import FakeClock
+from jobledger.testing import FakeClock, drain
 from tests.http.conftest import WORK, BackgroundWorker, Item, running_server
 
 pytestmark = pytest.mark.browser
@@ -190,14 +190,17 @@ def test_a_failed_jobs_page_shows_its_attempts_and_tracebacks(page: Any, tmp_pat
         raise KeyError("missing")
 
     async def run() -> str:
-        from jobledger.testing import drain
-
         async with jobs:
             job_id = jobs.enqueue(failing, Item(n=1)).id
             await drain(jobs)
             return job_id
 
-    job_id = asyncio.run(run())
+    # In a thread of its own: Playwright's sync API owns this thread's loop.
+    ids: list[str] = []
+    worker = threading.Thread(target=lambda: ids.append(asyncio.run(run())))
+    worker.start()
+    worker.join(30)
+    [job_id] = ids
     app = create_app(db, poll_interval=0.02)
     try:
         with running_server(app) as url:
