@@ -45,6 +45,7 @@ APP_SOURCE = textwrap.dedent(
 
     @jobs.handler(BOOM, recovery="retry")
     async def boom(ctx: jl.JobContext[dict]) -> None:
+        ctx.logger.warning("about to explode")
         raise jl.PermanentError("it exploded")
 
 

@@ -58,8 +58,19 @@ def test_jobs_queues_and_schedules_read_the_same_on_every_backend(cli_on: Cli) -
         ok.id,
     ]
     assert "1-3 of 3" in listed.stdout
-    shown = cli("jobs", "show", ok.id)
-    assert json.loads(shown.stdout) == ok.to_json()
+    shown = json.loads(cli("jobs", "show", ok.id).stdout)
+    [done] = shown.pop("attempts")
+    assert shown == ok.to_json()
+    assert (done["attempt"], done["outcome"], done["error"]) == (1, "completed", None)
+    [failed] = json.loads(cli("jobs", "show", boom.id).stdout)["attempts"]
+    assert failed["outcome"] == "failed"
+    assert 'raise jl.PermanentError("it exploded")' in failed["error"]["traceback"]
+    logs = cli("jobs", "logs", boom.id)
+    assert logs.exit_code == 0, logs.stderr
+    [line] = logs.stdout.splitlines()
+    assert line.endswith(" attempt 1 WARNING  about to explode")
+    assert cli("jobs", "logs", boom.id, "--attempt", "2").stdout == ""
+    assert cli("jobs", "logs", "no-such-id").exit_code == 1
     assert cli("jobs", "show", "no-such-id").exit_code == 1
     waited = cli("jobs", "wait", ok.id, "--json")
     assert waited.exit_code == 0
