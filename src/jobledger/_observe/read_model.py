@@ -249,6 +249,8 @@ class Diagnosis:
     orphans: list[JobSnapshot]  # dead-owned waiting rows whose type no live worker handles
     unhandled: dict[str, int]  # waiting rows per type that no live worker handles
     problems: list[str]
+    # Worth a look, not broken: the exit code stays 0 (`unhandled` is one).
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def backend(self) -> str:
@@ -284,6 +286,7 @@ class Diagnosis:
             "backend": self.backend,
             "ok": not self.problems,
             "problems": list(self.problems),
+            "warnings": list(self.warnings),
         }
         if self.backend == "sqlite":
             data["integrity"] = self.integrity
@@ -361,6 +364,13 @@ class ReadModel:
 
     def count_jobs(self, query: JobQuery) -> int:
         return self.store.count(query.filter())
+
+    def knows_type(self, type_name: str) -> bool:
+        """Whether this database has heard of a job type: a worker row (alive, dead or
+        stopped) lists a handler for it, or a job row of any state has it."""
+        if any(type_name in w.handlers for w in self.workers()):
+            return True
+        return self.store.has_job_of_type(type_name)
 
     def count_finished_before(self, cutoff_ms: int) -> int:
         """Rows `gc` would delete now."""
@@ -548,6 +558,12 @@ class ReadModel:
             )
         if orphans and alive:
             problems.append(f"{len(orphans)} orphan job(s): no live worker handles their type")
+        warnings: list[str] = []
+        if unhandled:
+            # A warning, not a problem: producers may enqueue before any worker of the
+            # type is deployed, or between two deploys. But nothing will run these.
+            kinds = ", ".join(f"{t} ({n})" for t, n in sorted(unhandled.items()))
+            warnings.append(f"waiting jobs of types no live worker handles: {kinds}")
         return Diagnosis(
             redact(self.path),
             facts,
@@ -559,6 +575,7 @@ class ReadModel:
             orphans,
             unhandled,
             problems,
+            warnings,
         )
 
 

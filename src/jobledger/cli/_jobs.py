@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -12,8 +13,9 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from jobledger._core.registry import JobType
-from jobledger._observe.read_model import JobQuery
+from jobledger._observe.read_model import JobQuery, ReadModel
 from jobledger._runtime.manager import JobManager
+from jobledger._storage.open import is_postgres_url
 from jobledger._types import JobSnapshot
 from jobledger.cli._common import (
     EXIT_BAD_INPUT,
@@ -27,6 +29,7 @@ from jobledger.cli._common import (
 )
 from jobledger.cli._params import INT_MAX, OFFSET_MAX, STATUSES_OPTION, Seconds, bounded_int
 from jobledger.cli._text import cell, dumps, visible
+from jobledger.errors import JobValidationError, SchemaError
 
 __all__ = ["jobs", "status_style"]
 
@@ -203,6 +206,21 @@ def cancel(settings: Settings, job_id: str, reason: str | None) -> None:
         fail("the worker running the job has not stopped it yet; cancel stays requested")
 
 
+def _known_type(settings: Settings, job_type: str) -> bool:
+    """Whether the database has heard of `job_type` (see `ReadModel.knows_type`). A
+    database that does not exist yet (no file, no schema) knows no type; opening it
+    read-only creates nothing."""
+    if not is_postgres_url(settings.db) and not os.path.exists(settings.db):
+        return False
+    try:
+        with ReadModel(settings.db) as rm:
+            return rm.knows_type(job_type)
+    except SchemaError as exc:
+        if exc.params.get("version") == 0:  # a PostgreSQL schema no worker created yet
+            return False
+        raise
+
+
 def _enqueue_options(
     delay: float | None,
     priority: int,
@@ -249,6 +267,11 @@ def _enqueue_options(
     metavar="MODULE:ATTR",
     help="Validate against the handler registered in this JobManager.",
 )
+@click.option(
+    "--allow-unknown-type",
+    is_flag=True,
+    help="Without --app: enqueue even a type no worker and no job of the database has.",
+)
 @click.pass_obj
 def enqueue(
     settings: Settings,
@@ -261,15 +284,27 @@ def enqueue(
     max_attempts: int | None,
     metadata: str | None,
     app: str | None,
+    allow_unknown_type: bool,
 ) -> None:
     """Enqueue one job and print its id.
 
     With --app the payload is validated against the registered type (and the handler's
     queue rule applies). Without it the JSON is stored as given; the worker validates it
     when the job runs, and a payload its type rejects fails the job (JOB_PAYLOAD_INVALID).
+    Without --app the type must be one the database knows (a worker row lists it, or a
+    job has it), else JOB_UNKNOWN_TYPE, unless --allow-unknown-type.
     """
     value = parse_json_option("--payload", payload)
     options = _enqueue_options(delay, priority, key, queue, max_attempts, metadata)
+    if app is None and not allow_unknown_type and not _known_type(settings, job_type):
+        # A typo here would otherwise wait forever: nothing would ever claim the row.
+        raise JobValidationError(
+            f"no worker of {settings.db} handles {job_type!r} and no job has that type; "
+            "pass --app MODULE:ATTR to check it against your handlers, or "
+            "--allow-unknown-type to enqueue it anyway",
+            code="JOB_UNKNOWN_TYPE",
+            params={"type": job_type},
+        )
     manager = load_manager(app, settings) if app is not None else JobManager(settings.db)
     try:
         if app is not None:

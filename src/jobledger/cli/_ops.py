@@ -57,8 +57,11 @@ def _mib(n: int) -> str:
 def _print_diagnosis(d: Diagnosis) -> None:
     console = out()
 
-    def line(ok: bool, text: str) -> None:
-        mark = Text("ok  ", style="green") if ok else Text("FAIL", style="red")
+    def line(ok: bool, text: str, *, bad: str = "FAIL") -> None:
+        if ok:
+            mark = Text("ok  ", style="green")
+        else:
+            mark = Text(bad, style="red" if bad == "FAIL" else "yellow")
         console.print(Text.assemble(mark, " ", cell(text)))
 
     def note(text: str) -> None:
@@ -102,11 +105,15 @@ def _print_diagnosis(d: Diagnosis) -> None:
     for s in d.stuck_running[:10]:
         note(f"       {s.id} {s.type} worker {s.worker_id}")
     line(not d.orphans or not alive, f"orphan jobs: {len(d.orphans)}")
-    if d.unhandled:
-        kinds = ", ".join(f"{t} ({n})" for t, n in sorted(d.unhandled.items()))
-        note(f"     waiting jobs no live worker handles: {kinds}")
+    kinds = ", ".join(f"{t} ({n})" for t, n in sorted(d.unhandled.items())) or "none"
+    line(not d.unhandled, f"waiting jobs of types no live worker handles: {kinds}", bad="WARN")
+    warned = f"[yellow]{len(d.warnings)} warning(s)[/]"
     if d.problems:
-        console.print(f"[red]{len(d.problems)} problem(s)[/]")
+        console.print(
+            f"[red]{len(d.problems)} problem(s)[/]" + (f", {warned}" if d.warnings else "")
+        )
+    elif d.warnings:
+        console.print(f"no problems, {warned}")
     else:
         console.print("[green]healthy[/]")
 
@@ -137,7 +144,8 @@ def _fail_if_only_an_unlinked_copy_is_left(db: str, as_json: bool) -> None:
 def doctor(settings: Settings, checkpoint: bool, as_json: bool) -> None:
     """Check the database: integrity, schema, WAL, workers, leader, stuck and orphan jobs.
 
-    Exits 1 when a problem is found.
+    Exits 1 when a problem is found; a warning (waiting jobs no live worker handles)
+    does not change the exit code.
     """
     _fail_if_only_an_unlinked_copy_is_left(settings.db, as_json)
     with reader(settings) as rm:
