@@ -95,7 +95,7 @@ def test_wait_exit_codes(cli: Cli) -> None:
     began = time.monotonic()
     timed_out = cli("jobs", "wait", waiting, "--timeout", "0.1", "--interval", "0.02")
     assert time.monotonic() - began < 5
-    assert timed_out.exit_code == 1
+    assert timed_out.exit_code == 124
     assert timed_out.stdout.strip() == f"{waiting} pending"
     assert "timed out after 0.1s; the job is still pending" in timed_out.stderr
     assert cli("jobs", "wait", "nope").exit_code == 1

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from datetime import UTC, datetime
 from typing import Any
 
 import click
@@ -20,6 +19,7 @@ from jobledger._types import JobSnapshot
 from jobledger.cli._common import (
     EXIT_BAD_INPUT,
     EXIT_FAILED,
+    EXIT_TIMED_OUT,
     Settings,
     fail,
     load_manager,
@@ -28,7 +28,7 @@ from jobledger.cli._common import (
     reader,
 )
 from jobledger.cli._params import INT_MAX, OFFSET_MAX, STATUSES_OPTION, Seconds, bounded_int
-from jobledger.cli._text import cell, dumps, visible
+from jobledger.cli._text import cell, dumps, visible, when
 from jobledger.errors import JobValidationError, SchemaError
 
 __all__ = ["jobs", "status_style"]
@@ -45,12 +45,6 @@ _STYLES = {
 
 def status_style(status: str) -> str:
     return _STYLES.get(status, "white")
-
-
-def _ago(value: datetime | None) -> str:
-    if value is None:
-        return "-"
-    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _progress_text(s: JobSnapshot) -> str:
@@ -104,8 +98,8 @@ def list_jobs(
             cell(s.queue),
             cell(f"{s.attempt + 1}/{s.max_attempts}"),
             cell(_progress_text(s)),
-            cell(_ago(s.created_at)),
-            cell(_ago(s.finished_at)),
+            cell(when(s.created_at)),
+            cell(when(s.finished_at)),
         )
     console.print(table)
     shown = f"{offset + 1}-{offset + len(page.items)}"
@@ -133,7 +127,9 @@ def show(settings: Settings, job_id: str) -> None:
 def wait(
     settings: Settings, job_id: str, timeout: float | None, interval: float, as_json: bool
 ) -> None:
-    """Wait for a job to end, with a progress bar; exit 0 only if it completed."""
+    """Wait for a job to end, with a progress bar; exit 0 only if it completed.
+
+    Exit 1 if it failed or was cancelled, 124 if --timeout passed first."""
     deadline = None if timeout is None else time.monotonic() + timeout
     with reader(settings) as rm:
         snap = rm.get_job(job_id)
@@ -175,7 +171,7 @@ def wait(
             line += f": {snap.error.code}: {first}"
         click.echo(visible(line))
     if not snap.is_terminal:
-        fail(f"timed out after {timeout:g}s; the job is still {snap.status}")
+        fail(f"timed out after {timeout:g}s; the job is still {snap.status}", EXIT_TIMED_OUT)
     if snap.status != "completed":
         raise SystemExit(EXIT_FAILED)
 

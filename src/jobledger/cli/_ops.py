@@ -9,13 +9,13 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from jobledger._observe.read_model import STATUSES, Diagnosis, iso, unlinked_problem
+from jobledger._observe.read_model import STATUSES, Diagnosis, unlinked_problem
 from jobledger._storage import maintenance
 from jobledger._storage.open import is_postgres_url, open_store
 from jobledger.cli._common import EXIT_FAILED, Settings, out, reader
 from jobledger.cli._jobs import status_style
 from jobledger.cli._params import Seconds
-from jobledger.cli._text import cell, dumps
+from jobledger.cli._text import cell, dumps, when
 
 __all__ = ["doctor", "gc", "queues"]
 
@@ -44,9 +44,7 @@ def queues(settings: Settings, as_json: bool) -> None:
     table.add_column("OLDEST PENDING", no_wrap=True)
     for qs in stats:
         cells = [cell(qs.counts[s], status_style(s) if qs.counts[s] else "dim") for s in STATUSES]
-        table.add_row(
-            cell(qs.name), cell(qs.type or "-"), *cells, cell(iso(qs.oldest_pending_at) or "-")
-        )
+        table.add_row(cell(qs.name), cell(qs.type or "-"), *cells, cell(when(qs.oldest_pending_at)))
     console.print(table)
 
 
@@ -90,16 +88,16 @@ def _print_diagnosis(d: Diagnosis) -> None:
     line(not dead, f"workers: {len(alive)} alive, {len(dead)} dead (not stopped)")
     for w in d.workers:
         if w.state != "stopped":
-            note(f"       {w.state:<5} {w.id} pid {w.pid} heartbeat {iso(w.heartbeat_at)}")
+            note(f"       {w.state:<5} {w.id} pid {w.pid} heartbeat {when(w.heartbeat_at)}")
     if d.leader is None:
         note("     leader: none")
     else:
         if d.leader.expires_at <= 0:
             state = "released"
         elif d.leader.valid:
-            state = f"valid until {iso(d.leader.expires_at)}"
+            state = f"valid until {when(d.leader.expires_at)}"
         else:
-            state = f"expired at {iso(d.leader.expires_at)}"
+            state = f"expired at {when(d.leader.expires_at)}"
         note(f"     leader: {d.leader.worker_id} term {d.leader.term} ({state})")
     line(not d.stuck_running, f"running jobs of workers not alive: {len(d.stuck_running)}")
     for s in d.stuck_running[:10]:
