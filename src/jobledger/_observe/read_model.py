@@ -62,6 +62,8 @@ __all__ = [
     "WorkerInfo",
     "iso",
     "parse_statuses",
+    "progress_label",
+    "shown_progress",
     "unlinked_problem",
 ]
 
@@ -99,6 +101,24 @@ def iso(value: datetime | int | None) -> str | None:
     if isinstance(value, int):
         value = from_ms(value)
     return value.isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def shown_progress(snap: JobSnapshot) -> float | None:
+    """The progress a person is shown (dashboard, `jobs list`, `jobs wait`): 100 for a
+    completed job, whatever its handler last reported (it did all its work; a handler
+    that reports 10% and returns must not look a tenth done); else the last reported
+    value, None if none was. Machines get the value as reported (`JobSnapshot.progress`,
+    `to_json()`, the API, `--json`): that is data, this is a display rule."""
+    if snap.status == "completed":
+        return 100.0
+    return snap.progress
+
+
+def progress_label(snap: JobSnapshot) -> str:
+    """`shown_progress` as text, to one decimal (`33.3%`); "" when there is none.
+    `dashboard/static/app.js` (`setProgress`) writes the same text for live updates."""
+    value = shown_progress(snap)
+    return "" if value is None else f"{round(value, 1):g}%"
 
 
 def parse_statuses(raw: str | Iterable[str] | None) -> tuple[str, ...]:

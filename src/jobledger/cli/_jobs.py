@@ -12,7 +12,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from jobledger._core.registry import JobType
-from jobledger._observe.read_model import JobQuery, ReadModel
+from jobledger._observe.read_model import JobQuery, ReadModel, progress_label, shown_progress
 from jobledger._runtime.manager import JobManager
 from jobledger._storage.open import is_postgres_url
 from jobledger._types import JobSnapshot
@@ -48,9 +48,7 @@ def status_style(status: str) -> str:
 
 
 def _progress_text(s: JobSnapshot) -> str:
-    if s.progress is None:
-        return "-"
-    return f"{s.progress:g}%"
+    return progress_label(s) or "-"
 
 
 @click.group()
@@ -148,7 +146,7 @@ def wait(
         with progress:
             task = progress.add_task(visible(snap.type), total=100, status=str(snap.status))
             while True:
-                done = 100.0 if snap.status == "completed" else (snap.progress or 0.0)
+                done = shown_progress(snap) or 0.0
                 detail = visible(snap.progress_detail or snap.type)
                 progress.update(
                     task, completed=done, description=detail, status=visible(str(snap.status))
