@@ -41,7 +41,14 @@ chaos: $(STAMP)
 	$(BIN)/python bench/chaos.py --backend postgres $(CHAOS_ARGS) || rc=1; \
 	exit $$rc
 
-demo: $(STAMP)
+# The demo needs only the dashboard's extra, not the dev tools: a stamp of its own.
+DEMO_STAMP := $(VENV)/.installed-web
+
+$(DEMO_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[web]'
+	touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
 	$(BIN)/jobledger --db demo.db demo
 
 clean:

@@ -9,6 +9,8 @@ progress, retries and a permanent failure, a delayed job and a cron schedule.
     demo.invoice   fails for good with a PermanentError (shows the error view)
     demo.reminder  a plain `def` handler, enqueued with a delay
     demo.cleanup   fired every minute by a cron schedule
+    demo.ingest    fired every 4 seconds by an interval schedule; each run takes about 3 s
+                   and reports progress, so the dashboard always has live work to show
 """
 
 from __future__ import annotations
@@ -111,6 +113,24 @@ async def cleanup(ctx: jl.JobContext[Cleanup]) -> dict[str, int]:
     return {"deleted": 0}
 
 
+class Ingest(pydantic.BaseModel):
+    source: str
+    batches: int = 12
+    seconds_per_batch: float = 0.25
+
+
+INGEST = jl.JobType("demo.ingest", Ingest)
+
+
+@jobs.handler(INGEST, recovery="retry", concurrency=2, timeout=60)
+async def ingest(ctx: jl.JobContext[Ingest]) -> dict[str, Any]:
+    p = ctx.payload
+    for i in range(p.batches):
+        await asyncio.sleep(p.seconds_per_batch)
+        await ctx.report_progress(100 * (i + 1) / p.batches, f"batch {i + 1}/{p.batches}")
+    return {"source": p.source, "rows": p.batches * 500}
+
+
 def seed(manager: jl.JobManager) -> list[str]:
     """Enqueue the sample jobs and make sure the cron schedule exists; return the job ids."""
     ids = [
@@ -125,4 +145,6 @@ def seed(manager: jl.JobManager) -> list[str]:
     ]
     if not manager.list_job_schedules(type=CLEANUP):
         manager.register_job_schedule(CLEANUP, Cleanup(), trigger=jl.Cron("* * * * *"))
+    if not manager.list_job_schedules(type=INGEST):
+        manager.register_job_schedule(INGEST, Ingest(source="events"), trigger=jl.Interval(4))
     return ids

@@ -62,3 +62,20 @@ def test_status_compares_equal_to_its_string() -> None:
     completed: str = jobledger.JobStatus.COMPLETED
     assert completed == "completed"
     assert jobledger.JobStatus("failed").is_terminal
+
+
+TESTING_CONTRACT = ["FakeClock", "assert_enqueued", "drain"]
+
+
+def test_testing_exports_its_helpers_and_nothing_else() -> None:
+    # What its implementation imports (JobManager, JobSnapshot, to_ms, TypeAdapter, ...)
+    # must not be importable from here: a test that did so would pin an internal.
+    public = sorted(name for name in vars(jobledger.testing) if not name.startswith("_"))
+    assert public == list(jobledger.testing.__all__) == TESTING_CONTRACT
+    for name in public:
+        assert getattr(jobledger.testing, name).__module__.startswith("jobledger."), name
+
+
+def test_the_package_exports_its_all_and_its_public_modules_only() -> None:
+    extra = {name for name in vars(jobledger) if not name.startswith("_")} - set(jobledger.__all__)
+    assert extra <= {"clock", "errors", "testing", "cli"}, extra

@@ -134,3 +134,17 @@ def cli(app_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Cli:
     monkeypatch.setenv("JOBLEDGER_DB", "")
     monkeypatch.delenv("JOBLEDGER_DB")
     return Cli(app_dir, module)
+
+
+@pytest.fixture
+def cli_on(db: str, app_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Cli:
+    """The `cli` fixture on the `db` fixture's database (a file, or a PostgreSQL schema)."""
+    module = f"cliapp_{uuid.uuid4().hex[:12]}"
+    (app_dir / f"{module}.py").write_text(APP_SOURCE)
+    monkeypatch.chdir(app_dir)
+    monkeypatch.setattr(sys, "path", [str(app_dir), *sys.path])
+    monkeypatch.setenv("JOBLEDGER_DB", "")
+    monkeypatch.delenv("JOBLEDGER_DB")
+    cli = Cli(app_dir, module)
+    cli.db = db
+    return cli

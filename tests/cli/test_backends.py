@@ -6,30 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 import time
-import uuid
 from pathlib import Path
 
-import pytest
-
 import jobledger as jl
-from tests.cli.conftest import APP_SOURCE, Cli
+from tests.cli.conftest import Cli
 from tests.conftest import db_rows, is_postgres
-
-
-@pytest.fixture
-def cli_on(db: str, app_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Cli:
-    """The `cli` fixture of tests/cli/conftest.py, on the `db` fixture's database."""
-    module = f"cliapp_{uuid.uuid4().hex[:12]}"
-    (app_dir / f"{module}.py").write_text(APP_SOURCE)
-    monkeypatch.chdir(app_dir)
-    monkeypatch.setattr(sys, "path", [str(app_dir), *sys.path])
-    monkeypatch.setenv("JOBLEDGER_DB", "")
-    monkeypatch.delenv("JOBLEDGER_DB")
-    cli = Cli(app_dir, module)
-    cli.db = db
-    return cli
 
 
 def _run(cli: Cli, *payloads: tuple[str, object]) -> list[jl.JobSnapshot]:

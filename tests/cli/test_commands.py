@@ -95,7 +95,7 @@ def test_wait_exit_codes(cli: Cli) -> None:
     began = time.monotonic()
     timed_out = cli("jobs", "wait", waiting, "--timeout", "0.1", "--interval", "0.02")
     assert time.monotonic() - began < 5
-    assert timed_out.exit_code == 1
+    assert timed_out.exit_code == 124
     assert timed_out.stdout.strip() == f"{waiting} pending"
     assert "timed out after 0.1s; the job is still pending" in timed_out.stderr
     assert cli("jobs", "wait", "nope").exit_code == 1
@@ -105,6 +105,7 @@ def test_enqueue_without_app_stores_the_json_as_given(cli: Cli) -> None:
     first = cli(
         "jobs", "enqueue", "math.add", "--payload", '{"a": "not a number"}', "--priority", "3",
         "--key", "k1", "--metadata", '{"who": "cli"}', "--max-attempts", "1",
+        "--allow-unknown-type",
     )  # fmt: skip
     assert first.exit_code == 0, first.stderr
     job_id = first.stdout.strip()
@@ -115,7 +116,10 @@ def test_enqueue_without_app_stores_the_json_as_given(cli: Cli) -> None:
     assert snap["payload"] == {"a": "not a number"}
     assert (snap["priority"], snap["idempotency_key"], snap["max_attempts"]) == (3, "k1", 1)
     assert snap["metadata"] == {"who": "cli"}
-    later = cli("jobs", "enqueue", "other.type", "--payload", "[1, 2]", "--delay", "60")
+    later = cli(
+        "jobs", "enqueue", "other.type", "--payload", "[1, 2]", "--delay", "60",
+        "--allow-unknown-type",
+    )  # fmt: skip
     assert json.loads(cli("jobs", "show", later.stdout.strip()).stdout)["status"] == "delayed"
 
     # The worker validates when it runs the job: the payload its type rejects fails it.
@@ -130,7 +134,9 @@ def test_enqueue_without_app_stores_the_json_as_given(cli: Cli) -> None:
     bad = cli("jobs", "enqueue", "t", "--payload", "{oops")
     assert bad.exit_code == 2
     assert _lines(bad.stderr)[0].startswith("jobledger: error: --payload is not valid JSON")
-    assert cli("jobs", "enqueue", " padded ", "--payload", "{}").exit_code == 2
+    padded = cli("jobs", "enqueue", " padded ", "--payload", "{}", "--allow-unknown-type")
+    assert padded.exit_code == 2
+    assert "JOB_HANDLER_INVALID: a job type name" in padded.stderr
 
 
 def test_enqueue_with_app_validates_against_the_registered_type(cli: Cli) -> None:
@@ -169,7 +175,7 @@ def test_enqueue_with_app_validates_against_the_registered_type(cli: Cli) -> Non
 
 
 def test_cancel(cli: Cli) -> None:
-    job_id = cli("jobs", "enqueue", "math.add", "--payload", "{}").stdout.strip()
+    job_id = cli("jobs", "enqueue", "math.add", "--allow-unknown-type").stdout.strip()
     cancelled = cli("jobs", "cancel", job_id, "--reason", "not needed")
     assert cancelled.exit_code == 0, cancelled.stderr
     assert cancelled.stdout.strip() == f"{job_id} cancelled"
@@ -312,7 +318,7 @@ def test_debug_shows_the_traceback(cli: Cli, capsys: pytest.CaptureFixture[str])
 def test_db_falls_back_to_the_environment_then_the_working_directory(
     cli: Cli, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    cli("jobs", "enqueue", "t", "--payload", "1")
+    cli("jobs", "enqueue", "t", "--payload", "1", "--allow-unknown-type")
     monkeypatch.setenv("JOBLEDGER_DB", cli.db)
     assert len(_lines(cli("jobs", "list", "--json", db=False).stdout)) == 1
     monkeypatch.delenv("JOBLEDGER_DB")

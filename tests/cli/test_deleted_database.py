@@ -126,7 +126,8 @@ def test_a_deleted_file_is_reported_by_the_worker_once_and_by_doctor(
     assert (as_json["ok"], as_json["unlinked_holders"]) == (False, [proc.pid])
 
     # Replaced: a fresh database at the path looks healthy, but the worker is elsewhere.
-    assert jobledger("--db", str(db), "jobs", "enqueue", "t", cwd=cwd).returncode == 0
+    enqueued = jobledger("--db", str(db), "jobs", "enqueue", "t", "--allow-unknown-type", cwd=cwd)
+    assert enqueued.returncode == 0, enqueued.stderr
     replaced = jobledger("--db", str(db), "doctor", cwd=cwd)
     assert replaced.returncode == 1, replaced.stdout + replaced.stderr
     assert f"processes writing to a deleted or replaced copy: {proc.pid}" in replaced.stdout
@@ -145,7 +146,10 @@ def test_a_replaced_file_is_reported_by_the_worker(
 ) -> None:
     _, lines, db = worker
     fresh = db.with_name("fresh.db")
-    assert jobledger("--db", str(fresh), "jobs", "enqueue", "t", cwd=db.parent).returncode == 0
+    enqueued = jobledger(
+        "--db", str(fresh), "jobs", "enqueue", "t", "--allow-unknown-type", cwd=db.parent
+    )
+    assert enqueued.returncode == 0, enqueued.stderr
     os.replace(fresh, db)  # a restore moved into place
     assert str(db) in lines.wait_for(GONE)
 

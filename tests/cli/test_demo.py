@@ -1,8 +1,11 @@
-"""`jobledger demo` (what `make demo` runs): a worker, sample jobs, a cron schedule and the
-dashboard, from a directory of its own, stopped with Ctrl-C."""
+"""`jobledger demo` (what `make demo` runs): a worker, sample jobs, a cron schedule, an
+interval schedule whose jobs keep progress moving, and the dashboard, from a directory of
+its own, stopped with Ctrl-C. Also what `make demo` installs, and that the files the demo
+leaves next to its database are ignored by git."""
 
 from __future__ import annotations
 
+import shutil
 import signal
 import subprocess
 import sys
@@ -10,8 +13,11 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.cli.conftest import cli_env
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_demo_serves_the_dashboard_with_sample_jobs_and_a_schedule(tmp_path: Path) -> None:
@@ -39,8 +45,9 @@ def test_demo_serves_the_dashboard_with_sample_jobs_and_a_schedule(tmp_path: Pat
         types = {j["type"] for j in jobs["items"]}
         assert {"demo.report", "demo.flaky", "demo.invoice", "demo.reminder"} <= types
         schedules = httpx.get(f"{url}api/schedules", timeout=10).json()["items"]
-        assert [(s["type"], s["trigger_text"]) for s in schedules] == [
-            ("demo.cleanup", "cron * * * * *")
+        assert sorted((s["type"], s["trigger_text"]) for s in schedules) == [
+            ("demo.cleanup", "cron * * * * *"),
+            ("demo.ingest", "every 4s"),
         ]
         workers = httpx.get(f"{url}api/workers", timeout=10).json()["items"]
         assert [w["state"] for w in workers] == ["alive"]
@@ -53,7 +60,53 @@ def test_demo_serves_the_dashboard_with_sample_jobs_and_a_schedule(tmp_path: Pat
             time.sleep(0.05)
         assert [j["error"]["code"] for j in failed] == ["PAYMENT_DECLINED"]
         assert "demo.report" in httpx.get(url, timeout=10).text
+
+        # Work keeps flowing after the sample jobs: the interval schedule fires an ingest
+        # job every few seconds, and one is seen running part way through.
+        deadline = time.monotonic() + 20
+        seen: list[float] = []
+        while time.monotonic() < deadline and not any(0 < p < 100 for p in seen):
+            running = httpx.get(
+                f"{url}api/jobs?status=running&type=demo.ingest", timeout=10
+            ).json()["items"]
+            seen += [j["progress"] for j in running if j["progress"] is not None]
+            time.sleep(0.05)
+        assert any(0 < p < 100 for p in seen), seen
     finally:
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
+    # Every file the demo left next to its database (-wal, -shm, .lock, .gate, ...).
+    side_files = sorted(p.name for p in tmp_path.iterdir() if p.name != "demo.db")
+    assert any(name.endswith(".gate") for name in side_files), side_files
+    _assert_ignored_by_git(["demo.db", *side_files])
+
+
+def _assert_ignored_by_git(names: list[str]) -> None:
+    git = shutil.which("git")
+    if git is None or not (REPO / ".git").exists():
+        pytest.skip("not a git checkout")
+    proc = subprocess.run(
+        [git, "check-ignore", "--no-index", "--verbose", "--non-matching", *names],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    # `::<TAB>name` is a name no pattern of .gitignore matches.
+    unmatched = [line.split("\t")[-1] for line in proc.stdout.splitlines() if line.startswith("::")]
+    assert unmatched == [], proc.stdout + proc.stderr
+
+
+def test_make_demo_installs_the_web_extra_only() -> None:
+    make = shutil.which("make")
+    if make is None:
+        pytest.skip("no make")
+    # -n: print, do not run; -B: as if nothing were installed yet.
+    proc = subprocess.run(
+        [make, "-n", "-B", "demo"], cwd=REPO, capture_output=True, text=True, timeout=30
+    )
+    assert proc.returncode == 0, proc.stderr
+    installs = [line for line in proc.stdout.splitlines() if "pip install" in line]
+    assert any("-e '.[web]'" in line for line in installs), proc.stdout
+    assert not any("dev" in line or "postgres" in line for line in installs), proc.stdout

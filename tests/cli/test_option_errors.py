@@ -61,7 +61,7 @@ def test_non_json_numbers_in_a_payload_exit_2(cli: Cli, payload: str) -> None:
 
 
 def test_a_host_that_does_not_resolve_exits_2(cli: Cli) -> None:
-    cli("jobs", "enqueue", "t")  # serve reads an existing database
+    cli("jobs", "enqueue", "t", "--allow-unknown-type")  # serve reads an existing database
     result = cli("serve", "--host", "no-such-host.invalid", "--token", "t", "--port", "0")
     assert result.exit_code == 2, result.output
     assert "--host 'no-such-host.invalid' does not resolve" in result.stderr

@@ -118,6 +118,18 @@ def test_gc_keeps_what_the_collected_rows_counted(backend: Backend, observer: St
     assert totals == {("q", "completed"): 3, ("q", "failed"): 1}
 
 
+def test_has_job_of_type_sees_rows_in_any_state(backend: Backend, observer: Store) -> None:
+    store = backend.store
+    assert observer.has_job_of_type("t.a") is False
+    done, waiting = new_job(type="t.a"), new_job(type="t.b", status="delayed")
+    store.enqueue([done, waiting])
+    _finish(store, [done.id], 10_000)
+    assert observer.has_job_of_type("t.a") is True  # completed
+    assert observer.has_job_of_type("t.b") is True  # delayed
+    assert observer.has_job_of_type("t.c") is False
+    assert observer.has_job_of_type("t.%") is False  # an exact match, not a pattern
+
+
 def test_a_waiting_row_deleted_is_not_counted_as_collected(backend: Backend) -> None:
     job = new_job()
     backend.store.enqueue([job])

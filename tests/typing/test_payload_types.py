@@ -41,6 +41,9 @@ WRONG = (
 jobs.enqueue(RESIZE, WrongModel(name="x"))  # E
 jobs.enqueue(RESIZE, {"path": "a", "width": 1})  # E
 jobs.enqueue_many(RESIZE, [WrongModel(name="x")])  # E
+jobs.enqueue_many(RESIZE, [jl.JobSpec(WrongModel(name="x"), priority=1)])  # E
+with jobs.write_tx() as tx:
+    jobs.enqueue_tx(tx, RESIZE, WrongModel(name="x"))  # E
 jobs.enqueue(RESIZE, Resize(path="a", width=1), priority="high")  # E
 
 
@@ -57,6 +60,7 @@ def read(ctx: jl.JobContext[Resize]) -> str:
 RIGHT = (
     PRELUDE
     + """
+from typing import Any
 
 @jobs.handler(RESIZE, recovery="retry", concurrency=2, timeout=30.0, queue=lambda p: p.path)
 async def resize(ctx: jl.JobContext[Resize]) -> dict[str, int]:
@@ -70,6 +74,11 @@ async def main() -> None:
     h: jl.JobHandle = jobs.enqueue(RESIZE, Resize(path="a", width=1), priority=1)
     jobs.enqueue("image.resize", {"path": "a", "width": 1})
     jobs.enqueue_many(RESIZE, [Resize(path="b", width=2), Resize(path="c", width=3)])
+    jobs.enqueue_many(RESIZE, [jl.JobSpec(Resize(path="d", width=4), priority=2)])
+    with jobs.write_tx() as tx:
+        jobs.enqueue_tx(tx, RESIZE, Resize(path="e", width=5))
+    untyped: Any = {"path": "f", "width": 6}
+    jobs.enqueue(RESIZE, untyped)
     snap: jl.JobSnapshot = await h.finished
     width: int = snap.payload["width"]
     outcome = await jobs.cancel(h.id)
@@ -117,6 +126,15 @@ def test_mypy_rejects_a_wrong_payload_and_accepts_a_correct_program(tmp_path: Pa
     expected = {i for i, text in enumerate(WRONG.splitlines(), 1) if text.endswith("# E")}
     assert by_file.get(right.name, set()) == set(), output
     assert by_file.get(wrong.name) == expected, output
-    first = next(msg for _, line, msg in errors if int(line) == min(expected))
-    assert "enqueue" in first or "WrongModel" in first, output
+    # A wrong payload is named, with what was expected: not "Cannot infer value of type
+    # parameter "P"", which points at neither the argument nor the types.
+    assert "Cannot infer" not in output, output
+    messages = {int(line): msg for path, line, msg in errors if Path(path).name == wrong.name}
+    source = WRONG.splitlines()
+    for line, msg in messages.items():
+        text = source[line - 1]
+        if "enqueue" in text and ("WrongModel(" in text or '{"path"' in text):
+            assert 'incompatible type "WrongModel"' in msg or "dict[str, " in msg, (text, msg)
+            assert 'expected "Resize' in msg, (text, msg)
+    assert messages[min(expected)].startswith('Argument 2 to "enqueue" of "JobManager"'), output
     assert proc.returncode == 1, output

@@ -62,6 +62,8 @@ __all__ = [
     "WorkerInfo",
     "iso",
     "parse_statuses",
+    "progress_label",
+    "shown_progress",
     "unlinked_problem",
 ]
 
@@ -99,6 +101,24 @@ def iso(value: datetime | int | None) -> str | None:
     if isinstance(value, int):
         value = from_ms(value)
     return value.isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def shown_progress(snap: JobSnapshot) -> float | None:
+    """The progress a person is shown (dashboard, `jobs list`, `jobs wait`): 100 for a
+    completed job, whatever its handler last reported (it did all its work; a handler
+    that reports 10% and returns must not look a tenth done); else the last reported
+    value, None if none was. Machines get the value as reported (`JobSnapshot.progress`,
+    `to_json()`, the API, `--json`): that is data, this is a display rule."""
+    if snap.status == "completed":
+        return 100.0
+    return snap.progress
+
+
+def progress_label(snap: JobSnapshot) -> str:
+    """`shown_progress` as text, to one decimal (`33.3%`); "" when there is none.
+    `dashboard/static/app.js` (`setProgress`) writes the same text for live updates."""
+    value = shown_progress(snap)
+    return "" if value is None else f"{round(value, 1):g}%"
 
 
 def parse_statuses(raw: str | Iterable[str] | None) -> tuple[str, ...]:
@@ -249,6 +269,8 @@ class Diagnosis:
     orphans: list[JobSnapshot]  # dead-owned waiting rows whose type no live worker handles
     unhandled: dict[str, int]  # waiting rows per type that no live worker handles
     problems: list[str]
+    # Worth a look, not broken: the exit code stays 0 (`unhandled` is one).
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def backend(self) -> str:
@@ -284,6 +306,7 @@ class Diagnosis:
             "backend": self.backend,
             "ok": not self.problems,
             "problems": list(self.problems),
+            "warnings": list(self.warnings),
         }
         if self.backend == "sqlite":
             data["integrity"] = self.integrity
@@ -365,6 +388,13 @@ class ReadModel:
 
     def count_jobs(self, query: JobQuery) -> int:
         return self.store.count(query.filter())
+
+    def knows_type(self, type_name: str) -> bool:
+        """Whether this database has heard of a job type: a worker row (alive, dead or
+        stopped) lists a handler for it, or a job row of any state has it."""
+        if any(type_name in w.handlers for w in self.workers()):
+            return True
+        return self.store.has_job_of_type(type_name)
 
     def count_finished_before(self, cutoff_ms: int) -> int:
         """Rows `gc` would delete now."""
@@ -552,6 +582,12 @@ class ReadModel:
             )
         if orphans and alive:
             problems.append(f"{len(orphans)} orphan job(s): no live worker handles their type")
+        warnings: list[str] = []
+        if unhandled:
+            # A warning, not a problem: producers may enqueue before any worker of the
+            # type is deployed, or between two deploys. But nothing will run these.
+            kinds = ", ".join(f"{t} ({n})" for t, n in sorted(unhandled.items()))
+            warnings.append(f"waiting jobs of types no live worker handles: {kinds}")
         return Diagnosis(
             redact(self.path),
             facts,
@@ -563,6 +599,7 @@ class ReadModel:
             orphans,
             unhandled,
             problems,
+            warnings,
         )
 
 

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, Literal, TypeVar, overload
+from typing import Any, Generic, Literal, TypeAlias, TypeVar, final, overload
 
 from jobledger._core.backoff import RetryPolicy
 from jobledger._core.limits import (
@@ -91,6 +91,24 @@ log = logging.getLogger("jobledger")
 
 P = TypeVar("P")
 R = TypeVar("R")
+_Q = TypeVar("_Q")
+
+
+@final
+class _PayloadOfJobType(Generic[_Q]):
+    """Never made: only a marker inside `PayloadOf`."""
+
+    __slots__ = ()
+
+
+# The type of an enqueue's payload: exactly the values `P` has (nothing is ever a
+# `_PayloadOfJobType`), but the callable type inside makes mypy infer `P` from
+# `job_type` first and check the payload against it in a second pass. With a bare `P`
+# mypy solves both at once, and a payload of the wrong type yields only "Cannot infer
+# value of type parameter "P""; this way it is `Argument 2 to "enqueue" of "JobManager"
+# has incompatible type "WrongModel"; expected "Resize | ..."`
+# (tests/typing/test_payload_types.py).
+PayloadOf: TypeAlias = P | _PayloadOfJobType[Callable[[], P]]
 MAX_REASON = 500
 LIST_CAP = 1000
 _TYPE, _STATUS, _QUEUE, _SCHEDULED_AT = (
@@ -411,7 +429,7 @@ class JobManager:
     def enqueue(
         self,
         job_type: JobType[P] | str,
-        payload: P,
+        payload: PayloadOf[P],
         *,
         queue: str | None = None,
         priority: int = 0,
@@ -443,7 +461,7 @@ class JobManager:
     def enqueue_many(
         self,
         job_type: JobType[P] | str,
-        payloads: Sequence[P | JobSpec[P]],
+        payloads: Sequence[PayloadOf[P] | JobSpec[P]],
         *,
         queue: str | None = None,
         priority: int = 0,
@@ -506,7 +524,7 @@ class JobManager:
         self,
         tx: WriteTx,
         job_type: JobType[P] | str,
-        payload: P,
+        payload: PayloadOf[P],
         *,
         queue: str | None = None,
         priority: int = 0,

@@ -425,6 +425,10 @@ class Store(Protocol):
         """How many rows `gc(before_ms)` would delete now."""
         ...
 
+    def has_job_of_type(self, type_name: str) -> bool:
+        """Whether any row of `jobs`, in any state, has this type."""
+        ...
+
     def storage_facts(self) -> StorageFacts:
         """What `doctor` checks below the tables (can be slow: SQLite's integrity check)."""
         ...

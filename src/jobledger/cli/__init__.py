@@ -63,6 +63,11 @@ class _Main(click.Group):
             rv = super().main(
                 argv, prog_name or "jobledger", complete_var, standalone_mode=False, **extra
             )
+        except click.exceptions.NoArgsIsHelpError as exc:
+            # A group without its subcommand: its usage and commands, as `--help` shows
+            # them, on stderr, with the usage-error code (not one squashed error line).
+            click.echo(exc.ctx.get_help(), err=True)
+            sys.exit(EXIT_BAD_INPUT)
         except click.UsageError as exc:
             hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
             error_line(f"{exc.format_message()}{hint}")

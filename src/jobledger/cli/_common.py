@@ -1,9 +1,10 @@
 """Shared pieces of the CLI: settings, errors, consoles and loading a user's JobManager.
 
 Error policy: a failure is one line on stderr (`jobledger: error: ...`) and a non-zero
-exit code: 2 for bad input (usage, a bad `--payload`, a payload the type rejects), 1 for
-everything else (not found, a job that did not complete, an unhealthy database). No
-traceback unless `--debug`. Every message goes through `error_line`, which masks
+exit code: 2 for bad input (usage, a bad `--payload`, a payload the type rejects), 124
+for `jobs wait --timeout` running out (as timeout(1) does), 1 for everything else (not
+found, a job that did not complete, an unhealthy database). No traceback unless
+`--debug`. docs/reference/cli.md lists them. Every message goes through `error_line`, which masks
 passwords and makes control characters visible (see `_text.py`).
 """
 
@@ -29,6 +30,7 @@ from jobledger.cli._text import visible
 __all__ = [
     "EXIT_BAD_INPUT",
     "EXIT_FAILED",
+    "EXIT_TIMED_OUT",
     "CliError",
     "Settings",
     "error_line",
@@ -41,6 +43,7 @@ __all__ = [
 
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
+EXIT_TIMED_OUT = 124
 DEFAULT_DB = "jobledger.db"
 _LINE_BREAK = re.compile(r"\s*\n\s*")
 

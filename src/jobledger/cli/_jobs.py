@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
-from datetime import UTC, datetime
+from datetime import UTC
 from typing import Any
 
 import click
@@ -12,12 +13,14 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from jobledger._core.registry import JobType
-from jobledger._observe.read_model import JobQuery
+from jobledger._observe.read_model import JobQuery, ReadModel, progress_label, shown_progress
 from jobledger._runtime.manager import JobManager
+from jobledger._storage.open import is_postgres_url
 from jobledger._types import JobSnapshot
 from jobledger.cli._common import (
     EXIT_BAD_INPUT,
     EXIT_FAILED,
+    EXIT_TIMED_OUT,
     Settings,
     fail,
     load_manager,
@@ -26,7 +29,8 @@ from jobledger.cli._common import (
     reader,
 )
 from jobledger.cli._params import INT_MAX, OFFSET_MAX, STATUSES_OPTION, Seconds, bounded_int
-from jobledger.cli._text import cell, dumps, visible
+from jobledger.cli._text import cell, dumps, visible, when
+from jobledger.errors import JobValidationError, SchemaError
 
 __all__ = ["jobs", "status_style"]
 
@@ -44,16 +48,8 @@ def status_style(status: str) -> str:
     return _STYLES.get(status, "white")
 
 
-def _ago(value: datetime | None) -> str:
-    if value is None:
-        return "-"
-    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
-
-
 def _progress_text(s: JobSnapshot) -> str:
-    if s.progress is None:
-        return "-"
-    return f"{s.progress:g}%"
+    return progress_label(s) or "-"
 
 
 @click.group()
@@ -101,8 +97,8 @@ def list_jobs(
             cell(s.queue),
             cell(f"{s.attempt + 1}/{s.max_attempts}"),
             cell(_progress_text(s)),
-            cell(_ago(s.created_at)),
-            cell(_ago(s.finished_at)),
+            cell(when(s.created_at)),
+            cell(when(s.finished_at)),
         )
     console.print(table)
     shown = f"{offset + 1}-{offset + len(page.items)}"
@@ -153,7 +149,9 @@ def logs(settings: Settings, job_id: str, attempt: int | None) -> None:
 def wait(
     settings: Settings, job_id: str, timeout: float | None, interval: float, as_json: bool
 ) -> None:
-    """Wait for a job to end, with a progress bar; exit 0 only if it completed."""
+    """Wait for a job to end, with a progress bar; exit 0 only if it completed.
+
+    Exit 1 if it failed or was cancelled, 124 if --timeout passed first."""
     deadline = None if timeout is None else time.monotonic() + timeout
     with reader(settings) as rm:
         snap = rm.get_job(job_id)
@@ -172,7 +170,7 @@ def wait(
         with progress:
             task = progress.add_task(visible(snap.type), total=100, status=str(snap.status))
             while True:
-                done = 100.0 if snap.status == "completed" else (snap.progress or 0.0)
+                done = shown_progress(snap) or 0.0
                 detail = visible(snap.progress_detail or snap.type)
                 progress.update(
                     task, completed=done, description=detail, status=visible(str(snap.status))
@@ -195,7 +193,7 @@ def wait(
             line += f": {snap.error.code}: {first}"
         click.echo(visible(line))
     if not snap.is_terminal:
-        fail(f"timed out after {timeout:g}s; the job is still {snap.status}")
+        fail(f"timed out after {timeout:g}s; the job is still {snap.status}", EXIT_TIMED_OUT)
     if snap.status != "completed":
         raise SystemExit(EXIT_FAILED)
 
@@ -224,6 +222,21 @@ def cancel(settings: Settings, job_id: str, reason: str | None) -> None:
         fail(f"job {job_id} is already {snap.status if snap.is_terminal else 'finished'}")
     if outcome == "timed-out":
         fail("the worker running the job has not stopped it yet; cancel stays requested")
+
+
+def _known_type(settings: Settings, job_type: str) -> bool:
+    """Whether the database has heard of `job_type` (see `ReadModel.knows_type`). A
+    database that does not exist yet (no file, no schema) knows no type; opening it
+    read-only creates nothing."""
+    if not is_postgres_url(settings.db) and not os.path.exists(settings.db):
+        return False
+    try:
+        with ReadModel(settings.db) as rm:
+            return rm.knows_type(job_type)
+    except SchemaError as exc:
+        if exc.params.get("version") == 0:  # a PostgreSQL schema no worker created yet
+            return False
+        raise
 
 
 def _enqueue_options(
@@ -272,6 +285,11 @@ def _enqueue_options(
     metavar="MODULE:ATTR",
     help="Validate against the handler registered in this JobManager.",
 )
+@click.option(
+    "--allow-unknown-type",
+    is_flag=True,
+    help="Without --app: enqueue even a type no worker and no job of the database has.",
+)
 @click.pass_obj
 def enqueue(
     settings: Settings,
@@ -284,15 +302,27 @@ def enqueue(
     max_attempts: int | None,
     metadata: str | None,
     app: str | None,
+    allow_unknown_type: bool,
 ) -> None:
     """Enqueue one job and print its id.
 
     With --app the payload is validated against the registered type (and the handler's
     queue rule applies). Without it the JSON is stored as given; the worker validates it
     when the job runs, and a payload its type rejects fails the job (JOB_PAYLOAD_INVALID).
+    Without --app the type must be one the database knows (a worker row lists it, or a
+    job has it), else JOB_UNKNOWN_TYPE, unless --allow-unknown-type.
     """
     value = parse_json_option("--payload", payload)
     options = _enqueue_options(delay, priority, key, queue, max_attempts, metadata)
+    if app is None and not allow_unknown_type and not _known_type(settings, job_type):
+        # A typo here would otherwise wait forever: nothing would ever claim the row.
+        raise JobValidationError(
+            f"no worker of {settings.db} handles {job_type!r} and no job has that type; "
+            "pass --app MODULE:ATTR to check it against your handlers, or "
+            "--allow-unknown-type to enqueue it anyway",
+            code="JOB_UNKNOWN_TYPE",
+            params={"type": job_type},
+        )
     manager = load_manager(app, settings) if app is not None else JobManager(settings.db)
     try:
         if app is not None:

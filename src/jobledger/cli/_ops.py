@@ -10,13 +10,13 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from jobledger._observe.read_model import STATUSES, Diagnosis, iso, unlinked_problem
+from jobledger._observe.read_model import STATUSES, Diagnosis, unlinked_problem
 from jobledger._storage import maintenance
 from jobledger._storage.open import is_postgres_url, open_store, redact
 from jobledger.cli._common import EXIT_FAILED, Settings, out, reader
 from jobledger.cli._jobs import status_style
 from jobledger.cli._params import Seconds
-from jobledger.cli._text import cell, dumps
+from jobledger.cli._text import cell, dumps, when
 from jobledger.errors import JobError
 
 __all__ = ["doctor", "gc", "queues"]
@@ -46,9 +46,7 @@ def queues(settings: Settings, as_json: bool) -> None:
     table.add_column("OLDEST PENDING", no_wrap=True)
     for qs in stats:
         cells = [cell(qs.counts[s], status_style(s) if qs.counts[s] else "dim") for s in STATUSES]
-        table.add_row(
-            cell(qs.name), cell(qs.type or "-"), *cells, cell(iso(qs.oldest_pending_at) or "-")
-        )
+        table.add_row(cell(qs.name), cell(qs.type or "-"), *cells, cell(when(qs.oldest_pending_at)))
     console.print(table)
 
 
@@ -59,8 +57,11 @@ def _mib(n: int) -> str:
 def _print_diagnosis(d: Diagnosis) -> None:
     console = out()
 
-    def line(ok: bool, text: str) -> None:
-        mark = Text("ok  ", style="green") if ok else Text("FAIL", style="red")
+    def line(ok: bool, text: str, *, bad: str = "FAIL") -> None:
+        if ok:
+            mark = Text("ok  ", style="green")
+        else:
+            mark = Text(bad, style="red" if bad == "FAIL" else "yellow")
         console.print(Text.assemble(mark, " ", cell(text)))
 
     def note(text: str) -> None:
@@ -89,26 +90,30 @@ def _print_diagnosis(d: Diagnosis) -> None:
     line(not dead, f"workers: {len(alive)} alive, {len(dead)} dead (not stopped)")
     for w in d.workers:
         if w.state != "stopped":
-            note(f"       {w.state:<5} {w.id} pid {w.pid} heartbeat {iso(w.heartbeat_at)}")
+            note(f"       {w.state:<5} {w.id} pid {w.pid} heartbeat {when(w.heartbeat_at)}")
     if d.leader is None:
         note("     leader: none")
     else:
         if d.leader.expires_at <= 0:
             state = "released"
         elif d.leader.valid:
-            state = f"valid until {iso(d.leader.expires_at)}"
+            state = f"valid until {when(d.leader.expires_at)}"
         else:
-            state = f"expired at {iso(d.leader.expires_at)}"
+            state = f"expired at {when(d.leader.expires_at)}"
         note(f"     leader: {d.leader.worker_id} term {d.leader.term} ({state})")
     line(not d.stuck_running, f"running jobs of workers not alive: {len(d.stuck_running)}")
     for s in d.stuck_running[:10]:
         note(f"       {s.id} {s.type} worker {s.worker_id}")
     line(not d.orphans or not alive, f"orphan jobs: {len(d.orphans)}")
-    if d.unhandled:
-        kinds = ", ".join(f"{t} ({n})" for t, n in sorted(d.unhandled.items()))
-        note(f"     waiting jobs no live worker handles: {kinds}")
+    kinds = ", ".join(f"{t} ({n})" for t, n in sorted(d.unhandled.items())) or "none"
+    line(not d.unhandled, f"waiting jobs of types no live worker handles: {kinds}", bad="WARN")
+    warned = f"[yellow]{len(d.warnings)} warning(s)[/]"
     if d.problems:
-        console.print(f"[red]{len(d.problems)} problem(s)[/]")
+        console.print(
+            f"[red]{len(d.problems)} problem(s)[/]" + (f", {warned}" if d.warnings else "")
+        )
+    elif d.warnings:
+        console.print(f"no problems, {warned}")
     else:
         console.print("[green]healthy[/]")
 
@@ -144,7 +149,8 @@ def _fail_with(db: str, problem: str, as_json: bool, **extra: Any) -> NoReturn:
 def doctor(settings: Settings, checkpoint: bool, as_json: bool) -> None:
     """Check the database: integrity, schema, WAL, workers, leader, stuck and orphan jobs.
 
-    Exits 1 when a problem is found.
+    Exits 1 when a problem is found; a warning (waiting jobs no live worker handles)
+    does not change the exit code.
     """
     _fail_if_only_an_unlinked_copy_is_left(settings.db, as_json)
     try:

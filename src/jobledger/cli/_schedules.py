@@ -16,7 +16,7 @@ from rich.table import Table
 
 from jobledger._runtime.manager import JobManager
 from jobledger.cli._common import EXIT_BAD_INPUT, Settings, fail, load_manager, out, reader
-from jobledger.cli._text import cell, dumps
+from jobledger.cli._text import cell, dumps, when
 
 __all__ = ["schedules"]
 
@@ -51,8 +51,8 @@ def list_schedules(settings: Settings, type_: str | None, as_json: bool) -> None
             cell(s["name"] or "-"),
             cell(s["trigger_text"]),
             cell("enabled", "green") if s["enabled"] else cell("paused", "yellow"),
-            cell(s["next_run"] or "-"),
-            cell(s["last_run"] or "-"),
+            cell(when(s["next_run"])),
+            cell(when(s["last_run"])),
             cell(s["fire_count"]),
         )
     console.print(table)

@@ -11,6 +11,9 @@ attacker. Two rules follow:
   overrides (which reorder what is shown) are printed as `\\x1b`-style escapes.
 
 Passwords in URLs go through `redact` (`jobledger._storage.open`) before either.
+
+Times in tables and reports have one form, `when`: ISO-8601 UTC to the second
+(`2026-01-01T10:00:00Z`). `--json` keeps the read model's full form (microseconds).
 """
 
 from __future__ import annotations
@@ -18,13 +21,15 @@ from __future__ import annotations
 import json
 import logging
 import re
+from datetime import UTC, datetime
 from typing import Any
 
 from rich.text import Text
 
 from jobledger._storage.open import redact
+from jobledger.clock import from_ms
 
-__all__ = ["RedactingFormatter", "cell", "configure_logging", "dumps", "visible"]
+__all__ = ["RedactingFormatter", "cell", "configure_logging", "dumps", "visible", "when"]
 
 # C0 controls, DEL, C1 controls, and the bidi embeddings/overrides/isolates/marks.
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
@@ -52,6 +57,25 @@ def visible(text: str, *, keep_newlines: bool = False) -> str:
 def cell(value: object, style: str = "") -> Text:
     """A table cell or a printed fragment: plain text, never markup, controls visible."""
     return Text(visible(redact(str(value))), style=style)
+
+
+def when(value: datetime | int | str | None) -> str:
+    """A time as tables show it: `2026-01-01T10:00:00Z` (UTC, to the second), `-` for
+    none. Takes a datetime, epoch milliseconds or the read model's ISO text; text that
+    is not a time is shown as it is."""
+    if value is None:
+        return "-"
+    if isinstance(value, str):
+        text = value
+        try:
+            value = datetime.fromisoformat(text)
+        except ValueError:
+            return text
+    if isinstance(value, int):
+        value = from_ms(value)
+    if value.tzinfo is None:  # the read model's times are UTC
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def dumps(value: Any, **kwargs: Any) -> str:

@@ -14,7 +14,14 @@ from html import escape
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from jobledger._observe.read_model import STATUSES, JobQuery, ReadModel, iso
+from jobledger._observe.read_model import (
+    STATUSES,
+    JobQuery,
+    ReadModel,
+    iso,
+    progress_label,
+    shown_progress,
+)
 from jobledger._types import AttemptSnapshot, JobSnapshot
 
 __all__ = ["render_index", "render_job", "render_not_found"]
@@ -40,11 +47,11 @@ def _badge(status: str) -> str:
 
 
 def _progress(snap: JobSnapshot) -> str:
-    value = 100.0 if snap.status == "completed" else (snap.progress or 0.0)
-    text = f"{value:.0f}%" if snap.progress is not None or snap.status == "completed" else ""
+    value = shown_progress(snap) or 0.0
+    text = progress_label(snap)
     return (
         f'<progress class="p-{_e(snap.status)}" max="100" value="{value:g}" '
-        f'title="{value:g}%">{value:g}%</progress> <span class="pct">{text}</span>'
+        f'title="{text or "0%"}">{text or "0%"}</progress> <span class="pct">{text}</span>'
     )
 
 
@@ -329,7 +336,7 @@ def _attempts(attempts: Sequence[AttemptSnapshot]) -> str:
 def render_job(
     snap: JobSnapshot, attempts: Sequence[AttemptSnapshot] = (), *, actions: bool = False
 ) -> str:
-    value = 100.0 if snap.status == "completed" else (snap.progress or 0.0)
+    value = shown_progress(snap) or 0.0
     error = snap.error.to_json() if snap.error is not None else None
     hidden_error = "" if error else " hidden"
     code, message = (snap.error.code, snap.error.message) if snap.error else ("", "")
@@ -342,7 +349,7 @@ def render_job(
 <div class="progress-row">
   <progress id="progress" class="p-{_e(snap.status)}" max="100" value="{value:g}"
    aria-label="Progress"></progress>
-  <span id="progress-text">{value:g}%</span>
+  <span id="progress-text">{progress_label(snap) or "0%"}</span>
   <span id="progress-detail" class="muted">{_e(snap.progress_detail or "")}</span>
   {cancel}
 </div>

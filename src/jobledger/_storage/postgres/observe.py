@@ -28,6 +28,7 @@ from jobledger._storage.postgres.migrate import SCHEMA_VERSION
 
 __all__ = [
     "count_finished_before",
+    "has_job_of_type",
     "job_metrics",
     "leader_lease",
     "queue_counts",
@@ -172,6 +173,14 @@ def count_finished_before(conn: Conn, s: str, before_ms: int) -> int:
         (before_ms,),
     ).fetchone()
     return 0 if row is None else int(row[0])
+
+
+def has_job_of_type(conn: Conn, s: str, type_name: str) -> bool:
+    """`sqlite/observe.has_job_of_type` in this dialect (also a scan: `type` has no index)."""
+    row = conn.execute(
+        f"SELECT EXISTS (SELECT 1 FROM {s}.jobs WHERE type = %s)", (type_name,)
+    ).fetchone()
+    return row is not None and bool(row[0])
 
 
 def storage_facts(conn: Conn) -> StorageFacts:

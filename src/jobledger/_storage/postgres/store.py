@@ -943,6 +943,9 @@ class PostgresStore(ScheduleOps, WorkerOps):
     def count_finished_before(self, before_ms: int) -> int:
         return self.read(lambda c: observe.count_finished_before(c, self._ident, before_ms))
 
+    def has_job_of_type(self, type_name: str) -> bool:
+        return self.read(lambda c: observe.has_job_of_type(c, self._ident, type_name))
+
     def storage_facts(self) -> StorageFacts:
         return self.read(observe.storage_facts)
 

@@ -38,6 +38,7 @@ __all__ = [
     "collected_totals",
     "count_finished_before",
     "get_by_id",
+    "has_job_of_type",
     "job_metrics",
     "leader_lease",
     "queue_counts",
@@ -58,6 +59,9 @@ _LIST_WORKERS = (
 )
 _LEADER = "SELECT worker_id, term, expires_at FROM leader WHERE id = 1"
 _GET_BY_ID = f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?"
+# No index on `type`: a type no row has reads the whole table, once per
+# `jobledger jobs enqueue` without --app (the CLI's check), which is rare enough.
+_HAS_TYPE = "SELECT EXISTS (SELECT 1 FROM jobs WHERE type = ?)"
 
 # The dashboard's per-queue counts in one pass, grouped by queue alone: the GROUP BY's
 # sort of every row is most of the cost, and a key of (queue, status) made it ~25%
@@ -198,6 +202,10 @@ def job_metrics(conn: sqlite3.Connection, bounds_ms: tuple[int, ...]) -> JobMetr
 
 def count_finished_before(conn: sqlite3.Connection, before_ms: int) -> int:
     return int(conn.execute(_COUNT_FINISHED_BEFORE, (before_ms,)).fetchone()[0])
+
+
+def has_job_of_type(conn: sqlite3.Connection, type_name: str) -> bool:
+    return bool(conn.execute(_HAS_TYPE, (type_name,)).fetchone()[0])
 
 
 def size(path: str) -> int:

@@ -744,6 +744,9 @@ class SqliteStore(ScheduleOps, WorkerOps):
     def count_finished_before(self, before_ms: int) -> int:
         return self.read(lambda c: observe.count_finished_before(c, before_ms))
 
+    def has_job_of_type(self, type_name: str) -> bool:
+        return self.read(lambda c: observe.has_job_of_type(c, type_name))
+
     def storage_facts(self) -> StorageFacts:
         return self.read(lambda c: observe.storage_facts(c, self.path))
 

@@ -60,6 +60,8 @@
     const detail = document.getElementById("progress-detail");
     const statusEl = document.getElementById("status");
 
+    // The rule of `shown_progress`/`progress_label` in _observe/read_model.py: a completed
+    // job shows 100%, others what they last reported, to one decimal.
     function setProgress(status, progress, text) {
       const value = status === "completed" ? 100 : progress == null ? 0 : progress;
       bar.className = `p-${status}`;
