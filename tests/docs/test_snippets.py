@@ -13,8 +13,9 @@ it runs:
   written there, then run.
 - `<!-- snippet: append NAME -->`: the block is added to the end of NAME, which then runs.
 - `<!-- snippet: context ... -->`: the comment's own lines (after `context`) are code
-  run before every later block of the page: the imports and objects a reference page
-  takes for granted (`jobs`, a job type). Not shown, and not a block itself.
+  run before every later block of the page, after the earlier contexts: the imports and
+  objects a reference page takes for granted (`jobs`, a job type). Not shown, and not a
+  block itself.
 - `<!-- snippet: postgres -->`: the block needs PostgreSQL; every `postgresql://` URL
   in it becomes the test server's, with a fresh schema (skipped when the server is
   unreachable, as the suite's other PostgreSQL tests are).
@@ -76,7 +77,7 @@ def blocks(page: Path) -> list[Block]:
         context = ""
         for at, code in contexts:
             if at < m.start("code"):
-                context = code
+                context += code  # contexts accumulate down the page
         line = text.count("\n", 0, m.start("code"))
         out.append(Block(line, m["code"], marker, context))
     return out
