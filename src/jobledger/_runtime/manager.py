@@ -56,7 +56,7 @@ from jobledger._runtime.handle import JobHandle
 from jobledger._runtime.lifecycle import DRAIN_TIMEOUT, Hold, Lifecycle, WorkerSettings
 from jobledger._runtime.queues import QueueBook
 from jobledger._runtime.timers import wait_with_timeout
-from jobledger._scheduling.job_schedules import snapshot_of
+from jobledger._scheduling.job_schedules import HostState, JobSchedules, snapshot_of
 from jobledger._scheduling.triggers import CatchUpPolicy, SkipMissed, Trigger
 from jobledger._storage import layout as L
 from jobledger._storage.interface import (
@@ -269,9 +269,16 @@ class JobManager:
         self._lifecycle = Lifecycle(
             self._store, self._engine, self.clock, self._handlers, self._settings, self._queues
         )
-        from jobledger._scheduling.job_schedules import JobSchedules
-
-        self._schedules = JobSchedules(self)
+        self._schedules = JobSchedules(
+            self._store,
+            self.clock,
+            self._handlers,
+            worker_id=self.worker_id,
+            max_payload_bytes=self.max_payload_bytes,
+            now_ms=self._engine.now_ms,
+            after_enqueue=self._after_enqueue,
+            state=lambda: HostState(self._loop, self._started, self._stopping),
+        )
         self._lifecycle.schedules = self._schedules
 
     # -- options (read at each use; the CLI sets some between construction and start) -

@@ -29,6 +29,13 @@ turns a timer's fire into a job. Rules:
 * `*_tx` variants validate first, write through the caller's transaction and never touch
   timers; `sync_job_schedule_timer_by_id` does that after commit. A rolled-back update
   therefore leaves the old row and the same armed timer, phase intact.
+
+`JobSchedules` is built from what it uses, not from the manager: the store, the clock,
+the handler registry (read live: handlers registered later count), the host's identity
+and payload limit, and two callbacks into the host (`after_enqueue` once a fire's job is
+committed, `state` for the host's loop and whether it runs). So it depends on no
+manager internals, and a host without a loop or handlers (the CLI) can use the row
+operations too.
 """
 
 from __future__ import annotations
@@ -38,9 +45,9 @@ import json
 import logging
 import unicodedata
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, NamedTuple
 
 from jobledger._core.limits import findable, has_surrogate
 from jobledger._core.registry import HandlerSpec, JobType, dumps, encode_metadata
@@ -63,15 +70,13 @@ from jobledger._scheduling.triggers import (
     trigger_to_json,
     validate_catch_up,
 )
+from jobledger._storage.interface import JobRow, NewJob, Store
 from jobledger._storage.records import ScheduleRow
 from jobledger._types import MissedEvent, ScheduleSnapshot
-from jobledger.clock import from_ms, to_ms
+from jobledger.clock import Clock, from_ms, to_ms
 from jobledger.errors import JobValidationError, ScheduleError
 
-if TYPE_CHECKING:
-    from jobledger._runtime.manager import JobManager
-
-__all__ = ["JobSchedules", "validate_name"]
+__all__ = ["HostState", "JobSchedules", "validate_name"]
 
 log = logging.getLogger("jobledger.schedules")
 
@@ -120,12 +125,37 @@ def snapshot_of(row: ScheduleRow) -> ScheduleSnapshot:
     )
 
 
+class HostState(NamedTuple):
+    """The host's running state, asked for at each use (it changes at start and stop)."""
+
+    loop: asyncio.AbstractEventLoop | None  # where timers live; None before start
+    started: bool
+    stopping: bool
+
+
 class JobSchedules(ScheduleHooks):
     """The schedule half of a `JobManager` (see the module docstring)."""
 
-    def __init__(self, manager: JobManager) -> None:
-        self.m = manager
-        self.sched = SchedulerService(manager.clock)
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        handlers: Mapping[str, HandlerSpec[Any]],
+        *,
+        worker_id: str,
+        max_payload_bytes: int,
+        now_ms: Callable[[], int],
+        after_enqueue: Callable[[Sequence[NewJob], Sequence[JobRow]], None],
+        state: Callable[[], HostState],
+    ) -> None:
+        self.store = store
+        self.handlers = handlers
+        self.worker_id = worker_id  # `enqueued_by` of the jobs fires write
+        self.max_payload_bytes = max_payload_bytes
+        self.now_ms = now_ms
+        self.after_enqueue = after_enqueue
+        self.state = state
+        self.sched = SchedulerService(clock)
         self.leader = True  # until a leader election says otherwise
         self.armed_phase = False  # the recovery flow reached "arm"
         self.paused = False
@@ -140,17 +170,17 @@ class JobSchedules(ScheduleHooks):
 
     def _spec(self, job_type: JobType[Any] | str) -> HandlerSpec[Any]:
         name = job_type.name if isinstance(job_type, JobType) else job_type
-        spec = self.m._handlers.get(name) if isinstance(name, str) else None
+        spec = self.handlers.get(name) if isinstance(name, str) else None
         if spec is None:
             raise JobValidationError(
                 f"no handler is registered for job type {job_type!r}",
                 code="JOB_UNKNOWN_TYPE",
-                params={"type": repr(job_type), "known_types": sorted(self.m._handlers)},
+                params={"type": repr(job_type), "known_types": sorted(self.handlers)},
             )
         return spec
 
     def _payload_json(self, spec: HandlerSpec[Any], payload: Any) -> str:
-        _, text = spec.job_type.encode(payload, max_bytes=self.m.max_payload_bytes)
+        _, text = spec.job_type.encode(payload, max_bytes=self.max_payload_bytes)
         return text
 
     def _trigger_json(self, trigger: Trigger) -> str:
@@ -196,16 +226,16 @@ class JobSchedules(ScheduleHooks):
         metadata_json = self._metadata_json(metadata)
         self._check_free(conn, spec.name, stored_name, None)
         sid = str(uuid.uuid4())
-        now = self.m._engine.now_ms()
+        now = self.now_ms()
         row = ScheduleRow(
             sid, spec.name, stored_name, trigger_json, payload_json, catch_up_json,
             1 if enabled else 0, None, None, 0, metadata_json, now, now,
         )  # fmt: skip
-        self.m._store.insert_schedule(row, conn)
+        self.store.insert_schedule(row, conn)
         return sid
 
     def _check_free(self, conn: Any, type_name: str, name: str, own_id: str | None) -> None:
-        row = self.m._store.get_schedule_by_name(type_name, name, conn)
+        row = self.store.get_schedule_by_name(type_name, name, conn)
         if row is not None and row.id != own_id:
             if name == "":
                 raise ScheduleError(
@@ -228,7 +258,7 @@ class JobSchedules(ScheduleHooks):
                 f"unknown schedule fields: {', '.join(sorted(unknown))}",
                 code="JOB_INVALID_OPTION",
             )
-        store = self.m._store
+        store = self.store
         row = store.get_schedule(sid, conn)
         if row is None:
             return None
@@ -253,7 +283,7 @@ class JobSchedules(ScheduleHooks):
             if not patch["enabled"]:
                 sets["next_run"] = None
         if sets:
-            sets["updated_at"] = self.m._engine.now_ms()
+            sets["updated_at"] = self.now_ms()
             store.update_schedule(sid, sets, conn)
         new = store.get_schedule(sid, conn)
         return None if new is None else snapshot_of(new)
@@ -261,10 +291,10 @@ class JobSchedules(ScheduleHooks):
     def get_row(self, sid: str) -> ScheduleRow | None:
         if not findable(sid, "schedule_id"):
             return None
-        return self.m._store.get_schedule(sid)
+        return self.store.get_schedule(sid)
 
     def list_rows(self) -> list[ScheduleRow]:
-        return self.m._store.list_schedules()
+        return self.store.list_schedules()
 
     def resolve_name(self, job_type: JobType[Any] | str, name: str | None) -> ScheduleRow | None:
         type_name = job_type.name if isinstance(job_type, JobType) else job_type
@@ -272,8 +302,8 @@ class JobSchedules(ScheduleHooks):
             # Validated like a registration: "" would otherwise find the singleton, whose
             # stored name is the internal "" sentinel.
             stored = validate_name(name)
-            return self.m._store.get_schedule_by_name(type_name, stored)
-        rows = self.m._store.schedules_of_type(type_name)
+            return self.store.get_schedule_by_name(type_name, stored)
+        rows = self.store.schedules_of_type(type_name)
         if len(rows) > 1:
             raise ScheduleError(
                 f"{type_name!r} has {len(rows)} schedules; name the one you mean",
@@ -284,7 +314,7 @@ class JobSchedules(ScheduleHooks):
 
     def not_found(self, job_type: JobType[Any] | str, name: str | None) -> ScheduleError:
         type_name = job_type.name if isinstance(job_type, JobType) else job_type
-        rows = self.m._store.schedules_of_type(type_name)
+        rows = self.store.schedules_of_type(type_name)
         return ScheduleError(
             f"no schedule of {type_name!r} named {name!r}",
             code="JOB_SCHEDULE_NOT_FOUND_BY_NAME",
@@ -298,13 +328,13 @@ class JobSchedules(ScheduleHooks):
     # -- timers ---------------------------------------------------------------------
 
     def may_arm(self) -> bool:
-        m = self.m
+        host = self.state()
         return (
-            m._started
-            and not m._stopping
+            host.started
+            and not host.stopping
             and self.armed_phase
             and self.leader
-            and m._loop is not None
+            and host.loop is not None
         )
 
     def sync(self, sid: str) -> None:
@@ -313,7 +343,7 @@ class JobSchedules(ScheduleHooks):
         Timers live on the manager's loop: called from another thread (a web app beside
         the worker), the work is handed to that loop and happens shortly after.
         """
-        loop = self.m._loop
+        loop = self.state().loop
         if loop is not None and not _on_loop(loop):
             if not loop.is_closed():
                 loop.call_soon_threadsafe(self.sync, sid)
@@ -368,7 +398,7 @@ class JobSchedules(ScheduleHooks):
             self.sched.pause(timer)
 
     def _set_next_run(self, sid: str, next_ms: int | None) -> None:
-        self.m._store.set_schedule_next_run(sid, next_ms, self.m._engine.now_ms())
+        self.store.set_schedule_next_run(sid, next_ms, self.now_ms())
 
     async def _fire(self, sid: str, fire_time: datetime) -> None:
         if self.paused:
@@ -415,7 +445,6 @@ class JobSchedules(ScheduleHooks):
         catch_up_next: int | None = None,
     ) -> bool:
         """One transaction: the calendar compare-and-set and the job row. True if written."""
-        m = self.m
         sid, type_name = row.id, row.type
         job = None
         try:
@@ -425,21 +454,21 @@ class JobSchedules(ScheduleHooks):
                 spec,
                 json.loads(row.payload),
                 EnqueueOptions(idempotency_key=key, schedule_id=sid, delay=delay),
-                now_ms=m._engine.now_ms(),
-                enqueued_by=m.worker_id,
-                max_payload_bytes=m.max_payload_bytes,
+                now_ms=self.now_ms(),
+                enqueued_by=self.worker_id,
+                max_payload_bytes=self.max_payload_bytes,
             )
         except Exception:
             log.exception("schedule %s: its job could not be built; the fire is consumed", sid)
         try:
-            answer = m._store.fire_schedule(
+            answer = self.store.fire_schedule(
                 sid,
                 job,
                 expected_next=expected_next,
                 last_run=last_run,
                 next_run=next_run,
                 catch_up_next=catch_up_next,
-                now_ms=m._engine.now_ms(),
+                now_ms=self.now_ms(),
             )
         except Exception:
             log.exception("schedule %s: the fire could not be written", sid)
@@ -447,11 +476,10 @@ class JobSchedules(ScheduleHooks):
         if answer is None:
             return False
         if job is not None:
-            m._after_enqueue([job], answer)
+            self.after_enqueue([job], answer)
         return True
 
     async def manual(self, row: ScheduleRow) -> bool:
-        m = self.m
         sid = row.id
         snap = snapshot_of(row)
         spec = self._spec(row.type)
@@ -460,16 +488,16 @@ class JobSchedules(ScheduleHooks):
             spec,
             json.loads(row.payload),
             EnqueueOptions(schedule_id=sid),
-            now_ms=m._engine.now_ms(),
-            enqueued_by=m.worker_id,
-            max_payload_bytes=m.max_payload_bytes,
+            now_ms=self.now_ms(),
+            enqueued_by=self.worker_id,
+            max_payload_bytes=self.max_payload_bytes,
         )
-        now = m._engine.now_ms()
+        now = self.now_ms()
         consume = isinstance(snap.trigger, Once) and now >= to_ms(snap.trigger.at)
-        answer = m._store.manual_fire(sid, job, consume=consume, now_ms=now)
+        answer = self.store.manual_fire(sid, job, consume=consume, now_ms=now)
         if answer is None:
             return False
-        m._after_enqueue([job], answer)
+        self.after_enqueue([job], answer)
         if consume:
             self.sync(sid)  # the one-shot is spent now: its timer goes
         return True
@@ -487,11 +515,11 @@ class JobSchedules(ScheduleHooks):
             self.arm_all()
 
     async def _catch_up_all(self) -> None:
-        rows = [r for r in self.list_rows() if r.enabled and r.type in self.m._handlers]
+        rows = [r for r in self.list_rows() if r.enabled and r.type in self.handlers]
         for row in rows:
             # One schedule's catch-up (on_missed + make-up job) is atomic; stop and a
             # lost leadership are honoured between schedules.
-            if self.m._stopping or not self.leader:
+            if self.state().stopping or not self.leader:
                 return
             try:
                 await self._catch_up(row)
@@ -502,7 +530,7 @@ class JobSchedules(ScheduleHooks):
         snap = snapshot_of(row)
         if isinstance(snap.trigger, Once) or row.next_run is None:
             return
-        now_ms = self.m._engine.now_ms()
+        now_ms = self.now_ms()
         if row.next_run > now_ms:
             return
         now = from_ms(now_ms)
@@ -531,7 +559,7 @@ class JobSchedules(ScheduleHooks):
             won = self._cas_only(row.id, row.next_run, following_ms)
         if not won:
             return
-        spec = self.m._handlers.get(row.type)
+        spec = self.handlers.get(row.type)
         if spec is not None and spec.on_missed is not None:
             # last_fire_at is when it last really fired (the reference's lastRun), not
             # the last missed point: that one follows from the trigger and the count.
@@ -549,11 +577,11 @@ class JobSchedules(ScheduleHooks):
                 log.exception("on_missed of %s raised; ignored", row.type)
 
     def _cas_only(self, sid: str, expected: int, following: int | None) -> bool:
-        return self.m._store.catch_up_schedule(sid, expected, following, self.m._engine.now_ms())
+        return self.store.catch_up_schedule(sid, expected, following, self.now_ms())
 
     def arm_all(self) -> None:
         for row in self.list_rows():
-            if row.enabled and row.type in self.m._handlers:
+            if row.enabled and row.type in self.handlers:
                 try:
                     self.arm(row)
                 except Exception:
@@ -563,7 +591,7 @@ class JobSchedules(ScheduleHooks):
         if leader == self.leader:
             return
         self.leader = leader
-        loop = self.m._loop
+        loop = self.state().loop
         if leader and self.may_arm() and loop is not None:
             self._takeover = loop.create_task(self._take_over())
         elif not leader:
@@ -586,7 +614,7 @@ class JobSchedules(ScheduleHooks):
         if self._takeover is not None and not self._takeover.done():
             return  # arming now would move next_run past the points it is catching up
         try:
-            rows = {r.id: r for r in self.list_rows() if r.type in self.m._handlers}
+            rows = {r.id: r for r in self.list_rows() if r.type in self.handlers}
         except Exception:
             log.warning("could not read schedules; the next change retries", exc_info=True)
             return
