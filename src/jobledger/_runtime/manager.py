@@ -901,6 +901,39 @@ class JobManager:
             enabled=enabled,
         )
 
+    def ensure_job_schedule(
+        self,
+        job_type: JobType[P] | str,
+        payload: P,
+        *,
+        trigger: Trigger,
+        name: str | None = None,
+        catch_up: CatchUpPolicy | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        enabled: bool | None = None,
+    ) -> str:
+        """The id of the schedule `(job_type, name)`, created or brought up to date.
+
+        Idempotent, for schedules declared in code: a new one is registered (enabled
+        unless `enabled=False`); an existing one gets this trigger, payload, catch-up and
+        metadata where they differ, and keeps its id, its calendar (an unchanged trigger
+        keeps its phase and `next_run`) and its `enabled` unless `enabled` is given. Any
+        number of processes may call it at once for one schedule: all get the same id.
+        """
+        ensured = self._schedules.ensure(
+            job_type,
+            payload,
+            trigger=trigger,
+            name=name,
+            catch_up=catch_up or SkipMissed(),
+            metadata=metadata,
+            enabled=enabled,
+        )
+        sid = ensured.row.id
+        if ensured.inserted or {"trigger", "enabled"} & set(ensured.changed):
+            self._schedules.sync(sid)
+        return sid
+
     def update_job_schedule(self, schedule_id: str, **patch: Any) -> ScheduleSnapshot | None:
         """Change fields (name, trigger, payload, catch_up, enabled, metadata).
 

@@ -71,7 +71,7 @@ from jobledger._scheduling.triggers import (
     validate_catch_up,
 )
 from jobledger._storage.interface import JobRow, NewJob, Store
-from jobledger._storage.records import ScheduleRow
+from jobledger._storage.records import EnsuredSchedule, ScheduleRow
 from jobledger._types import MissedEvent, ScheduleSnapshot
 from jobledger.clock import Clock, from_ms, to_ms
 from jobledger.errors import JobValidationError, ScheduleError
@@ -234,6 +234,53 @@ class JobSchedules(ScheduleHooks):
         self.store.insert_schedule(row, conn)
         return sid
 
+    def ensure(
+        self,
+        job_type: JobType[Any] | str,
+        payload: Any,
+        *,
+        trigger: Trigger,
+        name: str | None,
+        catch_up: CatchUpPolicy,
+        metadata: Mapping[str, Any] | None,
+        enabled: bool | None,
+    ) -> EnsuredSchedule:
+        """Create the schedule `(type, name)`, or bring the existing one's trigger,
+        payload, catch-up and metadata (and `enabled`, unless None) to these where they
+        differ. Validated like `register_in`; the write is `Store.ensure_schedule`."""
+        spec = self._spec(job_type)
+        if enabled is not None and not isinstance(enabled, bool):
+            raise JobValidationError("enabled must be a bool or None", code="JOB_INVALID_OPTION")
+        stored_name = validate_name(name)
+        wanted = {
+            "trigger": self._trigger_json(trigger),
+            "catch_up": self._catch_up_json(catch_up),
+            "payload": self._payload_json(spec, payload),
+            "metadata": self._metadata_json(metadata),
+        }
+        now = self.now_ms()
+        row = ScheduleRow(
+            str(uuid.uuid4()), spec.name, stored_name, wanted["trigger"], wanted["payload"],
+            wanted["catch_up"], 0 if enabled is False else 1, None, None, 0,
+            wanted["metadata"], now, now,
+        )  # fmt: skip
+
+        def changes(existing: ScheduleRow) -> dict[str, Any]:
+            # Compared as canonical JSON: a row written by an older version may spell the
+            # same value differently, and rewriting an unchanged trigger would re-arm it.
+            sets: dict[str, Any] = {
+                column: text
+                for column, text in wanted.items()
+                if _canonical(getattr(existing, column)) != _canonical(text)
+            }
+            if enabled is not None and bool(existing.enabled) != enabled:
+                sets.update(_enabled_columns(enabled))
+            if sets:
+                sets["updated_at"] = now
+            return sets
+
+        return self.store.ensure_schedule(row, changes)
+
     def _check_free(self, conn: Any, type_name: str, name: str, own_id: str | None) -> None:
         row = self.store.get_schedule_by_name(type_name, name, conn)
         if row is not None and row.id != own_id:
@@ -279,9 +326,7 @@ class JobSchedules(ScheduleHooks):
         if "enabled" in patch:
             if not isinstance(patch["enabled"], bool):
                 raise JobValidationError("enabled must be a bool", code="JOB_INVALID_OPTION")
-            sets["enabled"] = 1 if patch["enabled"] else 0
-            if not patch["enabled"]:
-                sets["next_run"] = None
+            sets.update(_enabled_columns(patch["enabled"]))
         if sets:
             sets["updated_at"] = self.now_ms()
             store.update_schedule(sid, sets, conn)
@@ -691,6 +736,18 @@ class JobSchedules(ScheduleHooks):
             except (asyncio.CancelledError, Exception):
                 pass
         await self.sched.stop()
+
+
+def _enabled_columns(enabled: bool) -> dict[str, Any]:
+    """The columns a pause or resume sets: a paused schedule has no next automatic fire."""
+    return {"enabled": 1} if enabled else {"enabled": 0, "next_run": None}
+
+
+def _canonical(text: str) -> str:
+    try:
+        return json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"))
+    except ValueError:
+        return text  # not JSON (a damaged row): compared as it is, so it gets rewritten
 
 
 def _timer_id(sid: str) -> str:
