@@ -50,7 +50,13 @@ from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from jobledger._core.limits import findable, has_surrogate
-from jobledger._core.registry import HandlerSpec, JobType, dumps, encode_metadata
+from jobledger._core.registry import (
+    MAX_PAYLOAD_BYTES,
+    HandlerSpec,
+    JobType,
+    dumps,
+    encode_metadata,
+)
 from jobledger._runtime.enqueue import EnqueueOptions, prepare
 from jobledger._runtime.lifecycle import ScheduleHooks
 from jobledger._scheduling.scheduler import SchedulerService
@@ -70,7 +76,8 @@ from jobledger._scheduling.triggers import (
     trigger_to_json,
     validate_catch_up,
 )
-from jobledger._storage.interface import JobRow, NewJob, Store
+from jobledger._storage import layout as L
+from jobledger._storage.interface import JobFilter, JobRow, NewJob, Store
 from jobledger._storage.records import EnsuredSchedule, ScheduleRow
 from jobledger._types import MissedEvent, ScheduleSnapshot
 from jobledger.clock import Clock, from_ms, to_ms
@@ -165,6 +172,22 @@ class JobSchedules(ScheduleHooks):
         # rows another process changed.
         self.armed: dict[str, str] = {}
         self._takeover: asyncio.Task[None] | None = None
+
+    @classmethod
+    def for_rows(cls, store: Store, clock: Clock, *, worker_id: str) -> JobSchedules:
+        """The schedules of a host that runs nothing (the CLI): no handlers, no loop, so
+        it never arms a timer; it pauses, resumes (`update_in`) and fires by hand
+        (`manual_from_row`) through the store."""
+        return cls(
+            store,
+            clock,
+            {},
+            worker_id=worker_id,
+            max_payload_bytes=MAX_PAYLOAD_BYTES,
+            now_ms=lambda: int(clock.time() * 1000),
+            after_enqueue=lambda jobs, rows: None,
+            state=lambda: HostState(None, False, False),
+        )
 
     # -- validation -----------------------------------------------------------------
 
@@ -332,6 +355,10 @@ class JobSchedules(ScheduleHooks):
             store.update_schedule(sid, sets, conn)
         new = store.get_schedule(sid, conn)
         return None if new is None else snapshot_of(new)
+
+    def update(self, sid: str, patch: Mapping[str, Any]) -> ScheduleSnapshot | None:
+        """`update_in` in a write transaction of its own; touches no timer."""
+        return self.store.write(lambda conn: self.update_in(conn, sid, patch), "update_schedule")
 
     def get_row(self, sid: str) -> ScheduleRow | None:
         if not findable(sid, "schedule_id"):
@@ -525,27 +552,62 @@ class JobSchedules(ScheduleHooks):
         return True
 
     async def manual(self, row: ScheduleRow) -> bool:
-        sid = row.id
-        snap = snapshot_of(row)
         spec = self._spec(row.type)
         job = prepare(
             spec.job_type,
             spec,
             json.loads(row.payload),
-            EnqueueOptions(schedule_id=sid),
+            EnqueueOptions(schedule_id=row.id),
             now_ms=self.now_ms(),
             enqueued_by=self.worker_id,
             max_payload_bytes=self.max_payload_bytes,
         )
+        return self._manual_write(row, job) is not None
+
+    def manual_from_row(self, row: ScheduleRow) -> str | None:
+        """A manual fire by a host without the type's handler (the CLI); the new job's id,
+        or None when the schedule is gone.
+
+        The row gives the type and the payload (validated when it was stored). The
+        handler's choices (queue, priority, attempts, timeout) are copied from the
+        schedule's newest job, which that handler made for the same schedule; a schedule
+        without jobs gets the type's defaults, as `enqueue` of a type without a handler.
+        """
+        opts = EnqueueOptions(schedule_id=row.id)
+        newest = self.store.list(JobFilter(schedule_id=row.id), limit=1, offset=0)
+        if newest:
+            made = newest[0]
+            opts.queue = made[L.C_QUEUE]
+            opts.priority = made[L.C_PRIORITY]
+            opts.max_attempts = made[L.C_MAX_ATTEMPTS]
+            timeout_ms = made[L.C_TIMEOUT]
+            opts.timeout = None if timeout_ms is None else timeout_ms / 1000
+        job = prepare(
+            JobType(row.type, object),
+            None,
+            json.loads(row.payload),
+            opts,
+            now_ms=self.now_ms(),
+            enqueued_by=self.worker_id,
+            # Accepted when it was stored, perhaps under a larger limit than this host's.
+            max_payload_bytes=max(self.max_payload_bytes, len(row.payload.encode())),
+        )
+        written = self._manual_write(row, job)
+        # The stored row's id: SQLite may have reissued the job under a fresh one.
+        return None if written is None else str(written[0][L.C_ID])
+
+    def _manual_write(self, row: ScheduleRow, job: NewJob) -> list[JobRow] | None:
+        sid = row.id
+        trigger = snapshot_of(row).trigger
         now = self.now_ms()
-        consume = isinstance(snap.trigger, Once) and now >= to_ms(snap.trigger.at)
+        consume = isinstance(trigger, Once) and now >= to_ms(trigger.at)
         answer = self.store.manual_fire(sid, job, consume=consume, now_ms=now)
         if answer is None:
-            return False
+            return None
         self.after_enqueue([job], answer)
         if consume:
             self.sync(sid)  # the one-shot is spent now: its timer goes
-        return True
+        return answer
 
     # -- lifecycle hooks ------------------------------------------------------------
 
