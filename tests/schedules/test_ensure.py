@@ -113,7 +113,7 @@ def test_bad_input_raises_its_code_and_writes_nothing(jobs: jl.JobManager, exist
     ok: dict[str, Any] = {"trigger": EVERY_MINUTE, "name": "n"}
     cases: list[tuple[str, Callable[[], object]]] = [
         ("JOB_UNKNOWN_TYPE", lambda: jobs.ensure_job_schedule("sched.nobody", {"n": 1}, **ok)),
-        ("JOB_PAYLOAD_INVALID", lambda: jobs.ensure_job_schedule(TICK, {"n": "x"}, **ok)),
+        ("JOB_PAYLOAD_INVALID", lambda: jobs.ensure_job_schedule(TICK.name, {"n": "x"}, **ok)),
         (
             "JOB_SCHEDULE_NAME_INVALID",
             lambda: jobs.ensure_job_schedule(TICK, Tick(n=1), trigger=EVERY_MINUTE, name=" n"),
