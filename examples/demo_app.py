@@ -132,7 +132,7 @@ async def ingest(ctx: jl.JobContext[Ingest]) -> dict[str, Any]:
 
 
 def seed(manager: jl.JobManager) -> list[str]:
-    """Enqueue the sample jobs and make sure the cron schedule exists; return the job ids."""
+    """Enqueue the sample jobs and declare the schedules; return the job ids."""
     ids = [
         manager.enqueue(REPORT, Report(title="Quarterly report", sections=40)).id,
         manager.enqueue(REPORT, Report(title="Weekly digest", sections=12)).id,
