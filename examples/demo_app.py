@@ -132,7 +132,7 @@ async def ingest(ctx: jl.JobContext[Ingest]) -> dict[str, Any]:
 
 
 def seed(manager: jl.JobManager) -> list[str]:
-    """Enqueue the sample jobs and make sure the cron schedule exists; return the job ids."""
+    """Enqueue the sample jobs and declare the schedules; return the job ids."""
     ids = [
         manager.enqueue(REPORT, Report(title="Quarterly report", sections=40)).id,
         manager.enqueue(REPORT, Report(title="Weekly digest", sections=12)).id,
@@ -143,8 +143,6 @@ def seed(manager: jl.JobManager) -> list[str]:
             REMINDER, Reminder(to="ops@example.com", text="<script>alert('hi')</script>"), delay=20
         ).id,
     ]
-    if not manager.list_job_schedules(type=CLEANUP):
-        manager.register_job_schedule(CLEANUP, Cleanup(), trigger=jl.Cron("* * * * *"))
-    if not manager.list_job_schedules(type=INGEST):
-        manager.register_job_schedule(INGEST, Ingest(source="events"), trigger=jl.Interval(4))
+    manager.ensure_job_schedule(CLEANUP, Cleanup(), trigger=jl.Cron("* * * * *"))
+    manager.ensure_job_schedule(INGEST, Ingest(source="events"), trigger=jl.Interval(4))
     return ids

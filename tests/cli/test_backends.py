@@ -81,9 +81,63 @@ def test_jobs_queues_and_schedules_read_the_same_on_every_backend(cli_on: Cli) -
     row = next(line for line in cli("schedules", "list").stdout.splitlines() if sid in line)
     assert row.split()[1:6] == ["math.add", "hourly", "every", "3600s", "enabled"]
     assert json.loads(cli("schedules", "show", sid).stdout)["name"] == "hourly"
-    paused = cli("schedules", "pause", sid, "--app", cli.app)
+    paused = cli("schedules", "pause", sid)
     assert paused.exit_code == 0, paused.stderr
     assert json.loads(cli("schedules", "list", "--json").stdout)[0]["enabled"] is False
+
+
+def test_schedule_changes_need_only_the_row_on_every_backend(cli_on: Cli) -> None:
+    """run-now, pause and resume without `--app`: the job run-now writes is the manager's
+    manual fire (payload, `schedule_id`, `last_run` set, calendar untouched), with the
+    handler's queue, attempts and timeout taken from the schedule's newest job."""
+    cli = cli_on
+    add = jl.JobType("math.add", dict)
+    jobs = jl.JobManager(cli.db)
+
+    @jobs.handler(
+        add, recovery="retry", queue="adders", timeout=30, retry=jl.RetryPolicy(max_attempts=5)
+    )
+    def adder(ctx: jl.JobContext[dict[str, int]]) -> None:
+        return None
+
+    sid = jobs.register_job_schedule(add, {"a": 1}, trigger=jl.Interval(seconds=3600))
+    next_run = 4_102_444_800_000  # 2100-01-01, as a leader would have armed it
+    db_rows(cli.db, "UPDATE job_schedules SET next_run = ? WHERE id = ?", (next_run, sid))
+
+    def run_now() -> jl.JobSnapshot:
+        ran = cli("schedules", "run-now", sid)
+        assert ran.exit_code == 0, ran.stderr
+        job = jobs.get(ran.stdout.strip())
+        assert job is not None, ran.stdout
+        assert (job.schedule_id, job.payload, job.idempotency_key) == (sid, {"a": 1}, None)
+        return job
+
+    # No job yet: the type's defaults, as `jobs enqueue TYPE` without --app.
+    first = run_now()
+    assert (first.queue, first.max_attempts, first.timeout) == ("math.add", 3, None)
+    snap = jobs.get_job_schedule_by_id(sid)
+    assert snap is not None
+    assert snap.last_run is not None
+    assert snap.next_run is not None
+    assert round(snap.next_run.timestamp() * 1000) == next_run
+    # After the handler made one, its choices.
+    assert asyncio.run(jobs.trigger_job_schedule_now_by_id(sid)) is True
+    second = run_now()
+    assert (second.queue, second.max_attempts, second.timeout) == ("adders", 5, 30.0)
+    assert jobs.count(schedule_id=sid) == 3
+
+    assert cli("schedules", "pause", sid).stdout.strip() == f"{sid} paused"
+    paused = jobs.get_job_schedule_by_id(sid)
+    assert paused is not None
+    assert (paused.enabled, paused.next_run) == (False, None)
+    assert cli("schedules", "resume", sid).stdout.strip() == f"{sid} resumed"
+    resumed = jobs.get_job_schedule_by_id(sid)
+    assert resumed is not None
+    assert resumed.enabled is True
+    missing = cli("schedules", "run-now", "no-such-schedule")
+    assert missing.exit_code == 1
+    assert "JOB_SCHEDULE_NOT_FOUND" in missing.stderr
+    asyncio.run(jobs.stop())
 
 
 def test_doctor_on_every_backend_reports_health_then_a_dead_worker(cli_on: Cli) -> None:

@@ -271,25 +271,27 @@ def test_schedules_list_show_pause_resume_run_now(cli: Cli) -> None:
     assert shown["name"] == "hourly"
     assert cli("schedules", "show", "nope").exit_code == 1
 
-    no_app = cli("schedules", "pause", sid)
-    assert no_app.exit_code == 2
-    assert "pause needs --app" in no_app.stderr
-    assert cli("schedules", "pause", sid, "--app", cli.app).stdout.strip() == f"{sid} paused"
+    assert cli("schedules", "pause", sid).stdout.strip() == f"{sid} paused"
     paused = json.loads(cli("schedules", "list", "--json").stdout)[0]
     assert paused["enabled"] is False
     assert paused["next_run"] is None
-    assert cli("schedules", "resume", sid, "--app", cli.app).stdout.strip() == f"{sid} resumed"
+    assert cli("schedules", "resume", sid).stdout.strip() == f"{sid} resumed"
     assert json.loads(cli("schedules", "show", sid).stdout)["enabled"] is True
+    # `--app`, once required, is still accepted (and not needed).
+    with_app = cli("schedules", "pause", sid, "--app", cli.app)
+    assert with_app.stdout.strip() == f"{sid} paused"
+    assert _lines(with_app.stderr) == [
+        "jobledger: warning: pause no longer needs --app (the row is enough); ignored"
+    ]
 
-    no_app = cli("schedules", "run-now", sid)
-    assert no_app.exit_code == 2
-    assert "run-now needs --app" in no_app.stderr
-    ran = cli("schedules", "run-now", sid, "--app", cli.app)
+    ran = cli("schedules", "run-now", sid)
     assert ran.exit_code == 0, ran.stderr
-    assert ran.stdout.strip() == f"{sid} enqueued"
     fired = [json.loads(line) for line in _lines(cli("jobs", "list", "--json").stdout)]
-    assert [(j["schedule_id"], j["payload"]) for j in fired] == [(sid, {"a": 1, "b": 2})]
+    assert [(j["id"], j["schedule_id"], j["payload"]) for j in fired] == [
+        (ran.stdout.strip(), sid, {"a": 1, "b": 2})
+    ]
     assert json.loads(cli("schedules", "show", sid).stdout)["last_run"] is not None
+    assert cli("schedules", "run-now", "nope").exit_code == 1
 
 
 def test_errors_are_one_line_without_a_traceback_unless_debug(cli: Cli) -> None:

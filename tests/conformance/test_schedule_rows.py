@@ -364,3 +364,85 @@ def test_a_manual_fire_of_a_missing_schedule_writes_nothing(store: ConformantSto
     assert store.manual_fire("missing", job, consume=False, now_ms=1) is None
     assert store.get(job.id) is None
     assert store.count(JobFilter()) == 0
+
+
+def _no_changes(existing: ScheduleRow) -> dict[str, Any]:
+    raise AssertionError(f"changes() asked about {existing.id}, but the name was free")
+
+
+def test_ensure_inserts_a_schedule_whose_name_is_free(store: ConformantStore) -> None:
+    row = _row("e1", name="nightly")
+    ensured = store.ensure_schedule(row, _no_changes)
+    assert ensured.inserted
+    assert ensured.changed == ()
+    assert ensured.row == row
+    assert store.get_schedule_by_name("t.a", "nightly") == row
+    # Another type, or the type's singleton, is another name.
+    assert store.ensure_schedule(_row("e2", type="t.b", name="nightly"), _no_changes).inserted
+    assert store.ensure_schedule(_row("e3"), _no_changes).inserted
+
+
+def test_ensure_of_a_taken_name_sets_what_changes_asks_on_that_row(
+    store: ConformantStore,
+) -> None:
+    _insert(store, "held", name="n", payload='{"v":1}')
+    store.set_schedule_next_run("held", 5_000, 11)
+    seen: list[ScheduleRow] = []
+
+    def changes(existing: ScheduleRow) -> dict[str, Any]:
+        seen.append(existing)
+        return {"payload": '{"v":2}', "enabled": 0, "next_run": None, "updated_at": 20}
+
+    ensured = store.ensure_schedule(_row("other", name="n", payload='{"v":2}'), changes)
+    assert [r.id for r in seen] == ["held"]
+    assert seen[0].next_run == 5_000  # the row as stored, inside the transaction
+    assert not ensured.inserted
+    assert ensured.changed == ("payload", "enabled", "next_run", "updated_at")
+    after = _get(store, "held")
+    assert ensured.row == after
+    assert (after.payload, after.enabled, after.next_run, after.updated_at) == (
+        '{"v":2}', 0, None, 20,
+    )  # fmt: skip
+    assert store.get_schedule("other") is None
+    assert [r.id for r in store.list_schedules()] == ["held"]
+
+
+def test_ensure_with_nothing_to_change_writes_nothing(store: ConformantStore) -> None:
+    held = _insert(store, "held", name="n")
+    store.set_schedule_next_run("held", 5_000, 11)
+    before = _get(store, "held")
+    ensured = store.ensure_schedule(_row("other", name="n", created_at=99), lambda _: {})
+    assert ensured == (before, False, ())
+    assert _get(store, "held") == before != held  # next_run and updated_at as set above
+
+
+def test_ensure_refuses_what_is_not_a_schedule_column(store: ConformantStore) -> None:
+    _insert(store, "held", name="n")
+    with pytest.raises(ValueError, match="not schedule columns"):
+        store.ensure_schedule(_row("other", name="n"), lambda _: {"status": "x"})
+    assert _get(store, "held") == _row("held", name="n")
+
+
+def test_ensures_of_one_name_at_once_all_get_one_row(backend: Backend) -> None:
+    callers = [backend.store, *(backend.open_other() for _ in range(5))]
+    start = threading.Barrier(len(callers))
+    answers: list[str] = []
+    errors: list[BaseException] = []
+
+    def go(index: int, caller: ConformantStore) -> None:
+        try:
+            start.wait(timeout=10)
+            ensured = caller.ensure_schedule(_row(f"s{index}", name="race"), lambda _: {})
+            answers.append(ensured.row.id)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=go, args=pair) for pair in enumerate(callers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert not errors, errors
+    assert len(answers) == len(callers)
+    assert len(set(answers)) == 1
+    assert [r.id for r in backend.store.list_schedules()] == answers[:1]

@@ -56,7 +56,7 @@ from jobledger._runtime.handle import JobHandle
 from jobledger._runtime.lifecycle import DRAIN_TIMEOUT, Hold, Lifecycle, WorkerSettings
 from jobledger._runtime.queues import QueueBook
 from jobledger._runtime.timers import wait_with_timeout
-from jobledger._scheduling.job_schedules import snapshot_of
+from jobledger._scheduling.job_schedules import HostState, JobSchedules, snapshot_of
 from jobledger._scheduling.triggers import CatchUpPolicy, SkipMissed, Trigger
 from jobledger._storage import layout as L
 from jobledger._storage.interface import (
@@ -269,9 +269,16 @@ class JobManager:
         self._lifecycle = Lifecycle(
             self._store, self._engine, self.clock, self._handlers, self._settings, self._queues
         )
-        from jobledger._scheduling.job_schedules import JobSchedules
-
-        self._schedules = JobSchedules(self)
+        self._schedules = JobSchedules(
+            self._store,
+            self.clock,
+            self._handlers,
+            worker_id=self.worker_id,
+            max_payload_bytes=self.max_payload_bytes,
+            now_ms=self._engine.now_ms,
+            after_enqueue=self._after_enqueue,
+            state=lambda: HostState(self._loop, self._started, self._stopping),
+        )
         self._lifecycle.schedules = self._schedules
 
     # -- options (read at each use; the CLI sets some between construction and start) -
@@ -893,6 +900,39 @@ class JobManager:
             metadata=metadata,
             enabled=enabled,
         )
+
+    def ensure_job_schedule(
+        self,
+        job_type: JobType[P] | str,
+        payload: P,
+        *,
+        trigger: Trigger,
+        name: str | None = None,
+        catch_up: CatchUpPolicy | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        enabled: bool | None = None,
+    ) -> str:
+        """The id of the schedule `(job_type, name)`, created or brought up to date.
+
+        Idempotent, for schedules declared in code: a new one is registered (enabled
+        unless `enabled=False`); an existing one gets this trigger, payload, catch-up and
+        metadata where they differ, and keeps its id, its calendar (an unchanged trigger
+        keeps its phase and `next_run`) and its `enabled` unless `enabled` is given. Any
+        number of processes may call it at once for one schedule: all get the same id.
+        """
+        ensured = self._schedules.ensure(
+            job_type,
+            payload,
+            trigger=trigger,
+            name=name,
+            catch_up=catch_up or SkipMissed(),
+            metadata=metadata,
+            enabled=enabled,
+        )
+        sid = ensured.row.id
+        if ensured.inserted or {"trigger", "enabled"} & set(ensured.changed):
+            self._schedules.sync(sid)
+        return sid
 
     def update_job_schedule(self, schedule_id: str, **patch: Any) -> ScheduleSnapshot | None:
         """Change fields (name, trigger, payload, catch_up, enabled, metadata).

@@ -29,6 +29,13 @@ turns a timer's fire into a job. Rules:
 * `*_tx` variants validate first, write through the caller's transaction and never touch
   timers; `sync_job_schedule_timer_by_id` does that after commit. A rolled-back update
   therefore leaves the old row and the same armed timer, phase intact.
+
+`JobSchedules` is built from what it uses, not from the manager: the store, the clock,
+the handler registry (read live: handlers registered later count), the host's identity
+and payload limit, and two callbacks into the host (`after_enqueue` once a fire's job is
+committed, `state` for the host's loop and whether it runs). So it depends on no
+manager internals, and a host without a loop or handlers (the CLI) can use the row
+operations too.
 """
 
 from __future__ import annotations
@@ -38,12 +45,18 @@ import json
 import logging
 import unicodedata
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, NamedTuple
 
 from jobledger._core.limits import findable, has_surrogate
-from jobledger._core.registry import HandlerSpec, JobType, dumps, encode_metadata
+from jobledger._core.registry import (
+    MAX_PAYLOAD_BYTES,
+    HandlerSpec,
+    JobType,
+    dumps,
+    encode_metadata,
+)
 from jobledger._runtime.enqueue import EnqueueOptions, prepare
 from jobledger._runtime.lifecycle import ScheduleHooks
 from jobledger._scheduling.scheduler import SchedulerService
@@ -63,15 +76,14 @@ from jobledger._scheduling.triggers import (
     trigger_to_json,
     validate_catch_up,
 )
-from jobledger._storage.records import ScheduleRow
+from jobledger._storage import layout as L
+from jobledger._storage.interface import JobFilter, JobRow, NewJob, Store
+from jobledger._storage.records import EnsuredSchedule, ScheduleRow
 from jobledger._types import MissedEvent, ScheduleSnapshot
-from jobledger.clock import from_ms, to_ms
+from jobledger.clock import Clock, from_ms, to_ms
 from jobledger.errors import JobValidationError, ScheduleError
 
-if TYPE_CHECKING:
-    from jobledger._runtime.manager import JobManager
-
-__all__ = ["JobSchedules", "validate_name"]
+__all__ = ["HostState", "JobSchedules", "validate_name"]
 
 log = logging.getLogger("jobledger.schedules")
 
@@ -120,12 +132,37 @@ def snapshot_of(row: ScheduleRow) -> ScheduleSnapshot:
     )
 
 
+class HostState(NamedTuple):
+    """The host's running state, asked for at each use (it changes at start and stop)."""
+
+    loop: asyncio.AbstractEventLoop | None  # where timers live; None before start
+    started: bool
+    stopping: bool
+
+
 class JobSchedules(ScheduleHooks):
     """The schedule half of a `JobManager` (see the module docstring)."""
 
-    def __init__(self, manager: JobManager) -> None:
-        self.m = manager
-        self.sched = SchedulerService(manager.clock)
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        handlers: Mapping[str, HandlerSpec[Any]],
+        *,
+        worker_id: str,
+        max_payload_bytes: int,
+        now_ms: Callable[[], int],
+        after_enqueue: Callable[[Sequence[NewJob], Sequence[JobRow]], None],
+        state: Callable[[], HostState],
+    ) -> None:
+        self.store = store
+        self.handlers = handlers
+        self.worker_id = worker_id  # `enqueued_by` of the jobs fires write
+        self.max_payload_bytes = max_payload_bytes
+        self.now_ms = now_ms
+        self.after_enqueue = after_enqueue
+        self.state = state
+        self.sched = SchedulerService(clock)
         self.leader = True  # until a leader election says otherwise
         self.armed_phase = False  # the recovery flow reached "arm"
         self.paused = False
@@ -136,21 +173,37 @@ class JobSchedules(ScheduleHooks):
         self.armed: dict[str, str] = {}
         self._takeover: asyncio.Task[None] | None = None
 
+    @classmethod
+    def for_rows(cls, store: Store, clock: Clock, *, worker_id: str) -> JobSchedules:
+        """The schedules of a host that runs nothing (the CLI): no handlers, no loop, so
+        it never arms a timer; it pauses, resumes (`update_in`) and fires by hand
+        (`manual_from_row`) through the store."""
+        return cls(
+            store,
+            clock,
+            {},
+            worker_id=worker_id,
+            max_payload_bytes=MAX_PAYLOAD_BYTES,
+            now_ms=lambda: int(clock.time() * 1000),
+            after_enqueue=lambda jobs, rows: None,
+            state=lambda: HostState(None, False, False),
+        )
+
     # -- validation -----------------------------------------------------------------
 
     def _spec(self, job_type: JobType[Any] | str) -> HandlerSpec[Any]:
         name = job_type.name if isinstance(job_type, JobType) else job_type
-        spec = self.m._handlers.get(name) if isinstance(name, str) else None
+        spec = self.handlers.get(name) if isinstance(name, str) else None
         if spec is None:
             raise JobValidationError(
                 f"no handler is registered for job type {job_type!r}",
                 code="JOB_UNKNOWN_TYPE",
-                params={"type": repr(job_type), "known_types": sorted(self.m._handlers)},
+                params={"type": repr(job_type), "known_types": sorted(self.handlers)},
             )
         return spec
 
     def _payload_json(self, spec: HandlerSpec[Any], payload: Any) -> str:
-        _, text = spec.job_type.encode(payload, max_bytes=self.m.max_payload_bytes)
+        _, text = spec.job_type.encode(payload, max_bytes=self.max_payload_bytes)
         return text
 
     def _trigger_json(self, trigger: Trigger) -> str:
@@ -196,16 +249,63 @@ class JobSchedules(ScheduleHooks):
         metadata_json = self._metadata_json(metadata)
         self._check_free(conn, spec.name, stored_name, None)
         sid = str(uuid.uuid4())
-        now = self.m._engine.now_ms()
+        now = self.now_ms()
         row = ScheduleRow(
             sid, spec.name, stored_name, trigger_json, payload_json, catch_up_json,
             1 if enabled else 0, None, None, 0, metadata_json, now, now,
         )  # fmt: skip
-        self.m._store.insert_schedule(row, conn)
+        self.store.insert_schedule(row, conn)
         return sid
 
+    def ensure(
+        self,
+        job_type: JobType[Any] | str,
+        payload: Any,
+        *,
+        trigger: Trigger,
+        name: str | None,
+        catch_up: CatchUpPolicy,
+        metadata: Mapping[str, Any] | None,
+        enabled: bool | None,
+    ) -> EnsuredSchedule:
+        """Create the schedule `(type, name)`, or bring the existing one's trigger,
+        payload, catch-up and metadata (and `enabled`, unless None) to these where they
+        differ. Validated like `register_in`; the write is `Store.ensure_schedule`."""
+        spec = self._spec(job_type)
+        if enabled is not None and not isinstance(enabled, bool):
+            raise JobValidationError("enabled must be a bool or None", code="JOB_INVALID_OPTION")
+        stored_name = validate_name(name)
+        wanted = {
+            "trigger": self._trigger_json(trigger),
+            "catch_up": self._catch_up_json(catch_up),
+            "payload": self._payload_json(spec, payload),
+            "metadata": self._metadata_json(metadata),
+        }
+        now = self.now_ms()
+        row = ScheduleRow(
+            str(uuid.uuid4()), spec.name, stored_name, wanted["trigger"], wanted["payload"],
+            wanted["catch_up"], 0 if enabled is False else 1, None, None, 0,
+            wanted["metadata"], now, now,
+        )  # fmt: skip
+
+        def changes(existing: ScheduleRow) -> dict[str, Any]:
+            # Compared as canonical JSON: a row written by an older version may spell the
+            # same value differently, and rewriting an unchanged trigger would re-arm it.
+            sets: dict[str, Any] = {
+                column: text
+                for column, text in wanted.items()
+                if _canonical(getattr(existing, column)) != _canonical(text)
+            }
+            if enabled is not None and bool(existing.enabled) != enabled:
+                sets.update(_enabled_columns(enabled))
+            if sets:
+                sets["updated_at"] = now
+            return sets
+
+        return self.store.ensure_schedule(row, changes)
+
     def _check_free(self, conn: Any, type_name: str, name: str, own_id: str | None) -> None:
-        row = self.m._store.get_schedule_by_name(type_name, name, conn)
+        row = self.store.get_schedule_by_name(type_name, name, conn)
         if row is not None and row.id != own_id:
             if name == "":
                 raise ScheduleError(
@@ -228,7 +328,7 @@ class JobSchedules(ScheduleHooks):
                 f"unknown schedule fields: {', '.join(sorted(unknown))}",
                 code="JOB_INVALID_OPTION",
             )
-        store = self.m._store
+        store = self.store
         row = store.get_schedule(sid, conn)
         if row is None:
             return None
@@ -249,22 +349,24 @@ class JobSchedules(ScheduleHooks):
         if "enabled" in patch:
             if not isinstance(patch["enabled"], bool):
                 raise JobValidationError("enabled must be a bool", code="JOB_INVALID_OPTION")
-            sets["enabled"] = 1 if patch["enabled"] else 0
-            if not patch["enabled"]:
-                sets["next_run"] = None
+            sets.update(_enabled_columns(patch["enabled"]))
         if sets:
-            sets["updated_at"] = self.m._engine.now_ms()
+            sets["updated_at"] = self.now_ms()
             store.update_schedule(sid, sets, conn)
         new = store.get_schedule(sid, conn)
         return None if new is None else snapshot_of(new)
 
+    def update(self, sid: str, patch: Mapping[str, Any]) -> ScheduleSnapshot | None:
+        """`update_in` in a write transaction of its own; touches no timer."""
+        return self.store.write(lambda conn: self.update_in(conn, sid, patch), "update_schedule")
+
     def get_row(self, sid: str) -> ScheduleRow | None:
         if not findable(sid, "schedule_id"):
             return None
-        return self.m._store.get_schedule(sid)
+        return self.store.get_schedule(sid)
 
     def list_rows(self) -> list[ScheduleRow]:
-        return self.m._store.list_schedules()
+        return self.store.list_schedules()
 
     def resolve_name(self, job_type: JobType[Any] | str, name: str | None) -> ScheduleRow | None:
         type_name = job_type.name if isinstance(job_type, JobType) else job_type
@@ -272,8 +374,8 @@ class JobSchedules(ScheduleHooks):
             # Validated like a registration: "" would otherwise find the singleton, whose
             # stored name is the internal "" sentinel.
             stored = validate_name(name)
-            return self.m._store.get_schedule_by_name(type_name, stored)
-        rows = self.m._store.schedules_of_type(type_name)
+            return self.store.get_schedule_by_name(type_name, stored)
+        rows = self.store.schedules_of_type(type_name)
         if len(rows) > 1:
             raise ScheduleError(
                 f"{type_name!r} has {len(rows)} schedules; name the one you mean",
@@ -284,7 +386,7 @@ class JobSchedules(ScheduleHooks):
 
     def not_found(self, job_type: JobType[Any] | str, name: str | None) -> ScheduleError:
         type_name = job_type.name if isinstance(job_type, JobType) else job_type
-        rows = self.m._store.schedules_of_type(type_name)
+        rows = self.store.schedules_of_type(type_name)
         return ScheduleError(
             f"no schedule of {type_name!r} named {name!r}",
             code="JOB_SCHEDULE_NOT_FOUND_BY_NAME",
@@ -298,13 +400,13 @@ class JobSchedules(ScheduleHooks):
     # -- timers ---------------------------------------------------------------------
 
     def may_arm(self) -> bool:
-        m = self.m
+        host = self.state()
         return (
-            m._started
-            and not m._stopping
+            host.started
+            and not host.stopping
             and self.armed_phase
             and self.leader
-            and m._loop is not None
+            and host.loop is not None
         )
 
     def sync(self, sid: str) -> None:
@@ -313,7 +415,7 @@ class JobSchedules(ScheduleHooks):
         Timers live on the manager's loop: called from another thread (a web app beside
         the worker), the work is handed to that loop and happens shortly after.
         """
-        loop = self.m._loop
+        loop = self.state().loop
         if loop is not None and not _on_loop(loop):
             if not loop.is_closed():
                 loop.call_soon_threadsafe(self.sync, sid)
@@ -368,7 +470,7 @@ class JobSchedules(ScheduleHooks):
             self.sched.pause(timer)
 
     def _set_next_run(self, sid: str, next_ms: int | None) -> None:
-        self.m._store.set_schedule_next_run(sid, next_ms, self.m._engine.now_ms())
+        self.store.set_schedule_next_run(sid, next_ms, self.now_ms())
 
     async def _fire(self, sid: str, fire_time: datetime) -> None:
         if self.paused:
@@ -415,7 +517,6 @@ class JobSchedules(ScheduleHooks):
         catch_up_next: int | None = None,
     ) -> bool:
         """One transaction: the calendar compare-and-set and the job row. True if written."""
-        m = self.m
         sid, type_name = row.id, row.type
         job = None
         try:
@@ -425,21 +526,21 @@ class JobSchedules(ScheduleHooks):
                 spec,
                 json.loads(row.payload),
                 EnqueueOptions(idempotency_key=key, schedule_id=sid, delay=delay),
-                now_ms=m._engine.now_ms(),
-                enqueued_by=m.worker_id,
-                max_payload_bytes=m.max_payload_bytes,
+                now_ms=self.now_ms(),
+                enqueued_by=self.worker_id,
+                max_payload_bytes=self.max_payload_bytes,
             )
         except Exception:
             log.exception("schedule %s: its job could not be built; the fire is consumed", sid)
         try:
-            answer = m._store.fire_schedule(
+            answer = self.store.fire_schedule(
                 sid,
                 job,
                 expected_next=expected_next,
                 last_run=last_run,
                 next_run=next_run,
                 catch_up_next=catch_up_next,
-                now_ms=m._engine.now_ms(),
+                now_ms=self.now_ms(),
             )
         except Exception:
             log.exception("schedule %s: the fire could not be written", sid)
@@ -447,32 +548,66 @@ class JobSchedules(ScheduleHooks):
         if answer is None:
             return False
         if job is not None:
-            m._after_enqueue([job], answer)
+            self.after_enqueue([job], answer)
         return True
 
     async def manual(self, row: ScheduleRow) -> bool:
-        m = self.m
-        sid = row.id
-        snap = snapshot_of(row)
         spec = self._spec(row.type)
         job = prepare(
             spec.job_type,
             spec,
             json.loads(row.payload),
-            EnqueueOptions(schedule_id=sid),
-            now_ms=m._engine.now_ms(),
-            enqueued_by=m.worker_id,
-            max_payload_bytes=m.max_payload_bytes,
+            EnqueueOptions(schedule_id=row.id),
+            now_ms=self.now_ms(),
+            enqueued_by=self.worker_id,
+            max_payload_bytes=self.max_payload_bytes,
         )
-        now = m._engine.now_ms()
-        consume = isinstance(snap.trigger, Once) and now >= to_ms(snap.trigger.at)
-        answer = m._store.manual_fire(sid, job, consume=consume, now_ms=now)
+        return self._manual_write(row, job) is not None
+
+    def manual_from_row(self, row: ScheduleRow) -> str | None:
+        """A manual fire by a host without the type's handler (the CLI); the new job's id,
+        or None when the schedule is gone.
+
+        The row gives the type and the payload (validated when it was stored). The
+        handler's choices (queue, priority, attempts, timeout) are copied from the
+        schedule's newest job, which that handler made for the same schedule; a schedule
+        without jobs gets the type's defaults, as `enqueue` of a type without a handler.
+        """
+        opts = EnqueueOptions(schedule_id=row.id)
+        newest = self.store.list(JobFilter(schedule_id=row.id), limit=1, offset=0)
+        if newest:
+            made = newest[0]
+            opts.queue = made[L.C_QUEUE]
+            opts.priority = made[L.C_PRIORITY]
+            opts.max_attempts = made[L.C_MAX_ATTEMPTS]
+            timeout_ms = made[L.C_TIMEOUT]
+            opts.timeout = None if timeout_ms is None else timeout_ms / 1000
+        job = prepare(
+            JobType(row.type, object),
+            None,
+            json.loads(row.payload),
+            opts,
+            now_ms=self.now_ms(),
+            enqueued_by=self.worker_id,
+            # Accepted when it was stored, perhaps under a larger limit than this host's.
+            max_payload_bytes=max(self.max_payload_bytes, len(row.payload.encode())),
+        )
+        written = self._manual_write(row, job)
+        # The stored row's id: SQLite may have reissued the job under a fresh one.
+        return None if written is None else str(written[0][L.C_ID])
+
+    def _manual_write(self, row: ScheduleRow, job: NewJob) -> list[JobRow] | None:
+        sid = row.id
+        trigger = snapshot_of(row).trigger
+        now = self.now_ms()
+        consume = isinstance(trigger, Once) and now >= to_ms(trigger.at)
+        answer = self.store.manual_fire(sid, job, consume=consume, now_ms=now)
         if answer is None:
-            return False
-        m._after_enqueue([job], answer)
+            return None
+        self.after_enqueue([job], answer)
         if consume:
             self.sync(sid)  # the one-shot is spent now: its timer goes
-        return True
+        return answer
 
     # -- lifecycle hooks ------------------------------------------------------------
 
@@ -487,11 +622,11 @@ class JobSchedules(ScheduleHooks):
             self.arm_all()
 
     async def _catch_up_all(self) -> None:
-        rows = [r for r in self.list_rows() if r.enabled and r.type in self.m._handlers]
+        rows = [r for r in self.list_rows() if r.enabled and r.type in self.handlers]
         for row in rows:
             # One schedule's catch-up (on_missed + make-up job) is atomic; stop and a
             # lost leadership are honoured between schedules.
-            if self.m._stopping or not self.leader:
+            if self.state().stopping or not self.leader:
                 return
             try:
                 await self._catch_up(row)
@@ -502,7 +637,7 @@ class JobSchedules(ScheduleHooks):
         snap = snapshot_of(row)
         if isinstance(snap.trigger, Once) or row.next_run is None:
             return
-        now_ms = self.m._engine.now_ms()
+        now_ms = self.now_ms()
         if row.next_run > now_ms:
             return
         now = from_ms(now_ms)
@@ -531,7 +666,7 @@ class JobSchedules(ScheduleHooks):
             won = self._cas_only(row.id, row.next_run, following_ms)
         if not won:
             return
-        spec = self.m._handlers.get(row.type)
+        spec = self.handlers.get(row.type)
         if spec is not None and spec.on_missed is not None:
             # last_fire_at is when it last really fired (the reference's lastRun), not
             # the last missed point: that one follows from the trigger and the count.
@@ -549,11 +684,11 @@ class JobSchedules(ScheduleHooks):
                 log.exception("on_missed of %s raised; ignored", row.type)
 
     def _cas_only(self, sid: str, expected: int, following: int | None) -> bool:
-        return self.m._store.catch_up_schedule(sid, expected, following, self.m._engine.now_ms())
+        return self.store.catch_up_schedule(sid, expected, following, self.now_ms())
 
     def arm_all(self) -> None:
         for row in self.list_rows():
-            if row.enabled and row.type in self.m._handlers:
+            if row.enabled and row.type in self.handlers:
                 try:
                     self.arm(row)
                 except Exception:
@@ -563,7 +698,7 @@ class JobSchedules(ScheduleHooks):
         if leader == self.leader:
             return
         self.leader = leader
-        loop = self.m._loop
+        loop = self.state().loop
         if leader and self.may_arm() and loop is not None:
             self._takeover = loop.create_task(self._take_over())
         elif not leader:
@@ -586,7 +721,7 @@ class JobSchedules(ScheduleHooks):
         if self._takeover is not None and not self._takeover.done():
             return  # arming now would move next_run past the points it is catching up
         try:
-            rows = {r.id: r for r in self.list_rows() if r.type in self.m._handlers}
+            rows = {r.id: r for r in self.list_rows() if r.type in self.handlers}
         except Exception:
             log.warning("could not read schedules; the next change retries", exc_info=True)
             return
@@ -663,6 +798,18 @@ class JobSchedules(ScheduleHooks):
             except (asyncio.CancelledError, Exception):
                 pass
         await self.sched.stop()
+
+
+def _enabled_columns(enabled: bool) -> dict[str, Any]:
+    """The columns a pause or resume sets: a paused schedule has no next automatic fire."""
+    return {"enabled": 1} if enabled else {"enabled": 0, "next_run": None}
+
+
+def _canonical(text: str) -> str:
+    try:
+        return json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"))
+    except ValueError:
+        return text  # not JSON (a damaged row): compared as it is, so it gets rewritten
 
 
 def _timer_id(sid: str) -> str:

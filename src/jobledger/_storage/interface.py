@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 if TYPE_CHECKING:
     from jobledger._storage.records import (
         AttemptRow,
+        EnsuredSchedule,
         LeaseRow,
         RecoveryPlan,
         RecoveryStats,
@@ -350,6 +351,14 @@ class Store(Protocol):
 
     # -- schedules (`schedule_ops.ScheduleOps`) -----------------------------------------
     def insert_schedule(self, row: ScheduleRow, conn: Any | None = None) -> None: ...
+    def ensure_schedule(
+        self, row: ScheduleRow, changes: Callable[[ScheduleRow], Mapping[str, Any]]
+    ) -> EnsuredSchedule:
+        """Insert `row` unless its `(type, name)` has a schedule; else set what
+        `changes(existing)` asks on that one. One transaction: concurrent callers for one
+        name all get that one row, and none fails."""
+        ...
+
     def get_schedule(self, sid: str, conn: Any | None = None) -> ScheduleRow | None: ...
     def get_schedule_by_name(
         self, type_name: str, name: str, conn: Any | None = None

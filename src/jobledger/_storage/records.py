@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ATTEMPT_OUTCOME",
     "AttemptRow",
+    "EnsuredSchedule",
     "LeaseRow",
     "RecoveryPlan",
     "RecoveryStats",
@@ -92,6 +93,15 @@ class ScheduleRow(NamedTuple):
     metadata: str  # JSON
     created_at: int
     updated_at: int
+
+
+class EnsuredSchedule(NamedTuple):
+    """What `ensure_schedule` did: the row as stored after it, and whether it inserted
+    the row or which columns it set on the one already there (none: it was as asked)."""
+
+    row: ScheduleRow
+    inserted: bool
+    changed: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,11 @@ Rules kept here, so every backend keeps them the same way:
   and its job row, in one transaction: two processes firing T cannot both win;
 * a catch-up is a compare-and-set on `next_run == expected` (`CATCH_UP_CAS`);
 * a manual trigger re-reads the row under the write lock and writes back its current
-  `next_run` (or NULL when it consumes an overdue one-shot).
+  `next_run` (or NULL when it consumes an overdue one-shot);
+* an ensure is an insert that does nothing when `(type, name)` is taken (the unique
+  index `job_schedules_type_name_uq`, there since schema 1 on both backends), then a read
+  of the row that is there, in one transaction: callers racing on one name all end on
+  the same row, and none fails on the index.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 from jobledger._storage.interface import JobRow, NewJob
-from jobledger._storage.records import ScheduleRow, schedule_row
+from jobledger._storage.records import EnsuredSchedule, ScheduleRow, schedule_row
 
 __all__ = ["ScheduleOps"]
 
@@ -52,6 +56,42 @@ class ScheduleOps:
             conn.execute(self.q.INSERT_SCHEDULE, params)
         else:
             self.write(lambda c: c.execute(self.q.INSERT_SCHEDULE, params), "insert_schedule")
+
+    def ensure_schedule(
+        self: _Backend,
+        row: ScheduleRow,
+        changes: Callable[[ScheduleRow], Mapping[str, Any]],
+    ) -> EnsuredSchedule:
+        """Insert `row` unless its `(type, name)` has a schedule; else set on that one the
+        columns `changes(existing)` names (`layout.SCHEDULE_COLUMNS`; empty: none). One
+        transaction, so `changes` sees the row as it is under the write."""
+        insert = (
+            row.id, row.type, row.name, row.trigger, row.payload, row.catch_up, row.enabled,
+            row.metadata, row.created_at, row.updated_at,
+        )  # fmt: skip
+        by_name = (row.type, row.name)
+
+        def work(conn: Any) -> EnsuredSchedule:
+            # Twice at most: only a delete of the holder between our two statements leaves
+            # nothing to read, and then the insert has the name to itself.
+            for _ in range(2):
+                conn.execute(self.q.ENSURE_SCHEDULE, insert)
+                stored = _row(conn.execute(self.q.GET_SCHEDULE_BY_NAME, by_name).fetchone())
+                if stored is not None:
+                    break
+            else:
+                raise RuntimeError(f"schedule {row.type}/{row.name!r} vanished twice")
+            if stored.id == row.id:
+                return EnsuredSchedule(stored, True, ())
+            sets = dict(changes(stored))
+            if not sets:
+                return EnsuredSchedule(stored, False, ())
+            conn.execute(self.q.update_schedule_sql(tuple(sets)), (*sets.values(), stored.id))
+            after = _row(conn.execute(self.q.GET_SCHEDULE, (stored.id,)).fetchone())
+            assert after is not None  # updated in this transaction
+            return EnsuredSchedule(after, False, tuple(sets))
+
+        return self.write(work, "ensure_schedule")
 
     def get_schedule(self: _Backend, sid: str, conn: Any | None = None) -> ScheduleRow | None:
         if conn is not None:

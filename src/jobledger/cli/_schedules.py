@@ -1,22 +1,29 @@
 """`jobledger schedules ...`: look at persistent schedules; run, pause or resume one.
 
-Listing reads the table. Changes go through the JobManager of the app (`--app
-MODULE:ATTR`), because a schedule belongs to the handler registered for its type there
-(`run-now` builds the job with it; `pause`/`resume` check the schedule against it). The
-leader process re-arms its timers from the row.
+Listing reads the table through the read model. Changes need no app: the row is enough.
+They go through the store's schedule operations (`JobSchedules.for_rows`, the schedules
+of a host that runs nothing): `pause`/`resume` set `enabled` (and clear `next_run`) as
+`jobs.pause_job_schedule_by_id` does, and `run-now` is the manager's manual fire
+(`manual_fire`: the job and `last_run` in one transaction), its job built from the row.
+The leader process follows the committed row and re-arms its timers.
 """
 
 from __future__ import annotations
 
-import asyncio
+import os
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import click
 from rich.table import Table
 
-from jobledger._runtime.manager import JobManager
-from jobledger.cli._common import EXIT_BAD_INPUT, Settings, fail, load_manager, out, reader
+from jobledger._scheduling.job_schedules import JobSchedules
+from jobledger._storage.open import open_store
+from jobledger.cli._common import Settings, error_line, fail, out, reader
 from jobledger.cli._text import cell, dumps, when
+from jobledger.clock import SystemClock
 
 __all__ = ["schedules"]
 
@@ -74,21 +81,28 @@ def show(settings: Settings, schedule_id: str) -> None:
     click.echo(dumps(_get(settings, schedule_id), indent=2))
 
 
-def _manager(settings: Settings, app: str | None, item: dict[str, Any], what: str) -> JobManager:
-    if app is None:
-        fail(
-            f"{what} needs --app MODULE:ATTR: the JobManager where the handler of "
-            f"{item['type']!r} is registered",
-            EXIT_BAD_INPUT,
+@contextmanager
+def _schedules_of(settings: Settings) -> Iterator[JobSchedules]:
+    """The schedule rows of `--db` behind a writer's store (`_get` made sure it exists)."""
+    store = open_store(settings.db, busy_timeout=5.0)
+    try:
+        yield JobSchedules.for_rows(
+            store, SystemClock(), worker_id=f"{socket.gethostname()}:{os.getpid()}:cli"
         )
-    return load_manager(app, settings)
+    finally:
+        store.close()
+
+
+def _ignored_app(app: str | None, what: str) -> None:
+    if app is not None:
+        error_line(f"{what} no longer needs --app (the row is enough); ignored", prefix="warning")
 
 
 _APP = click.option(
     "--app",
     default=None,
     metavar="MODULE:ATTR",
-    help="The JobManager where the handler of the schedule's type is registered (required).",
+    hidden=True,  # accepted so that scripts written when it was required keep working
 )
 
 
@@ -97,31 +111,28 @@ _APP = click.option(
 @_APP
 @click.pass_obj
 def run_now(settings: Settings, schedule_id: str, app: str | None) -> None:
-    """Enqueue one extra run now (the calendar is unchanged); prints nothing else."""
-    manager = _manager(settings, app, _get(settings, schedule_id), "run-now")
+    """Enqueue one extra run now (the calendar is unchanged) and print its job id.
 
-    async def go() -> bool:
-        try:
-            return await manager.trigger_job_schedule_now_by_id(schedule_id)
-        finally:
-            await manager.stop()
-
-    written = asyncio.run(go())
-    click.echo(f"{schedule_id} {'enqueued' if written else 'not enqueued'}")
-    if not written:
-        fail("no job was written")
+    The job is the schedule's payload, with the queue, priority, attempts and timeout of
+    the schedule's newest job (its handler's choice), or the type's defaults when it has
+    none yet.
+    """
+    _ignored_app(app, "run-now")
+    _get(settings, schedule_id)
+    with _schedules_of(settings) as rows:
+        stored = rows.get_row(schedule_id)
+        job_id = None if stored is None else rows.manual_from_row(stored)
+    if job_id is None:
+        fail(f"JOB_SCHEDULE_NOT_FOUND: no schedule with id {schedule_id!r}")
+    click.echo(job_id)
 
 
 def _flip(settings: Settings, schedule_id: str, app: str | None, enabled: bool) -> None:
-    manager = _manager(settings, app, _get(settings, schedule_id), "resume" if enabled else "pause")
-    try:
-        if enabled:
-            changed = manager.resume_job_schedule_by_id(schedule_id)
-        else:
-            changed = manager.pause_job_schedule_by_id(schedule_id)
-    finally:
-        asyncio.run(manager.stop())
-    if not changed:
+    _ignored_app(app, "resume" if enabled else "pause")
+    _get(settings, schedule_id)
+    with _schedules_of(settings) as rows:
+        changed = rows.update(schedule_id, {"enabled": enabled})
+    if changed is None:
         fail(f"JOB_SCHEDULE_NOT_FOUND: no schedule with id {schedule_id!r}")
     click.echo(f"{schedule_id} {'resumed' if enabled else 'paused'}")
 

@@ -370,6 +370,10 @@ class Queries:
         f"INSERT INTO {{s}}.job_schedules ({SCHEDULE_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, "
         "%s, NULL, NULL, 0, %s, %s, %s)"
     )
+    # A concurrent insert of the same (type, name) makes this one wait for its commit and
+    # then do nothing; the caller's next statement (a fresh snapshot under READ
+    # COMMITTED) reads the winner's row.
+    ENSURE_SCHEDULE = f"{INSERT_SCHEDULE} ON CONFLICT (type, name) DO NOTHING"
     GET_SCHEDULE = f"SELECT {SCHEDULE_COLUMNS} FROM {{s}}.job_schedules WHERE id = %s"
     GET_SCHEDULE_BY_NAME = (
         f"SELECT {SCHEDULE_COLUMNS} FROM {{s}}.job_schedules WHERE type = %s AND name = %s"

@@ -253,6 +253,10 @@ def observed_state(db_path: str, busy_timeout: float) -> tuple[int, str] | None:
     try:
         conn = connections.open_reader(db_path, busy_timeout=busy_timeout, read_only=True)
         try:
+            # One read transaction, so every answer is of one snapshot: read one by one,
+            # a migration committed by another process in between (a fresh file opened by
+            # several at once) looked like version 0 with tables, "another program's".
+            conn.execute("BEGIN")
             version = schema_version(conn)
             mode = str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
             objects = int(conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0])
@@ -260,6 +264,7 @@ def observed_state(db_path: str, busy_timeout: float) -> tuple[int, str] | None:
             # A table whose root page lies past the end was cut off (a truncated copy).
             last_root = conn.execute("SELECT max(rootpage) FROM sqlite_master").fetchone()[0]
             pages = int(conn.execute("PRAGMA page_count").fetchone()[0])
+            conn.execute("COMMIT")
         finally:
             conn.close()
     except sqlite3.Error as exc:

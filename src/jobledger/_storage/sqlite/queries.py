@@ -354,6 +354,9 @@ INSERT_SCHEDULE = (
     f"INSERT INTO job_schedules ({SCHEDULE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, NULL, NULL, 0, "
     "?, ?, ?)"
 )
+# `ensure_schedule`: insert unless `(type, name)` has a schedule (job_schedules_type_name_uq,
+# schema 0001); the caller then reads the one that is there.
+ENSURE_SCHEDULE = f"{INSERT_SCHEDULE} ON CONFLICT (type, name) DO NOTHING"
 GET_SCHEDULE = f"SELECT {SCHEDULE_COLUMNS} FROM job_schedules WHERE id = ?"
 GET_SCHEDULE_BY_NAME = f"SELECT {SCHEDULE_COLUMNS} FROM job_schedules WHERE type = ? AND name = ?"
 SCHEDULES_OF_TYPE = (
