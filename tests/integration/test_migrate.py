@@ -203,7 +203,9 @@ def _version_2_file_with_references(db: str) -> list[tuple[Any, ...]]:
         conn.execute(insert, (7, parent, "completed", '{"n": 1}', '"out"', None, "s1", 1, 1))
         conn.execute(insert, (3, child, "pending", '{"n": 2}', None, parent, "s1", 2, 2))
         conn.execute(insert, (5, orphan, "failed", "{}", None, "no-such-job", None, 3, 3))
-        return conn.execute(f"SELECT rowid, {L.JOB_COLUMNS} FROM jobs ORDER BY id").fetchall()
+        # Schema 2 has no retry_of column; after the upgrade it reads NULL on these rows.
+        columns = L.JOB_COLUMNS_BEFORE_RETRY_OF
+        return conn.execute(f"SELECT rowid, {columns} FROM jobs ORDER BY id").fetchall()
     finally:
         conn.close()
 

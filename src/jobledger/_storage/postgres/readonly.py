@@ -34,6 +34,10 @@ __all__ = ["ReadOnlyPostgresStore"]
 
 T = TypeVar("T")
 _READ_ONLY = "SET default_transaction_read_only = on"
+_HAS_RETRY_OF = (
+    "SELECT 1 FROM information_schema.columns WHERE table_schema = %s "
+    "AND table_name = 'jobs' AND column_name = 'retry_of'"
+)
 
 
 def _read_only_session(conn: Conn) -> None:
@@ -72,6 +76,7 @@ class ReadOnlyPostgresStore(PostgresStore):
         try:
             _read_only_session(conn)
             version = schema_version(conn, self.schema)
+            has_retry_of = conn.execute(_HAS_RETRY_OF, (self.schema,)).fetchone() is not None
         except psycopg.Error as exc:
             raise _storage_error(exc, "open", None) from exc
         finally:
@@ -92,6 +97,8 @@ class ReadOnlyPostgresStore(PostgresStore):
                     "schema_version": SCHEMA_VERSION,
                 },
             )
+        # A schema older than this library is read as it is (its `retry_of` reads NULL).
+        self.q = Queries(self.schema, before_retry_of=not has_retry_of)
 
     _reader_name = "jobledger-observer"
 

@@ -1,0 +1,4 @@
+-- Reserved: number 3 belongs to a migration of another branch in flight. This file keeps
+-- the numbers without gaps (`migrate.load_migrations` requires 1..N) until that branch
+-- lands; it changes nothing. Delete it when that migration arrives (two files numbered 3
+-- make `load_migrations` refuse to load, so it cannot be forgotten).
