@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -291,3 +292,13 @@ def test_retried_jobs_publish_events_like_an_enqueue(db: str) -> None:
             assert (many[0].id, again.id) in seen
 
     run(main())
+
+
+def test_the_how_to_snippet_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/howto/operate.md, "Re-running failed jobs": its Python block, as written."""
+    text = (Path(__file__).parents[2] / "docs" / "howto" / "operate.md").read_text()
+    section = text.split("## Re-running failed jobs", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "operate.md", "exec"), {"__name__": "howto"})
+    assert (tmp_path / "app.db").exists()
