@@ -155,6 +155,8 @@ class JobSnapshot:
     created_at: datetime
     updated_at: datetime
     enqueued_by: str | None = None
+    # The job this one re-runs (`jobs.retry`); None for every job written otherwise.
+    retry_of: str | None = None
 
     @property
     def is_terminal(self) -> bool:
@@ -188,6 +190,7 @@ class JobSnapshot:
             "finished_at": iso(self.finished_at),
             "created_at": iso(self.created_at),
             "updated_at": iso(self.updated_at),
+            "retry_of": self.retry_of,
         }
 
 

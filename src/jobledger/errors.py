@@ -10,6 +10,7 @@ Codes are a public contract: they are added, never renamed. A caller matches on
     │     JOB_INVALID_IDEMPOTENCY_KEY, JOB_BATCH_INVALID, JOB_FILTER_REQUIRED,
     │     JOB_INVALID_OPTION
     ├── JobNotFound                  JOB_NOT_FOUND
+    │   (JobError itself)            JOB_NOT_RETRYABLE: `retry` of a job that is not terminal
     ├── ScheduleError                JOB_SCHEDULE_TRIGGER_INVALID, JOB_SCHEDULE_NAME_INVALID,
     │                                JOB_SCHEDULE_NAME_CONFLICT, JOB_SCHEDULE_SINGLETON_EXISTS,
     │                                JOB_SCHEDULE_NAME_REQUIRED, JOB_SCHEDULE_NOT_FOUND_BY_NAME

@@ -225,3 +225,51 @@ def test_a_failed_jobs_page_shows_its_attempts_and_tracebacks(page: Any, tmp_pat
             page.goto("about:blank")
     finally:
         app.state.read_model.close()
+
+
+def test_retry_button_on_a_failed_job_opens_the_new_job(page: Any, tmp_path: Path) -> None:
+    db = str(tmp_path / "jobs.db")
+    jobs = jl.JobManager(db, startup_delay=0)
+
+    @jobs.handler(WORK, recovery="retry", retry=jl.RetryPolicy(max_attempts=1))
+    async def work(ctx: jl.JobContext[Item]) -> None:
+        raise RuntimeError("broken")
+
+    async def fail_once() -> str:
+        async with jobs:
+            h = jobs.enqueue(WORK, Item(n=1))
+            assert (await asyncio.wait_for(h.finished, 20)).status == "failed"
+            return h.id
+
+    ended: list[str] = []  # asyncio.run in a thread: Playwright owns this thread's loop
+    runner = threading.Thread(target=lambda: ended.append(asyncio.run(fail_once())))
+    runner.start()
+    runner.join(30)
+    (failed_id,) = ended
+    app = create_app(db, token="tok", allow_actions=True, poll_interval=0.02)
+    try:
+        with running_server(app) as url:
+            page.goto(f"{url}/jobs/{failed_id}?token=tok")  # sets the cookie the POST uses
+            expect(page.locator("body")).to_have_attribute("data-status", "failed")
+            assert page.locator("#retry-of").count() == 0
+            page.click(f'button[data-action-url="/api/jobs/{failed_id}/retry"]')
+            # The answer is the new job; the browser opens its page.
+            expect(page.locator("#retry-of a")).to_have_text(failed_id)
+            new_id = str(page.get_attribute("body", "data-job-id"))
+            assert new_id != failed_id
+            assert page.url == f"{url}/jobs/{new_id}"
+            snap = jobs.get(new_id)
+            assert snap is not None
+            assert (snap.retry_of, snap.status, snap.payload) == (
+                failed_id, "pending", {"n": 1, "note": ""},
+            )  # fmt: skip
+            assert jobs.get(failed_id).status == "failed"  # type: ignore[union-attr]
+            _screenshot(page, "retried")
+            page.click("#retry-of a")
+            expect(page.locator("body")).to_have_attribute("data-job-id", failed_id)
+            page.goto("about:blank")
+    finally:
+        for used in app.state.action_managers.values():
+            _stop(used)
+        _stop(jobs)
+        app.state.read_model.close()

@@ -64,14 +64,15 @@ def _admin() -> Any:
 
 
 def test_migrations_are_recorded_and_idempotent(schema: str, stores: list[PostgresStore]) -> None:
-    from jobledger._storage.postgres.migrate import SCHEMA_VERSION, migrate
+    from jobledger._storage.postgres.migrate import SCHEMA_VERSION, load_migrations, migrate
 
     _open(stores, schema)
     with _admin() as conn:
         rows = conn.execute(
             f'SELECT version, name FROM "{schema}".schema_migrations ORDER BY version'
         ).fetchall()
-        assert rows == [(1, "initial"), (2, "job_totals"), (3, "attempts")]
+        assert rows == [(m.number, m.name) for m in load_migrations()]
+        assert rows[:4] == [(1, "initial"), (2, "job_totals"), (3, "attempts"), (4, "retry_of")]
         assert migrate(conn, schema) == SCHEMA_VERSION
         tables = {
             r[0]
@@ -433,3 +434,33 @@ def test_synchronous_commit_is_set_on_the_writer(schema: str, stores: list[Postg
     assert default.write(show, "show") == server
     with pytest.raises(ValueError, match="synchronous_commit"):
         _open(stores, schema, synchronous_commit="sometimes")
+
+
+def test_an_observer_reads_a_schema_from_before_retry_of_as_it_is(
+    schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from jobledger._storage.postgres import migrate as pg_migrate
+    from jobledger._storage.postgres.readonly import ReadOnlyPostgresStore
+
+    before = [m for m in pg_migrate.load_migrations() if m.name != "retry_of"]
+    older = before[: [m.name for m in before].index("job_totals") + 1]
+    with _admin() as conn:
+        with monkeypatch.context() as patch:
+            patch.setattr(pg_migrate, "load_migrations", lambda: tuple(older))
+            assert pg_migrate.migrate(conn, schema) == older[-1].number
+        job = new_job()
+        conn.execute(
+            f'INSERT INTO "{schema}".jobs (id, type, status, queue, payload, scheduled_at, '
+            "created_at, updated_at) VALUES (%s, 't.a', 'failed', 'q', '{}', 1, 1, 1)",
+            (job.id,),
+        )
+    observer = ReadOnlyPostgresStore(PG_DSN, schema=schema)
+    try:
+        row = observer.get(job.id)
+        assert row is not None
+        assert (row[L.C_STATUS], row[L.C_RETRY_OF]) == ("failed", None)
+        assert [r[L.C_ID] for r in observer.list(JobFilter(), limit=10, offset=0)] == [job.id]
+        assert observer.schema_version() == older[-1].number  # observers never migrate
+        assert observer.attempts(job.id) == []  # no job_attempts table in that schema
+    finally:
+        observer.close()

@@ -38,7 +38,10 @@ def test_cancel_and_run_now_need_the_token_and_act(tmp_path: Path) -> None:
             assert client.post(f"/api/jobs/{job_id}/cancel").status_code == 401
             page = client.get(f"/jobs/{job_id}", headers=TOKEN).text
             assert f'data-action-url="/api/jobs/{job_id}/cancel"' in page
-            assert "data-action-url" not in client.get(f"/jobs/{done_id}", headers=TOKEN).text
+            done_page = client.get(f"/jobs/{done_id}", headers=TOKEN).text
+            # A finished job cannot be cancelled, only retried (tests/http/test_retry.py).
+            assert "/cancel" not in done_page
+            assert f'data-action-url="/api/jobs/{done_id}/retry"' in done_page
             assert (
                 f'data-action-url="/api/schedules/{sid}/run"' in client.get("/", headers=TOKEN).text
             )

@@ -22,8 +22,10 @@ from typing import Any
 
 import pytest
 
+from jobledger._core.ids import new_keyed_id
 from jobledger._storage import layout as L
 from jobledger._storage.lease import WriterLease, acquire_writer_lease, writer_lock_path_for
+from jobledger._storage.open import open_store
 from jobledger._storage.sqlite import migrate as migrate_module
 from jobledger._storage.sqlite import queries as q
 from jobledger._storage.sqlite.migrate import (
@@ -204,7 +206,9 @@ def _version_2_file_with_references(db: str) -> list[tuple[Any, ...]]:
         conn.execute(insert, (7, parent, "completed", '{"n": 1}', '"out"', None, "s1", 1, 1))
         conn.execute(insert, (3, child, "pending", '{"n": 2}', None, parent, "s1", 2, 2))
         conn.execute(insert, (5, orphan, "failed", "{}", None, "no-such-job", None, 3, 3))
-        return conn.execute(f"SELECT rowid, {L.JOB_COLUMNS} FROM jobs ORDER BY id").fetchall()
+        # Schema 2 has no retry_of column; after the upgrade it reads NULL on these rows.
+        columns = L.JOB_COLUMNS_BEFORE_RETRY_OF
+        return conn.execute(f"SELECT rowid, {columns} FROM jobs ORDER BY id").fetchall()
     finally:
         conn.close()
 
@@ -498,3 +502,35 @@ def test_paths_with_uri_characters_open_the_right_file(tmp_path: Path) -> None:
     assert migrate(db) == SCHEMA_VERSION
     assert migrate(db) == SCHEMA_VERSION  # the fast path, through a file: URI
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a#b?c"], "no stray file opened"
+
+
+def test_an_observer_reads_a_file_from_before_attempts_and_retry_of(db: str) -> None:
+    # A worker of an older release wrote this file (version 5): observers of this one
+    # read it as it is, with no attempts and no re-runs, and never migrate it.
+    conn = _open(db)
+    try:
+        for migration in load_migrations()[:5]:
+            conn.execute("BEGIN IMMEDIATE")
+            migrate_module._apply(conn, migration)
+            conn.execute("COMMIT")
+        key, job_id = new_keyed_id(2_000)
+        conn.execute(
+            "INSERT INTO jobs (rowid, id, type, status, queue, payload, scheduled_at, "
+            "created_at, updated_at) VALUES (?, ?, 't', 'failed', 'q', '{}', 0, 1, 1)",
+            (key, job_id),
+        )
+    finally:
+        conn.close()
+    observer = open_store(db, read_only=True)
+    try:
+        row = observer.get(job_id)
+        assert row is not None
+        assert (row[L.C_STATUS], row[L.C_RETRY_OF]) == ("failed", None)
+        assert observer.attempts(job_id) == []
+    finally:
+        observer.close()
+    conn = _open(db)
+    try:
+        assert conn.execute("PRAGMA user_version").fetchone() == (5,)
+    finally:
+        conn.close()

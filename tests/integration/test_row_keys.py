@@ -155,6 +155,7 @@ def test_an_observer_reads_a_file_no_worker_has_upgraded(db: str) -> None:
         snap = rm.get_job(old["pending"])
         assert snap is not None
         assert snap.id == old["pending"]
+        assert snap.retry_of is None  # the column came later; an observer reads it as NULL
         assert rm.get_job(v7_id(NOW_MS, 99)) is None
     assert _one(db, "PRAGMA user_version") == 3  # observers never migrate
 

@@ -9,17 +9,20 @@ Routes (see `openapi.py` for the schema served at `/openapi.json`):
                                   the terminal snapshot
     GET /api/queues, /api/schedules, /api/workers, /api/health, /metrics, /openapi.json
     GET /, /jobs/{id}             the dashboard (HTML + /static/app.js)
+    POST /api/jobs/{id}/cancel, /api/jobs/{id}/retry, /api/schedules/{id}/run
+                                  the actions (with `allow_actions` and the token)
 
 Invariants:
 
 * Read-only: every route reads through one `ReadModel` (a store opened read-only, on a
   SQLite file or a PostgreSQL URL alike). The only
   writes are the optional actions (`allow_actions=True`, which needs a token): cancel a
-  job and run a schedule now, done through a never-started `JobManager`.
-* Errors are one JSON envelope, `{"error": {"code", "message"}}`: 400 INVALID_QUERY, 401
-  UNAUTHORIZED, 403 FORBIDDEN_ORIGIN, 404 JOB_NOT_FOUND / NOT_FOUND, 405
-  METHOD_NOT_ALLOWED, 503 for a database that cannot be read, 500 INTERNAL (never a
-  traceback).
+  job, retry a finished one and run a schedule now, done through a never-started
+  `JobManager`.
+* Errors are one JSON envelope, `{"error": {"code", "message"}}`: 400 INVALID_QUERY /
+  INVALID_BODY, 401 UNAUTHORIZED, 403 FORBIDDEN_ORIGIN, 404 JOB_NOT_FOUND / NOT_FOUND, 405
+  METHOD_NOT_ALLOWED, 409 JOB_NOT_RETRYABLE, 503 for a database that cannot be read, 500
+  INTERNAL (never a traceback).
 * Without a token the app is meant for loopback: `allowed_hosts` (set by the CLI) refuses
   other Host headers, which defeats DNS rebinding. With a token every route except
   `/api/health` needs it (`Authorization: Bearer`, the `jobledger_token` cookie, or
@@ -50,7 +53,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -75,7 +78,7 @@ from jobledger._observe.openapi import openapi_schema
 from jobledger._observe.read_model import JobQuery, ReadModel, iso, parse_statuses
 from jobledger._runtime.manager import JobManager
 from jobledger._types import JobSnapshot
-from jobledger.errors import JobError, StorageError
+from jobledger.errors import JobError, JobNotFound, JobValidationError, StorageError
 
 __all__ = ["DEFAULT_LIMIT", "LOOPBACK_HOSTS", "MAX_LIMIT", "create_app", "parse_job_query"]
 
@@ -538,7 +541,8 @@ def create_app(
 def _action_routes(manager: Callable[[], JobManager], rm: ReadModel) -> list[Route]:
     """POST routes, only with `allow_actions` (and so a token). They go through a
     never-started `JobManager`: it writes the request; the worker running a job acts on
-    it. Running a schedule needs the handler of its type registered in that manager."""
+    it. Running a schedule needs the handler of its type registered in that manager; a
+    retry's payload is validated against it when it has one (else only as JSON)."""
 
     async def cancel(request: Request) -> Response:
         job_id = request.path_params["job_id"]
@@ -547,6 +551,37 @@ def _action_routes(manager: Callable[[], JobManager], rm: ReadModel) -> list[Rou
         reason = request.query_params.get("reason") or "cancelled from the dashboard"
         outcome = await manager().cancel(job_id, reason=reason[:500])
         return JSONResponse({"id": job_id, "outcome": outcome})
+
+    async def retry(request: Request) -> Response:
+        job_id = request.path_params["job_id"]
+        raw = await request.body()
+        options: dict[str, Any] = {}
+        if raw.strip():
+            try:
+                body = json.loads(raw)
+            except ValueError as exc:
+                return _error(400, "INVALID_BODY", f"the body is not JSON: {exc}")
+            if not isinstance(body, dict) or set(body) - {"payload"}:
+                return _error(
+                    400, "INVALID_BODY", 'the body is a JSON object: {} or {"payload": ...}'
+                )
+            if "payload" in body:
+                options["payload"] = body["payload"]
+        try:
+            handle = await run_in_threadpool(lambda: manager().retry(job_id, **options))
+        except JobNotFound as exc:
+            return _error(404, exc.code, exc.message)
+        except JobValidationError as exc:
+            return _error(400, exc.code, exc.message)
+        except JobError as exc:
+            if exc.code != "JOB_NOT_RETRYABLE":
+                raise
+            return _error(409, exc.code, exc.message)
+        return JSONResponse(
+            handle.snapshot.to_json(),
+            status_code=201,
+            headers={"location": f"/api/jobs/{quote(handle.id, safe='')}"},
+        )
 
     async def run_schedule(request: Request) -> Response:
         schedule_id = request.path_params["schedule_id"]
@@ -557,5 +592,6 @@ def _action_routes(manager: Callable[[], JobManager], rm: ReadModel) -> list[Rou
 
     return [
         Route("/api/jobs/{job_id:str}/cancel", cancel, methods=["POST"]),
+        Route("/api/jobs/{job_id:str}/retry", retry, methods=["POST"]),
         Route("/api/schedules/{schedule_id:str}/run", run_schedule, methods=["POST"]),
     ]

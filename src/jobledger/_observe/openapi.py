@@ -98,6 +98,7 @@ _SCHEMAS: dict[str, Any] = {
             "finished_at": _nullable(_TIME),
             "created_at": _TIME,
             "updated_at": _TIME,
+            "retry_of": _nullable(_STR),
         }
     ),
     "JobPage": _obj(
@@ -343,6 +344,31 @@ def openapi_schema(*, actions: bool = False) -> dict[str, Any]:
                     ),
                     **_ACTION_REFUSALS,
                     "404": _error("JOB_NOT_FOUND"),
+                },
+            }
+        }
+        paths["/api/jobs/{job_id}/retry"] = {
+            "post": {
+                "summary": "Re-run a finished job as a new job (needs --allow-actions and "
+                "the token)",
+                "operationId": "retryJob",
+                "parameters": [_JOB_ID],
+                "requestBody": {
+                    "required": False,
+                    "description": "The new job's payload; without it, the old one's.",
+                    "content": {"application/json": {"schema": _obj({"payload": _ANY}, [])}},
+                },
+                "responses": {
+                    "201": _json("The new job (its `retry_of` is the old one's id).", _ref("Job")),
+                    "400": _error(
+                        "INVALID_BODY, or the payload's own code (JOB_PAYLOAD_INVALID, "
+                        "JOB_PAYLOAD_TOO_LARGE)."
+                    ),
+                    **_ACTION_REFUSALS,
+                    "404": _error("JOB_NOT_FOUND"),
+                    "409": _error(
+                        "JOB_NOT_RETRYABLE: the job is not completed, failed or cancelled."
+                    ),
                 },
             }
         }

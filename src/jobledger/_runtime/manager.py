@@ -55,6 +55,14 @@ from jobledger._runtime.events import EventBus, JobEvent
 from jobledger._runtime.handle import JobHandle
 from jobledger._runtime.lifecycle import DRAIN_TIMEOUT, Hold, Lifecycle, WorkerSettings
 from jobledger._runtime.queues import QueueBook
+from jobledger._runtime.retry import (
+    MAX_RETRY_MANY,
+    check_retry_id,
+    not_found,
+    not_retryable,
+    retry_filter,
+    retry_payload,
+)
 from jobledger._runtime.timers import wait_with_timeout
 from jobledger._scheduling.job_schedules import HostState, JobSchedules, snapshot_of
 from jobledger._scheduling.triggers import CatchUpPolicy, SkipMissed, Trigger
@@ -646,6 +654,63 @@ class JobManager:
         elif not loop.is_closed():
             loop.call_soon_threadsafe(self._events.publish, event)
 
+    # -- re-runs --------------------------------------------------------------------
+
+    def retry(self, job_id: str, *, payload: Any = UNSET) -> JobHandle:
+        """Write a new job that re-runs the terminal job `job_id` and return its handle.
+
+        The new job has the old one's type, queue, priority, metadata, max_attempts,
+        timeout and parent, its payload unless `payload` is given (validated as by
+        `enqueue`: against the handler's type when this manager has one, else as JSON),
+        attempt 0 and `retry_of == job_id`; no idempotency key. The old row is not
+        touched. JOB_NOT_FOUND for an unknown id, JOB_NOT_RETRYABLE for a job that is
+        not completed, failed or cancelled.
+        """
+        job_id = check_retry_id(job_id)
+        text: str | None = None
+        if payload is not UNSET:
+            old = self._store.get(job_id)
+            if old is None:
+                raise not_found(job_id)
+            if old[_STATUS] not in TERMINAL_NAMES:
+                raise not_retryable(job_id, old[_STATUS])
+            text = retry_payload(
+                old,
+                self._handlers.get(old[_TYPE]),
+                payload,
+                max_bytes=self.max_payload_bytes,
+            )
+        status, new = self._store.retry_job(
+            job_id, text, enqueued_by=self.worker_id, now_ms=self._engine.now_ms()
+        )
+        if status is None:
+            raise not_found(job_id)
+        if new is None:
+            raise not_retryable(job_id, status)
+        self._after_one(new, new)
+        return JobHandle(self._waiter, new)
+
+    def retry_many(
+        self,
+        *,
+        status: JobStatus | str | Sequence[JobStatus | str] = "failed",
+        queue: str | None = None,
+        type: JobType[Any] | str | None = None,
+        limit: int = MAX_RETRY_MANY,
+    ) -> builtins.list[JobHandle]:
+        """`retry` of every terminal job that matches, in one transaction, oldest first:
+        at most `limit` (1-1000) of them, and only jobs no job re-runs yet, so a second
+        call goes on where a `limit` stopped. `status` is one terminal status or a list
+        of them (default "failed"). The payloads are the old ones."""
+        _check_filter_values(queue=queue, type=type)
+        flt = retry_filter(status, queue, None if type is None else _type_name(type), limit)
+        rows = self._store.retry_matching(
+            flt, limit, enqueued_by=self.worker_id, now_ms=self._engine.now_ms()
+        )
+        if rows:
+            self._after_rows(rows, rows)
+        return [JobHandle(self._waiter, row) for row in rows]
+
     # -- cancel ---------------------------------------------------------------------
 
     async def cancel(self, job_id: str, reason: str | None = None) -> CancelOutcome:
@@ -1175,6 +1240,7 @@ def _check_reason(reason: object) -> None:
 
 
 _STATUSES = frozenset(s.value for s in JobStatus)
+TERMINAL_NAMES = frozenset(("completed", "failed", "cancelled"))
 
 
 def _filter(

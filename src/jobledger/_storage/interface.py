@@ -19,6 +19,8 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
+from jobledger._storage import layout as L
+
 if TYPE_CHECKING:
     from jobledger._storage.records import (
         AttemptRow,
@@ -41,6 +43,7 @@ from jobledger._storage.observe import (
 
 __all__ = [
     "APPLIED",
+    "TERMINAL",
     "ClaimRequest",
     "ClaimResult",
     "ClaimedJob",
@@ -50,13 +53,18 @@ __all__ = [
     "Outcome",
     "OutcomeKind",
     "Reissued",
+    "RetryFilter",
     "Store",
     "fresh_row",
     "new_row",
+    "retry_row",
     "was_inserted",
 ]
 
 T = TypeVar("T")
+
+# The statuses a row never leaves (`_core/states.py` owns the edges).
+TERMINAL = ("completed", "failed", "cancelled")
 
 # A full `jobs` row in the column order of `queries.JOB_COLUMNS`.
 JobRow = tuple[Any, ...]
@@ -118,7 +126,7 @@ def new_row(
     return (
         id, type, status, queue, priority, payload, None, None, 0, max_attempts, timeout_ms,
         idempotency_key, parent_id, schedule_id, metadata, None, None, 0, None, scheduled_at,
-        None, None, created_at, created_at, enqueued_by,
+        None, None, created_at, created_at, enqueued_by, None,
     )  # fmt: skip
 
 
@@ -141,6 +149,47 @@ def fresh_row(job: NewJob) -> JobRow:
         job.scheduled_at,
         job.created_at,
     )
+
+
+def retry_row(
+    old: JobRow, job_id: str, payload: str | None, enqueued_by: str, now_ms: int
+) -> JobRow:
+    """The row that re-runs the terminal row `old` (`jobs.retry`): `old`'s type, queue,
+    priority, payload (unless `payload`, already validated JSON, is given), max_attempts,
+    timeout, metadata and parent; no idempotency key and no schedule (the re-run is
+    nobody's fire); `pending` now at attempt 0, and `retry_of` naming `old`."""
+    fresh = new_row(
+        job_id,
+        old[L.C_TYPE],
+        "pending",
+        old[L.C_QUEUE],
+        old[L.C_PRIORITY],
+        old[L.C_PAYLOAD] if payload is None else payload,
+        old[L.C_MAX_ATTEMPTS],
+        old[L.C_TIMEOUT],
+        None,
+        old[L.C_PARENT],
+        None,
+        old[L.C_METADATA],
+        enqueued_by,
+        now_ms,
+        now_ms,
+    )
+    return (*fresh[: L.C_RETRY_OF], old[L.C_ID])
+
+
+@dataclass(frozen=True, slots=True)
+class RetryFilter:
+    """Which terminal rows `Store.retry_matching` re-runs: `status` holds terminal
+    statuses only (at least one); `None` means no filter."""
+
+    status: tuple[str, ...] = ("failed",)
+    queue: str | None = None
+    type: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.status or any(s not in TERMINAL for s in self.status):
+            raise ValueError(f"RetryFilter takes terminal statuses, not {self.status!r}")
 
 
 @dataclass(slots=True)
@@ -404,6 +453,26 @@ class Store(Protocol):
         self, queue: str | None, type_name: str | None, reason: str | None, error: str, now_ms: int
     ) -> tuple[list[tuple[str, str | None]], list[JobRow]]: ...
     def cancel_requested_among(self, ids: Sequence[str]) -> list[tuple[str, str | None]]: ...
+
+    # -- re-runs (`jobs.retry`) ---------------------------------------------------------
+    def retry_job(
+        self, job_id: str, payload: str | None, *, enqueued_by: str, now_ms: int
+    ) -> tuple[str | None, JobRow | None]:
+        """In one write transaction: read `job_id`'s row and, when it is terminal, insert
+        `retry_row` of it under a fresh id (the old row is not touched). Returns the old
+        row's status (None: no such row) and the new row (None: the old one is not
+        terminal, and nothing was written)."""
+        ...
+
+    def retry_matching(
+        self, flt: RetryFilter, limit: int, *, enqueued_by: str, now_ms: int
+    ) -> builtins.list[JobRow]:
+        """In one write transaction: up to `limit` terminal rows that match `flt` and that
+        no row re-runs yet (so calling it again goes on where a `limit` stopped, instead
+        of re-running the same rows twice), oldest first, each re-run as by `retry_job`
+        with its own payload. Returns the new rows in that order."""
+        ...
+
     def get(self, job_id: str) -> JobRow | None: ...
     def terminal_among(self, ids: Sequence[str]) -> list[JobRow]: ...
     def list(self, flt: JobFilter, *, limit: int, offset: int) -> list[JobRow]: ...

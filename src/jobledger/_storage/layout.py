@@ -26,6 +26,7 @@ __all__ = [
     "C_PROGRESS",
     "C_PROGRESS_DETAIL",
     "C_QUEUE",
+    "C_RETRY_OF",
     "C_SCHEDULE",
     "C_SCHEDULED_AT",
     "C_STARTED_AT",
@@ -35,6 +36,7 @@ __all__ = [
     "C_UPDATED_AT",
     "C_WORKER",
     "JOB_COLUMNS",
+    "JOB_COLUMNS_BEFORE_RETRY_OF",
     "SCHEDULE_COLUMNS",
 ]
 
@@ -42,13 +44,20 @@ JOB_COLUMNS = (
     "id, type, status, queue, priority, payload, output, error, attempt, max_attempts, "
     "timeout_ms, idempotency_key, parent_id, schedule_id, metadata, progress, "
     "progress_detail, cancel_requested, worker_id, scheduled_at, started_at, finished_at, "
-    "created_at, updated_at, enqueued_by"
+    "created_at, updated_at, enqueued_by, retry_of"
 )
 # Positions in JOB_COLUMNS.
 C_ID, C_TYPE, C_STATUS, C_QUEUE, C_PRIORITY, C_PAYLOAD, C_OUTPUT, C_ERROR = range(8)
 C_ATTEMPT, C_MAX_ATTEMPTS, C_TIMEOUT, C_KEY, C_PARENT, C_SCHEDULE, C_METADATA = range(8, 15)
 C_PROGRESS, C_PROGRESS_DETAIL, C_CANCEL, C_WORKER, C_SCHEDULED_AT = range(15, 20)
 C_STARTED_AT, C_FINISHED_AT, C_CREATED_AT, C_UPDATED_AT, C_ENQUEUED_BY = range(20, 25)
+# Added by the `retry_of` migrations, last, so no earlier position moves: the job this row
+# re-runs (`jobs.retry`), None on every other row.
+C_RETRY_OF = 25
+
+# JOB_COLUMNS for a database no worker has migrated to `retry_of` yet (observers read
+# such a file or schema as it is): the missing column reads as NULL.
+JOB_COLUMNS_BEFORE_RETRY_OF = JOB_COLUMNS.removesuffix("retry_of") + "NULL AS retry_of"
 
 SCHEDULE_COLUMNS = (
     "id, type, name, trigger, payload, catch_up, enabled, next_run, last_run, fire_count, "

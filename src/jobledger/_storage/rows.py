@@ -83,6 +83,7 @@ def snapshot_from_row(row: JobRow) -> JobSnapshot:
         created_at=from_ms(row[L.C_CREATED_AT]),
         updated_at=from_ms(row[L.C_UPDATED_AT]),
         enqueued_by=row[L.C_ENQUEUED_BY],
+        retry_of=row[L.C_RETRY_OF],
     )
 
 

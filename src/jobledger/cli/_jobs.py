@@ -1,4 +1,4 @@
-"""`jobledger jobs ...`: list, show, wait for, cancel and enqueue jobs."""
+"""`jobledger jobs ...`: list, show, wait for, cancel, enqueue and retry jobs."""
 
 from __future__ import annotations
 
@@ -28,7 +28,14 @@ from jobledger.cli._common import (
     parse_json_option,
     reader,
 )
-from jobledger.cli._params import INT_MAX, OFFSET_MAX, STATUSES_OPTION, Seconds, bounded_int
+from jobledger.cli._params import (
+    INT_MAX,
+    OFFSET_MAX,
+    STATUSES_OPTION,
+    Seconds,
+    bounded_int,
+    terminal_statuses,
+)
 from jobledger.cli._text import cell, dumps, visible, when
 from jobledger.errors import JobValidationError, SchemaError
 
@@ -54,7 +61,7 @@ def _progress_text(s: JobSnapshot) -> str:
 
 @click.group()
 def jobs() -> None:
-    """List, inspect, wait for, cancel and enqueue jobs."""
+    """List, inspect, wait for, cancel, enqueue and retry jobs."""
 
 
 @jobs.command("list")
@@ -332,3 +339,77 @@ def enqueue(
     finally:
         asyncio.run(manager.stop())
     click.echo(handle.id)
+
+
+@jobs.command("retry")
+@click.argument("job_id", required=False)
+@click.option(
+    "--payload",
+    default=None,
+    help="With ID: the new job's payload as JSON (default: the old one's).",
+)
+@click.option(
+    "--status",
+    "statuses",
+    default=None,
+    callback=terminal_statuses,
+    help="Without ID: re-run the jobs that ended so (comma list of completed, failed, "
+    "cancelled) and were not re-run yet.",
+)
+@click.option("--queue", default=None, help="Without ID: only jobs of this queue.")
+@click.option("--type", "type_", default=None, help="Without ID: only jobs of this type.")
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 1000),
+    default=1000,
+    show_default=True,
+    help="Without ID: at most this many, oldest first.",
+)
+@click.option(
+    "--app",
+    default=None,
+    metavar="MODULE:ATTR",
+    help="Validate --payload against the handler registered in this JobManager.",
+)
+@click.pass_obj
+def retry(
+    settings: Settings,
+    job_id: str | None,
+    payload: str | None,
+    statuses: tuple[str, ...],
+    queue: str | None,
+    type_: str | None,
+    limit: int,
+    app: str | None,
+) -> None:
+    """Re-run a finished job as a new one, or every finished job that matches; print the
+    new ids, one per line.
+
+    `retry ID` writes a new job with the old one's type, queue, priority, metadata,
+    attempts, timeout and parent (and its payload, unless --payload is given); the old
+    job stays as it ended. `retry --status failed [--queue Q] [--type T]` does that in
+    one transaction for every matching job not re-run yet. Without --app a --payload
+    only has to be JSON; the worker validates it when the job runs.
+    """
+    bulk = bool(statuses) or queue is not None or type_ is not None
+    if job_id is not None and bulk:
+        fail("give a job ID or --status/--queue/--type, not both", EXIT_BAD_INPUT)
+    if job_id is None and not statuses:
+        fail("give a job ID, or --status (e.g. --status failed) to retry many", EXIT_BAD_INPUT)
+    if job_id is None and payload is not None:
+        fail("--payload needs a job ID", EXIT_BAD_INPUT)
+    value = None if payload is None else parse_json_option("--payload", payload)
+    # The observers' open first: a wrong --db is an error, not a new empty database.
+    reader(settings).close()
+    manager = load_manager(app, settings) if app is not None else JobManager(settings.db)
+    try:
+        if job_id is None:
+            handles = manager.retry_many(status=statuses, queue=queue, type=type_, limit=limit)
+        elif payload is None:
+            handles = [manager.retry(job_id)]
+        else:
+            handles = [manager.retry(job_id, payload=value)]
+    finally:
+        asyncio.run(manager.stop())
+    for handle in handles:
+        click.echo(handle.id)

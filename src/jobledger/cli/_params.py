@@ -22,6 +22,7 @@ __all__ = [
     "STATUSES_OPTION",
     "Seconds",
     "bounded_int",
+    "terminal_statuses",
 ]
 
 # The library's bound on priorities (`_runtime/enqueue.py`), well inside SQLite's int64.
@@ -56,6 +57,21 @@ def _statuses(ctx: click.Context, param: click.Parameter, value: str | None) -> 
         return parse_statuses(value)
     except ValueError as exc:
         raise click.BadParameter(str(exc), ctx, param) from None
+
+
+def terminal_statuses(
+    ctx: click.Context, param: click.Parameter, value: str | None
+) -> tuple[str, ...]:
+    """`_statuses`, refusing any status a job can still leave (`jobs retry --status`)."""
+    statuses = _statuses(ctx, param, value)
+    live = [s for s in statuses if s not in ("completed", "failed", "cancelled")]
+    if live:
+        raise click.BadParameter(
+            f"{', '.join(live)} is not a finished status (completed, failed, cancelled)",
+            ctx,
+            param,
+        )
+    return statuses
 
 
 STATUSES_OPTION = click.option(

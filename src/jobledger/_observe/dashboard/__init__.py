@@ -167,9 +167,14 @@ def _jobs_section(rm: ReadModel, query: JobQuery, limit: int, offset: int) -> st
     return f"{_filters(query, limit)}{table}<p class=pager>{' '.join(pager)}</p>"
 
 
-def _action(url: str, label: str) -> str:
-    """A button `app.js` turns into a POST (only rendered with `--allow-actions`)."""
-    return f'<button type="button" class="action" data-action-url="{_e(url)}">{_e(label)}</button>'
+def _action(url: str, label: str, *, opens_job: bool = False) -> str:
+    """A button `app.js` turns into a POST (only rendered with `--allow-actions`);
+    `opens_job`: the answer is a job, whose page the browser then opens."""
+    follow = ' data-action-opens="job"' if opens_job else ""
+    return (
+        f'<button type="button" class="action" data-action-url="{_e(url)}"{follow}>'
+        f"{_e(label)}</button>"
+    )
 
 
 def _schedules_table(rm: ReadModel, actions: bool) -> str:
@@ -343,9 +348,18 @@ def render_job(
     cancel = ""
     if actions and not snap.is_terminal:
         cancel = _action(f"/api/jobs/{quote(snap.id, safe='')}/cancel", "Cancel job")
+    elif actions:
+        cancel = _action(f"/api/jobs/{quote(snap.id, safe='')}/retry", "Retry", opens_job=True)
+    retry_of = ""
+    if snap.retry_of:
+        retry_of = (
+            f'<p id="retry-of" class="muted">retry of <a class="mono" '
+            f'href="/jobs/{_e(quote(snap.retry_of, safe=""))}">{_e(snap.retry_of)}</a></p>'
+        )
     body = f"""<p><a href="/#jobs">← all jobs</a></p>
 <h1>Job <span class="mono">{_e(snap.id)}</span>
 <span id="status">{_badge(str(snap.status))}</span></h1>
+{retry_of}
 <div class="progress-row">
   <progress id="progress" class="p-{_e(snap.status)}" max="100" value="{value:g}"
    aria-label="Progress"></progress>

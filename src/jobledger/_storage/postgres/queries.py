@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 
-from jobledger._storage.layout import JOB_COLUMNS, SCHEDULE_COLUMNS
+from jobledger._storage.layout import JOB_COLUMNS, JOB_COLUMNS_BEFORE_RETRY_OF, SCHEDULE_COLUMNS
 
 __all__ = [
     "JOB_COLUMNS",
@@ -31,6 +31,7 @@ _SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,49}$")
 _LIVE = "('pending', 'delayed', 'running')"
 _TERMINAL = "('completed', 'failed', 'cancelled')"
 _J_COLUMNS = ", ".join(f"j.{c.strip()}" for c in JOB_COLUMNS.split(","))
+_N_COLUMNS = len(JOB_COLUMNS.split(","))
 _CLAIMED = (
     "j.id, j.type, j.queue, j.priority, j.payload, j.attempt, j.max_attempts, j.timeout_ms, "
     "j.metadata, j.parent_id, j.schedule_id, j.scheduled_at, j.started_at"
@@ -96,7 +97,8 @@ class Queries:
     # live row raises SQLSTATE JLMIS (`enqueue_missed()`), which aborts the transaction;
     # the store then redoes the batch with ENQUEUE_ONE and fresh snapshots.
     ENQUEUE_STRICT = (
-        ENQUEUE_ONE + f" UNION ALL SELECT {{s}}.enqueue_missed(), {', '.join(['NULL'] * 25)} "
+        ENQUEUE_ONE
+        + f" UNION ALL SELECT {{s}}.enqueue_missed(), {', '.join(['NULL'] * _N_COLUMNS)} "
         "WHERE NOT EXISTS (SELECT 1 FROM ins) AND NOT EXISTS (SELECT 1 FROM {s}.jobs m "
         "WHERE %(key)s::text IS NOT NULL AND m.idempotency_key = %(key)s::text "
         f"AND m.status IN {_LIVE})"
@@ -297,6 +299,28 @@ class Queries:
         "ORDER BY created_at DESC, id DESC LIMIT %s OFFSET %s"
     )
     COUNT_JOBS = "SELECT count(*) FROM {s}.jobs{where}"
+
+    # -- re-runs (`jobs.retry`) -------------------------------------------------------
+    # Every re-run takes this transaction-scoped lock first, so two concurrent
+    # `retry_matching` calls cannot both find one row "not re-run yet": the second one's
+    # read (a later statement, so a later READ COMMITTED snapshot) sees the first's rows.
+    # The old rows are read FOR KEY SHARE: GC (FOR UPDATE SKIP LOCKED) leaves them alone
+    # until COMMIT, and nothing else changes a terminal row.
+    RETRY_SOURCE = f"SELECT {JOB_COLUMNS} FROM {{s}}.jobs WHERE id = %s FOR KEY SHARE"
+    RETRY_MATCHING = (
+        f"SELECT {JOB_COLUMNS} FROM {{s}}.jobs j WHERE status = ANY(%s){{where}} "
+        "AND NOT EXISTS (SELECT 1 FROM {s}.jobs r WHERE r.retry_of = j.id) "
+        "ORDER BY created_at, id LIMIT %s FOR KEY SHARE"
+    )
+    # enqueue's columns and `retry_of`. A parent collected since the read becomes NULL,
+    # as its ON DELETE SET NULL would have made it.
+    INSERT_RETRY = (
+        "INSERT INTO {s}.jobs (id, type, status, queue, priority, payload, max_attempts, "
+        "timeout_ms, idempotency_key, parent_id, schedule_id, metadata, enqueued_by, "
+        "scheduled_at, created_at, updated_at, retry_of) VALUES (%s, %s, %s, %s, %s, %s, %s, "
+        "%s, %s, (SELECT p.id FROM {s}.jobs p WHERE p.id = %s), %s, %s, %s, %s, %s, %s, %s) "
+        f"RETURNING {JOB_COLUMNS}"
+    )
     GC_TERMINAL = (
         "DELETE FROM {s}.jobs WHERE id = ANY(ARRAY(SELECT id FROM {s}.jobs "
         "WHERE finished_at IS NOT NULL "
@@ -417,17 +441,22 @@ class Queries:
         "UPDATE {s}.leader SET expires_at = 0 WHERE id = 1 AND worker_id = %s AND term = %s"
     )
 
-    def __init__(self, schema: str) -> None:
+    def __init__(self, schema: str, *, before_retry_of: bool = False) -> None:
+        """`before_retry_of`: the schema has no `retry_of` column yet (an observer reads a
+        schema no worker has migrated); the reads then select NULL for it."""
         self.schema = check_schema_name(schema)
         s = quote_ident(self.schema)
         for name, value in vars(Queries).items():
             if name.isupper() and isinstance(value, str):
+                if before_retry_of:
+                    value = value.replace(JOB_COLUMNS, JOB_COLUMNS_BEFORE_RETRY_OF)
                 setattr(self, name, value.replace("{s}", s))
         # Advisory-lock keys and the NOTIFY channel, all scoped to the schema.
         self.channel = f"jobledger_{self.schema}"
         self.queues_lock_key = f"jobledger:{self.schema}:queues"
         self.global_claim_key = f"jobledger:{self.schema}:claim"
         self.leader_lock_key = f"jobledger:{self.schema}:leader"
+        self.retry_lock_key = f"jobledger:{self.schema}:retry"
 
     def queue_claim_key(self, queue: str) -> str:
         return f"jobledger:{self.schema}:queue:{queue}"

@@ -28,12 +28,21 @@ from jobledger._storage.open import redact
 from jobledger._storage.postgres.migrate import SCHEMA_VERSION, schema_version
 from jobledger._storage.postgres.queries import Queries, check_schema_name
 from jobledger._storage.postgres.store import Conn, PostgresStore, _storage_error
+from jobledger._storage.records import AttemptRow
 from jobledger.errors import SchemaError
 
 __all__ = ["ReadOnlyPostgresStore"]
 
 T = TypeVar("T")
 _READ_ONLY = "SET default_transaction_read_only = on"
+_HAS_ATTEMPTS = (
+    "SELECT 1 FROM information_schema.tables WHERE table_schema = %s "
+    "AND table_name = 'job_attempts'"
+)
+_HAS_RETRY_OF = (
+    "SELECT 1 FROM information_schema.columns WHERE table_schema = %s "
+    "AND table_name = 'jobs' AND column_name = 'retry_of'"
+)
 
 
 def _read_only_session(conn: Conn) -> None:
@@ -72,6 +81,8 @@ class ReadOnlyPostgresStore(PostgresStore):
         try:
             _read_only_session(conn)
             version = schema_version(conn, self.schema)
+            has_retry_of = conn.execute(_HAS_RETRY_OF, (self.schema,)).fetchone() is not None
+            self._has_attempts = conn.execute(_HAS_ATTEMPTS, (self.schema,)).fetchone() is not None
         except psycopg.Error as exc:
             raise _storage_error(exc, "open", None) from exc
         finally:
@@ -92,6 +103,13 @@ class ReadOnlyPostgresStore(PostgresStore):
                     "schema_version": SCHEMA_VERSION,
                 },
             )
+        # A schema older than this library is read as it is (its `retry_of` reads NULL).
+        self.q = Queries(self.schema, before_retry_of=not has_retry_of)
+
+    def attempts(self, job_id: str) -> list[AttemptRow]:
+        # A schema from before `job_attempts` has no records to read (checked at open: a
+        # worker that migrates it meanwhile shows them to the next observer).
+        return super().attempts(job_id) if self._has_attempts else []
 
     _reader_name = "jobledger-observer"
 

@@ -62,9 +62,11 @@ import psycopg
 from psycopg.pq import TransactionStatus
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from jobledger._core import ids
 from jobledger._storage import layout as L
 from jobledger._storage.interface import (
     APPLIED,
+    TERMINAL,
     ClaimedJob,
     ClaimRequest,
     ClaimResult,
@@ -72,6 +74,8 @@ from jobledger._storage.interface import (
     JobRow,
     NewJob,
     Outcome,
+    RetryFilter,
+    retry_row,
 )
 from jobledger._storage.observe import (
     JobMetrics,
@@ -878,6 +882,63 @@ class PostgresStore(ScheduleOps, WorkerOps):
         )
         return [(r[0], r[1]) for r in rows]
 
+    # -- re-runs --------------------------------------------------------------------
+
+    def retry_job(
+        self, job_id: str, payload: str | None, *, enqueued_by: str, now_ms: int
+    ) -> tuple[str | None, JobRow | None]:
+        q = self.q
+
+        def work(conn: Conn) -> tuple[str | None, JobRow | None]:
+            conn.execute(q.ADVISORY_XACT_LOCK, (q.retry_lock_key,))
+            old = conn.execute(q.RETRY_SOURCE, (job_id,)).fetchone()
+            if old is None:
+                return None, None
+            if old[L.C_STATUS] not in TERMINAL:
+                return old[L.C_STATUS], None
+            new = retry_row(old, ids.new_id(now_ms), payload, enqueued_by, now_ms)
+            return old[L.C_STATUS], self._insert_retries(conn, [new])[0]
+
+        return self.write(work, "retry")
+
+    def retry_matching(
+        self, flt: RetryFilter, limit: int, *, enqueued_by: str, now_ms: int
+    ) -> builtins.list[JobRow]:
+        q = self.q
+        where, params = _where_queue_type(flt.queue, flt.type)
+        sql = q.RETRY_MATCHING.replace("{where}", f" AND {where}" if where else "")
+
+        def work(conn: Conn) -> builtins.list[JobRow]:
+            conn.execute(q.ADVISORY_XACT_LOCK, (q.retry_lock_key,))
+            old = conn.execute(sql, (list(flt.status), *params, limit)).fetchall()
+            new_ids = ids.new_ids(now_ms, len(old))
+            rows = [
+                retry_row(o, i, None, enqueued_by, now_ms)
+                for o, i in zip(old, new_ids, strict=True)
+            ]
+            return self._insert_retries(conn, rows)
+
+        return self.write(work, "retry_many")
+
+    def _insert_retries(self, conn: Conn, rows: builtins.list[JobRow]) -> builtins.list[JobRow]:
+        q = self.q
+        new_queues = {r[L.C_QUEUE]: r for r in rows if r[L.C_QUEUE] not in self._known_queues}
+        sent: builtins.list[psycopg.Cursor[Any]] = []
+        with conn.pipeline():
+            if new_queues:
+                conn.execute(q.ADVISORY_XACT_LOCK, (q.queues_lock_key,))
+                for name, r in new_queues.items():
+                    conn.execute(q.REGISTER_QUEUE, (name, r[L.C_TYPE], r[L.C_CREATED_AT]))
+            for r in rows:
+                sent.append(conn.execute(q.INSERT_RETRY, _retry_params(r)))
+        out: builtins.list[JobRow] = []
+        for cur in sent:
+            row = cur.fetchone()
+            if row is None:  # an INSERT ... VALUES always returns its row
+                raise WriteTransactionFailed("retry: an insert returned no row")
+            out.append(tuple(row))
+        return out
+
     # -- reads ----------------------------------------------------------------------
 
     def get(self, job_id: str) -> JobRow | None:
@@ -988,6 +1049,29 @@ def _enqueue_params(job: NewJob) -> dict[str, Any]:
         "scheduled_at": job.scheduled_at,
         "created_at": job.created_at,
     }
+
+
+def _retry_params(row: JobRow) -> tuple[Any, ...]:
+    """`Queries.INSERT_RETRY`'s parameters for a `retry_row`."""
+    return (
+        row[L.C_ID],
+        row[L.C_TYPE],
+        row[L.C_STATUS],
+        row[L.C_QUEUE],
+        row[L.C_PRIORITY],
+        row[L.C_PAYLOAD],
+        row[L.C_MAX_ATTEMPTS],
+        row[L.C_TIMEOUT],
+        row[L.C_KEY],
+        row[L.C_PARENT],
+        row[L.C_SCHEDULE],
+        row[L.C_METADATA],
+        row[L.C_ENQUEUED_BY],
+        row[L.C_SCHEDULED_AT],
+        row[L.C_CREATED_AT],
+        row[L.C_UPDATED_AT],
+        row[L.C_RETRY_OF],
+    )
 
 
 def _first_row(*cursors: psycopg.Cursor[Any]) -> JobRow | None:

@@ -383,6 +383,7 @@ def _connect(
             timeout=busy_timeout,
             check_same_thread=same_thread,
             cached_statements=256,
+            factory=factory,
         )
     else:
         conn = sqlite3.connect(
@@ -435,10 +436,14 @@ def open_writer(
 
 
 def open_reader(
-    path: str, *, busy_timeout: float = READER_BUSY_TIMEOUT, read_only: bool = False
+    path: str,
+    *,
+    busy_timeout: float = READER_BUSY_TIMEOUT,
+    read_only: bool = False,
+    factory: type[sqlite3.Connection] = sqlite3.Connection,
 ) -> sqlite3.Connection:
     """A reader. `read_only=True` opens the file with `mode=ro`, so it cannot write at all."""
-    conn = _connect(path, busy_timeout=busy_timeout, read_only=read_only)
+    conn = _connect(path, busy_timeout=busy_timeout, read_only=read_only, factory=factory)
     conn.execute("PRAGMA foreign_keys = ON")
     return conn
 

@@ -213,6 +213,31 @@ CANCEL_REQUESTED_AMONG = (
 )
 
 GET_JOB = f"SELECT {JOB_COLUMNS} FROM jobs WHERE rowid = ? AND id = ?"
+
+# Re-runs (`jobs.retry`): enqueue's INSERT, and `retry_of` too. Only this path names the
+# column, so enqueue's statements and their parameters are unchanged.
+INSERT_RETRY = (
+    f"INSERT INTO jobs ({_INSERT_COLUMNS}, retry_of) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+def retry_matching_sql(statuses: tuple[str, ...], queue: bool, type_name: bool) -> str:
+    """Terminal rows of `statuses` (with `queue = ?`, `type = ?` when asked) that no row
+    re-runs yet (jobs_retry_of_idx), oldest first, `LIMIT ?`. The statuses are literals,
+    so a single `failed` or `cancelled` reads its partial index, in rowid order."""
+    if not statuses or any(s not in ("completed", "failed", "cancelled") for s in statuses):
+        raise ValueError(f"not terminal statuses: {statuses!r}")
+    literals = ", ".join(f"'{s}'" for s in sorted(set(statuses)))
+    parts = [f"status = {literals}" if len(set(statuses)) == 1 else f"status IN ({literals})"]
+    if queue:
+        parts.append("queue = ?")
+    if type_name:
+        parts.append("type = ?")
+    parts.append("NOT EXISTS (SELECT 1 FROM jobs r WHERE r.retry_of = jobs.id)")
+    return f"SELECT {JOB_COLUMNS} FROM jobs WHERE {' AND '.join(parts)} ORDER BY rowid LIMIT ?"
+
+
 _STATUSES = frozenset(("pending", "delayed", "running", "completed", "failed", "cancelled"))
 # Statuses with a partial index of their own; a listing of only these reads those indexes
 # (few rows, sorted) instead of walking every row. `failed` and `cancelled` are indexed

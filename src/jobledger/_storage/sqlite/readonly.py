@@ -8,6 +8,8 @@ Invariants:
   the process may not write (a read-only mount, another user's) is still read.
 * Every connection is `mode=ro`, so SQLite itself refuses a write, and the write
   entry points raise `ReadOnlyStoreError` before reaching it.
+* A file older than this library is read as it is: a column a later migration added
+  (`retry_of`) reads as NULL.
 * One reader connection per thread (the HTTP server reads in a thread pool), each in
   autocommit with every statement read to the end: no read snapshot is held between
   calls (one would stop WAL checkpoints from finishing), and no lock is taken.
@@ -25,7 +27,9 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TypeVar
 
 from jobledger._storage.interface import JobRow
+from jobledger._storage.layout import JOB_COLUMNS, JOB_COLUMNS_BEFORE_RETRY_OF
 from jobledger._storage.observe import DatabaseMissing, ReadOnlyStoreError
+from jobledger._storage.records import AttemptRow
 from jobledger._storage.sqlite import observe
 from jobledger._storage.sqlite import queries as q
 from jobledger._storage.sqlite.connections import open_reader
@@ -36,6 +40,28 @@ from jobledger.errors import SchemaError, StorageError
 __all__ = ["ReadOnlySqliteStore"]
 
 T = TypeVar("T")
+_HAS_ATTEMPTS = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'job_attempts'"
+
+
+class _ObserverConnection(sqlite3.Connection):
+    """A reader connection; on a file no worker has migrated to the `retry_of` column yet
+    (`before_retry_of`), every statement reads that column as NULL."""
+
+    before_retry_of = False
+
+    def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
+        if self.before_retry_of:
+            sql = sql.replace(JOB_COLUMNS, JOB_COLUMNS_BEFORE_RETRY_OF)
+        return super().execute(sql, parameters)
+
+
+def _open_observer(path: str, busy_timeout: float) -> sqlite3.Connection:
+    conn = open_reader(path, busy_timeout=busy_timeout, read_only=True, factory=_ObserverConnection)
+    assert isinstance(conn, _ObserverConnection)
+    columns = {str(r[1]) for r in conn.execute("PRAGMA table_info(jobs)").fetchall()}
+    # No columns at all: no jobs table; the first read reports that (`_read`).
+    conn.before_retry_of = bool(columns) and "retry_of" not in columns
+    return conn
 
 
 class ReadOnlySqliteStore(SqliteStore):
@@ -74,7 +100,7 @@ class ReadOnlySqliteStore(SqliteStore):
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         try:
             if conn is None or getattr(self._local, "generation", None) != self._generation:
-                conn = open_reader(self.path, busy_timeout=self._busy_timeout, read_only=True)
+                conn = _open_observer(self.path, self._busy_timeout)
                 self._local.conn = conn
                 self._local.generation = self._generation
                 with self._readers_lock:
@@ -88,6 +114,11 @@ class ReadOnlySqliteStore(SqliteStore):
                     params={"path": self.path},
                 ) from exc
             raise StorageError(f"read of {self.path} failed: {exc}", code="DB_READ_FAILED") from exc
+
+    def attempts(self, job_id: str) -> list[AttemptRow]:
+        # A file no worker has migrated to `job_attempts` yet has no records to read.
+        has = self._read(lambda c: c.execute(_HAS_ATTEMPTS).fetchone())
+        return super().attempts(job_id) if has else []
 
     def get(self, job_id: str) -> JobRow | None:
         row = super().get(job_id)

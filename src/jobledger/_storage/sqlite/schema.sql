@@ -2,7 +2,7 @@
 -- After adding a migration, regenerate it from the repository root with
 --   python -m jobledger._storage.sqlite.migrate \
 --       > src/jobledger/_storage/sqlite/schema.sql
--- user_version = 6
+-- user_version = 7
 
 CREATE INDEX job_attempts_job_idx ON job_attempts (job_key);
 
@@ -28,6 +28,8 @@ CREATE UNIQUE INDEX jobs_idempotency_key_uq ON jobs (idempotency_key)
 CREATE INDEX jobs_legacy_id_idx ON jobs (id) WHERE rowid < 0;
 
 CREATE INDEX jobs_parent_idx ON jobs (parent_id) WHERE parent_id IS NOT NULL;
+
+CREATE INDEX jobs_retry_of_idx ON jobs (retry_of) WHERE retry_of IS NOT NULL;
 
 CREATE INDEX jobs_running_idx ON jobs (queue, worker_id) WHERE status = 'running';
 
@@ -99,7 +101,7 @@ CREATE TABLE "jobs" (
     finished_at      INTEGER,
     created_at       INTEGER NOT NULL,
     updated_at       INTEGER NOT NULL
-);
+, retry_of TEXT);
 
 CREATE TABLE leader (
     id          INTEGER PRIMARY KEY CHECK (id = 1),

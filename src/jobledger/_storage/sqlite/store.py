@@ -32,6 +32,7 @@ from jobledger._storage import layout as L
 from jobledger._storage import tx
 from jobledger._storage.interface import (
     APPLIED,
+    TERMINAL,
     ClaimedJob,
     ClaimRequest,
     ClaimResult,
@@ -40,7 +41,9 @@ from jobledger._storage.interface import (
     NewJob,
     Outcome,
     Reissued,
+    RetryFilter,
     fresh_row,
+    retry_row,
 )
 from jobledger._storage.observe import (
     JobMetrics,
@@ -681,6 +684,58 @@ class SqliteStore(ScheduleOps, WorkerOps):
         sql = q.CANCEL_REQUESTED_AMONG.format(keys=marks, ids=marks)
         return self.read(lambda c: [(r[0], r[1]) for r in c.execute(sql, (*keys_of(c, ids), *ids))])
 
+    # -- re-runs --------------------------------------------------------------------
+
+    def retry_job(
+        self, job_id: str, payload: str | None, *, enqueued_by: str, now_ms: int
+    ) -> tuple[str | None, JobRow | None]:
+        def work(conn: sqlite3.Connection) -> tuple[str | None, JobRow | None]:
+            old = conn.execute(q.GET_JOB, (key_of(conn, job_id), job_id)).fetchone()
+            if old is None:
+                return None, None
+            if old[L.C_STATUS] not in TERMINAL:
+                return old[L.C_STATUS], None
+            new = retry_row(old, ids.new_id(now_ms), payload, enqueued_by, now_ms)
+            return old[L.C_STATUS], self._insert_retries(conn, [new])[0]
+
+        return self.write(work, "retry")
+
+    def retry_matching(
+        self, flt: RetryFilter, limit: int, *, enqueued_by: str, now_ms: int
+    ) -> builtins.list[JobRow]:
+        sql = q.retry_matching_sql(flt.status, flt.queue is not None, flt.type is not None)
+        params = tuple(v for v in (flt.queue, flt.type) if v is not None)
+
+        def work(conn: sqlite3.Connection) -> builtins.list[JobRow]:
+            old = conn.execute(sql, (*params, limit)).fetchall()
+            new_ids = ids.new_ids(now_ms, len(old))
+            rows = [
+                retry_row(o, i, None, enqueued_by, now_ms)
+                for o, i in zip(old, new_ids, strict=True)
+            ]
+            return self._insert_retries(conn, rows)
+
+        return self.write(work, "retry_many")
+
+    def _insert_retries(
+        self, conn: sqlite3.Connection, rows: builtins.list[JobRow]
+    ) -> builtins.list[JobRow]:
+        """INSERT re-runs one statement each (an operator's action, not a hot path), with
+        the fresh ids `_insert_keyed` gives a row whose key another process took."""
+        new_queues = {
+            r[_QUEUE]: (r[_QUEUE], r[_TYPE], r[_CREATED])
+            for r in rows
+            if r[_QUEUE] not in self._known_queues
+        }
+        if new_queues:
+            conn.executemany(q.REGISTER_QUEUE, new_queues.values())
+        reissued: dict[int, JobRow] = {}
+        for row in rows:
+            key = ids.row_key(row[_ID])
+            assert key is not None  # made by ids.new_ids
+            _insert_keyed(conn, [(key, row)], _retry_insert, reissued)
+        return [reissued.get(id(row), row) for row in rows]
+
     # -- reads ----------------------------------------------------------------------
 
     def get(self, job_id: str) -> JobRow | None:
@@ -795,6 +850,11 @@ Statement = tuple[str, tuple[Any, ...]]
 def _one_insert(chunk: Sequence[Keyed]) -> Statement:
     key, row = chunk[0]
     return q.INSERT_JOB, (key, *_insert_params(row))
+
+
+def _retry_insert(chunk: Sequence[Keyed]) -> Statement:
+    key, row = chunk[0]
+    return q.INSERT_RETRY, (key, *_insert_params(row), row[L.C_RETRY_OF])
 
 
 def _chunk_insert(chunk: Sequence[Keyed]) -> Statement:

@@ -251,6 +251,11 @@
       const res = await fetch(button.dataset.actionUrl, { method: "POST" });
       const body = await res.json();
       if (!res.ok) throw new Error(body.error ? `${body.error.code}: ${body.error.message}` : res.status);
+      if (button.dataset.actionOpens === "job" && body.id) {
+        // A retry answers with the new job: show it.
+        window.location.assign(`/jobs/${encodeURIComponent(body.id)}`);
+        return;
+      }
       button.textContent = body.outcome || (body.enqueued ? "enqueued" : "done");
     } catch (e) {
       button.textContent = label;
