@@ -1,9 +1,9 @@
 """jobledger: a durable job queue and scheduler whose single source of truth is one SQL table."""
 
 from jobledger._core.backoff import RetryPolicy
+from jobledger._core.enqueue import JobSpec
 from jobledger._core.registry import JobHandler, JobType
 from jobledger._runtime.context import CancelToken, JobContext
-from jobledger._runtime.enqueue import JobSpec
 from jobledger._runtime.events import JobEvent
 from jobledger._runtime.handle import JobHandle
 from jobledger._runtime.lifecycle import Hold

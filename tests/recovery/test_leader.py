@@ -18,7 +18,7 @@ import pytest
 
 import jobledger as jl
 from jobledger._runtime.leader import LeaderLease
-from jobledger._runtime.lifecycle import ScheduleHooks
+from jobledger._scheduling.hooks import ScheduleHooks
 from jobledger._storage.interface import Store
 from jobledger._storage.lease import acquire_writer_lease, writer_lock_path_for
 from jobledger._storage.open import open_store

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import jobledger as jl
-from jobledger._runtime.lifecycle import ScheduleHooks
+from jobledger._scheduling.hooks import ScheduleHooks
 from tests.conftest import db_rows
 from tests.recovery import arun, wait_for_async
 

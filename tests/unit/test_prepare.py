@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import jobledger as jl
-from jobledger._runtime.enqueue import EnqueueOptions, prepare, prepare_row, prepare_rows
+from jobledger._core.enqueue import EnqueueOptions, prepare, prepare_row, prepare_rows
 from jobledger._storage.interface import fresh_row
 
 KIND = jl.JobType("unit.kind", dict)

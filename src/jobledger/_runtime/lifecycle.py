@@ -47,6 +47,7 @@ from jobledger._runtime.promoter import Promoter
 from jobledger._runtime.queues import QueueBook
 from jobledger._runtime.services import Runtime, Service
 from jobledger._runtime.watcher import Watcher
+from jobledger._scheduling.hooks import ScheduleHooks
 from jobledger._storage.interface import Store
 from jobledger._storage.records import WorkerRow
 from jobledger._storage.rows import error_to_json
@@ -57,7 +58,7 @@ if TYPE_CHECKING:
     from jobledger._core.registry import HandlerSpec
     from jobledger._runtime.engine import Engine
 
-__all__ = ["DRAIN_TIMEOUT", "Hold", "Lifecycle", "ScheduleHooks", "WorkerSettings"]
+__all__ = ["DRAIN_TIMEOUT", "Hold", "Lifecycle", "WorkerSettings"]
 
 log = logging.getLogger("jobledger.lifecycle")
 
@@ -67,28 +68,6 @@ SETTLE_AFTER_ABORT = 1.0
 # Dead workers whose rows a claim skips before the sweep, at most (bound parameters).
 MAX_EXCLUDED = 500
 STEPS = ("reset", "resurrect", "schedules", "dispatch")
-
-
-class ScheduleHooks:
-    """What the scheduling layer plugs into the lifecycle (no-ops until it does)."""
-
-    async def catch_up_and_arm(self) -> None:
-        return None
-
-    def on_pause(self) -> None:
-        return None
-
-    def on_release(self) -> None:
-        return None
-
-    async def on_stop(self) -> None:
-        return None
-
-    def on_leadership(self, leader: bool) -> None:
-        return None
-
-    def follow(self) -> None:
-        """Another process committed: schedules may have been added or changed."""
 
 
 @dataclass

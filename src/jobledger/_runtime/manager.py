@@ -33,6 +33,7 @@ from types import TracebackType
 from typing import Any, Generic, Literal, TypeAlias, TypeVar, final, overload
 
 from jobledger._core.backoff import RetryPolicy
+from jobledger._core.enqueue import UNSET, EnqueueOptions, JobSpec, prepare_row, prepare_rows
 from jobledger._core.limits import (
     MAX_INT,
     MAX_TIMEOUT_SECONDS,
@@ -50,7 +51,6 @@ from jobledger._core.registry import (
 )
 from jobledger._runtime.context import JobContext
 from jobledger._runtime.engine import Engine
-from jobledger._runtime.enqueue import UNSET, EnqueueOptions, JobSpec, prepare_row, prepare_rows
 from jobledger._runtime.events import EventBus, JobEvent
 from jobledger._runtime.handle import JobHandle
 from jobledger._runtime.lifecycle import DRAIN_TIMEOUT, Hold, Lifecycle, WorkerSettings

@@ -49,6 +49,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
+from jobledger._core.enqueue import EnqueueOptions, prepare
 from jobledger._core.limits import findable, has_surrogate
 from jobledger._core.registry import (
     MAX_PAYLOAD_BYTES,
@@ -57,8 +58,7 @@ from jobledger._core.registry import (
     dumps,
     encode_metadata,
 )
-from jobledger._runtime.enqueue import EnqueueOptions, prepare
-from jobledger._runtime.lifecycle import ScheduleHooks
+from jobledger._scheduling.hooks import ScheduleHooks
 from jobledger._scheduling.scheduler import SchedulerService
 from jobledger._scheduling.triggers import (
     AfterStartup,
