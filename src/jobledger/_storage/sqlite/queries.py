@@ -141,15 +141,32 @@ def finish_many_sql(n_rows: int) -> str:
 # Records per `insert_attempts_sql` statement: 8 * 100 bound parameters (< 999).
 ATTEMPT_CHUNK = 100
 ATTEMPT_COLUMNS = "attempt, worker_id, started_at, finished_at, outcome, error, logs"
-ATTEMPTS_OF = f"SELECT {ATTEMPT_COLUMNS} FROM job_attempts WHERE job_key = ? ORDER BY id"
+# Oldest first: by attempt number, an attempt's unspent runs (n -1, -2, ...) before the
+# record that ended it (n >= 0); see migrations/0006_attempts.sql.
+ATTEMPTS_OF = (
+    f"SELECT {ATTEMPT_COLUMNS} FROM job_attempts WHERE job_key = ? ORDER BY attempt, n >= 0, -n"
+)
+# An unspent attempt's record (interrupted, lost): the job's next negative n.
+INSERT_UNSPENT_ATTEMPT = (
+    f"INSERT INTO job_attempts (job_key, n, {ATTEMPT_COLUMNS}) VALUES (?1, "
+    "(SELECT coalesce(min(n), 0) - 1 FROM job_attempts WHERE job_key = ?1 AND n < 0), "
+    "?2, ?3, ?4, ?5, ?6, ?7, ?8)"
+)
 
 
 @functools.cache
 def insert_attempts_sql(n_rows: int) -> str:
-    """The ended attempts of one finalize in one statement: per record its job key, then
-    `ATTEMPT_COLUMNS` (a statement per record would cost what finish_many_sql saves)."""
+    """The records that end attempts, of one finalize, in one statement: per record its
+    job key, then `ATTEMPT_COLUMNS` (n is the attempt; a statement per record would cost
+    what finish_many_sql saves). OR IGNORE: a fenced outcome ends each attempt number at
+    most once, so a key is never taken; were it ever, losing the record beats failing
+    the finalize that moves the job."""
     values = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * n_rows)
-    return f"INSERT INTO job_attempts (job_key, {ATTEMPT_COLUMNS}) VALUES {values}"
+    return (
+        f"INSERT OR IGNORE INTO job_attempts (job_key, {ATTEMPT_COLUMNS}, n) "
+        f"SELECT column1, column2, column3, column4, column5, column6, column7, column8, "
+        f"column2 FROM (VALUES {values})"
+    )
 
 
 RETRY = (

@@ -4,8 +4,6 @@
 --       > src/jobledger/_storage/sqlite/schema.sql
 -- user_version = 7
 
-CREATE INDEX job_attempts_job_idx ON job_attempts (job_key);
-
 CREATE INDEX job_schedules_enabled_next_run_idx ON job_schedules (enabled, next_run);
 
 CREATE UNIQUE INDEX job_schedules_type_name_uq ON job_schedules (type, name);
@@ -36,16 +34,17 @@ CREATE INDEX jobs_running_idx ON jobs (queue, worker_id) WHERE status = 'running
 CREATE INDEX jobs_schedule_idx ON jobs (schedule_id, finished_at) WHERE schedule_id IS NOT NULL;
 
 CREATE TABLE job_attempts (
-    id          INTEGER PRIMARY KEY,
     job_key     INTEGER NOT NULL,
+    n           INTEGER NOT NULL,
     attempt     INTEGER NOT NULL,            -- the job's `attempt` when it ran (0-based)
     worker_id   TEXT,
     started_at  INTEGER,
     finished_at INTEGER NOT NULL,
     outcome     TEXT NOT NULL,               -- completed retry failed cancelled interrupted lost
     error       TEXT,                        -- JobErrorInfo JSON, with its traceback
-    logs        TEXT                         -- JSON [[at_ms, level, message], ...]
-);
+    logs        TEXT,                        -- JSON [[at_ms, level, message], ...]
+    PRIMARY KEY (job_key, n)
+) WITHOUT ROWID;
 
 CREATE TABLE job_schedules (
     id          TEXT PRIMARY KEY,

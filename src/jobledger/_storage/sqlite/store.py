@@ -934,11 +934,23 @@ def _record(key: int, o: Outcome, outcome: str, now_ms: int) -> tuple[Any, ...]:
     return (key, o.attempt, o.worker_id, o.started_at, now_ms, outcome, o.error, o.logs)
 
 
+_UNSPENT = frozenset({"interrupted", "lost"})
+
+
 def write_attempts(conn: sqlite3.Connection, records: list[Any]) -> None:
-    """Insert the flat `records` (8 values per attempt: `_record`'s)."""
+    """Insert the flat `records` (8 values per attempt: `_record`'s). Those that end an
+    attempt go in multi-row statements keyed by their attempt number; an unspent
+    attempt's record (rare: a shutdown, a dead worker) takes its job's next negative key."""
+    ended: list[Any] = []
+    for i in range(0, len(records), 8):
+        record = records[i : i + 8]
+        if record[5] in _UNSPENT:
+            conn.execute(q.INSERT_UNSPENT_ATTEMPT, record)
+        else:
+            ended += record
     per = q.ATTEMPT_CHUNK * 8
-    for start in range(0, len(records), per):
-        chunk = records[start : start + per]
+    for start in range(0, len(ended), per):
+        chunk = ended[start : start + per]
         conn.execute(q.insert_attempts_sql(len(chunk) // 8), chunk)
 
 
