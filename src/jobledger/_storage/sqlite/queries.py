@@ -138,8 +138,6 @@ def finish_many_sql(n_rows: int) -> str:
     )
 
 
-# Records per `insert_attempts_sql` statement: 8 * 100 bound parameters (< 999).
-ATTEMPT_CHUNK = 100
 ATTEMPT_COLUMNS = "attempt, worker_id, started_at, finished_at, outcome, error, logs"
 # Oldest first: by attempt number, an attempt's unspent runs (n -1, -2, ...) before the
 # record that ended it (n >= 0); see migrations/0006_attempts.sql.
@@ -154,19 +152,13 @@ INSERT_UNSPENT_ATTEMPT = (
 )
 
 
-@functools.cache
-def insert_attempts_sql(n_rows: int) -> str:
-    """The records that end attempts, of one finalize, in one statement: per record its
-    job key, then `ATTEMPT_COLUMNS` (n is the attempt; a statement per record would cost
-    what finish_many_sql saves). OR IGNORE: a fenced outcome ends each attempt number at
-    most once, so a key is never taken; were it ever, losing the record beats failing
-    the finalize that moves the job."""
-    values = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * n_rows)
-    return (
-        f"INSERT OR IGNORE INTO job_attempts (job_key, {ATTEMPT_COLUMNS}, n) "
-        f"SELECT column1, column2, column3, column4, column5, column6, column7, column8, "
-        f"column2 FROM (VALUES {values})"
-    )
+# What the row does not hold, added to the record its finalize's trigger wrote
+# (migrations/0006_attempts.sql): the attempt's log lines, and for a retry that met a
+# cancel request the handler's own error.
+SET_ATTEMPT_LOGS = "UPDATE job_attempts SET logs = ? WHERE job_key = ? AND n = ?"
+SET_ATTEMPT_ERROR = "UPDATE job_attempts SET error = ? WHERE job_key = ? AND n = ?"
+# A dead worker's attempt whose row the rescue cancelled: the trigger wrote "cancelled".
+SET_ATTEMPT_LOST = "UPDATE job_attempts SET outcome = 'lost', error = ? WHERE job_key = ? AND n = ?"
 
 
 RETRY = (

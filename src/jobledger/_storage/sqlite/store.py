@@ -53,7 +53,7 @@ from jobledger._storage.observe import (
     StorageFacts,
     WorkerRecord,
 )
-from jobledger._storage.records import ATTEMPT_OUTCOME, AttemptRow
+from jobledger._storage.records import AttemptRow
 from jobledger._storage.schedule_ops import ScheduleOps
 from jobledger._storage.sqlite import observe
 from jobledger._storage.sqlite import queries as q
@@ -490,12 +490,11 @@ class SqliteStore(ScheduleOps, WorkerOps):
                               o.error, o.progress, o.progress_detail)  # fmt: skip
                 sql = q.finish_many_sql((len(bound) - 1) // 9)
                 matched.update(r[0] for r in conn.execute(sql, bound))
-            # The attempts' records, written with their outcomes (only where the fence
-            # matched: a stale attempt's outcome is not an attempt of the row).
-            records: list[Any] = []
+            # The attempts' records were written by the UPDATEs' trigger, only where the
+            # fence matched; the log lines the row does not hold are added to them.
             for key, o in zip(keys, batch, strict=True):
-                if o.job_id in matched:
-                    records += _record(key, o, ATTEMPT_OUTCOME[o.kind], now_ms)
+                if o.logs is not None and o.job_id in matched:
+                    conn.execute(q.SET_ATTEMPT_LOGS, (o.logs, key, o.attempt))
             results: list[JobRow | None] = []
             for o in outcomes:
                 row: JobRow | None
@@ -505,7 +504,7 @@ class SqliteStore(ScheduleOps, WorkerOps):
                     continue
                 key = key_of(conn, o.job_id)
                 fence = (key, o.job_id, o.worker_id, o.attempt)
-                ended = ATTEMPT_OUTCOME[o.kind]
+                requeued = False  # the one applied outcome the trigger does not record
                 if o.kind == "retry" or o.kind == "requeue":
                     if o.kind == "retry":
                         params_r: tuple[Any, ...] = (o.error, o.retry_at, now_ms, *fence)
@@ -513,13 +512,15 @@ class SqliteStore(ScheduleOps, WorkerOps):
                     else:
                         params_r = (now_ms, o.progress, o.progress_detail, *fence)
                         row = conn.execute(q.REQUEUE, params_r).fetchone()
+                        requeued = row is not None
                     if row is None:
                         row = conn.execute(
                             q.CANCEL_INSTEAD_OF_RETRY,
                             (now_ms, now_ms, o.progress, o.progress_detail, *fence),
                         ).fetchone()
-                        if o.kind == "retry":
-                            ended = "cancelled"
+                        if row is not None and o.kind == "retry":
+                            # The row holds the cancel's error; the attempt ended in its own.
+                            conn.execute(q.SET_ATTEMPT_ERROR, (o.error, key, o.attempt))
                 else:
                     params = (
                         o.kind,
@@ -536,14 +537,15 @@ class SqliteStore(ScheduleOps, WorkerOps):
                     else:
                         applied = conn.execute(q.FINISH_NO_ROW, params).rowcount == 1
                         row = APPLIED if applied else None
-                if row is not None:
-                    records += _record(key, o, ended, now_ms)
+                if requeued:
+                    write_attempts(conn, [_record(key, o, "interrupted", now_ms)])
+                elif row is not None and o.logs is not None:
+                    conn.execute(q.SET_ATTEMPT_LOGS, (o.logs, key, o.attempt))
                 if o.release_locks and row is not None:
                     # Only under a matched fence: a stale attempt must not free the
                     # locks a re-claim of the same job holds now.
                     conn.execute(q.RELEASE_JOB_LOCKS, (o.job_id, o.worker_id))
                 results.append(row)
-            write_attempts(conn, records)
             return results
 
         return work
@@ -934,24 +936,11 @@ def _record(key: int, o: Outcome, outcome: str, now_ms: int) -> tuple[Any, ...]:
     return (key, o.attempt, o.worker_id, o.started_at, now_ms, outcome, o.error, o.logs)
 
 
-_UNSPENT = frozenset({"interrupted", "lost"})
-
-
-def write_attempts(conn: sqlite3.Connection, records: list[Any]) -> None:
-    """Insert the flat `records` (8 values per attempt: `_record`'s). Those that end an
-    attempt go in multi-row statements keyed by their attempt number; an unspent
-    attempt's record (rare: a shutdown, a dead worker) takes its job's next negative key."""
-    ended: list[Any] = []
-    for i in range(0, len(records), 8):
-        record = records[i : i + 8]
-        if record[5] in _UNSPENT:
-            conn.execute(q.INSERT_UNSPENT_ATTEMPT, record)
-        else:
-            ended += record
-    per = q.ATTEMPT_CHUNK * 8
-    for start in range(0, len(ended), per):
-        chunk = ended[start : start + per]
-        conn.execute(q.insert_attempts_sql(len(chunk) // 8), chunk)
+def write_attempts(conn: sqlite3.Connection, records: Sequence[tuple[Any, ...]]) -> None:
+    """Insert the records of unspent attempts (interrupted, lost: `_record`'s values), each
+    under its job's next negative key; the trigger writes every other record."""
+    for record in records:
+        conn.execute(q.INSERT_UNSPENT_ATTEMPT, record)
 
 
 def _claim_work(

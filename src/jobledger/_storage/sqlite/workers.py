@@ -71,13 +71,7 @@ def recover_worker(
         ran = {
             r[L.C_ID]: r for r in rows if r[L.C_STATUS] == "running" and r[L.C_WORKER] == worker_id
         }
-        records: list[object] = []
-
-        def lost(job_id: str, key: int) -> None:
-            row = ran.get(job_id)
-            if row is not None:
-                records.extend((key, row[L.C_ATTEMPT], worker_id, row[L.C_STARTED_AT], now_ms,
-                                "lost", lost_error(worker_id), None))  # fmt: skip
+        lost_error_text = lost_error(worker_id)
 
         def at(job_id: str) -> tuple[int, str]:
             return key_of(conn, job_id), job_id
@@ -89,13 +83,17 @@ def recover_worker(
             ).fetchone()
             if done is not None:
                 stats.cancelled.append(done)
-                lost(job_id, key)
+                was = ran.get(job_id)
+                if was is not None:  # the trigger recorded the cancel; it was a loss
+                    conn.execute(q.SET_ATTEMPT_LOST, (lost_error_text, key, was[L.C_ATTEMPT]))
         for job_id in decided.reset:
             key = key_of(conn, job_id)
-            if conn.execute(q.RESET_RUNNING, (now_ms, key, job_id, worker_id)).rowcount:
-                lost(job_id, key)
+            was = ran.get(job_id)
+            if conn.execute(q.RESET_RUNNING, (now_ms, key, job_id, worker_id)).rowcount and was:
+                record = (key, was[L.C_ATTEMPT], worker_id, was[L.C_STARTED_AT], now_ms, "lost",
+                          lost_error_text, None)  # fmt: skip
+                write_attempts(conn, [record])
             stats.reset += 1
-        write_attempts(conn, records)
         for job_id in decided.disown:
             conn.execute(q.DISOWN, at(job_id))
             stats.kept += 1
