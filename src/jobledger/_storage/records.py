@@ -15,7 +15,6 @@ if TYPE_CHECKING:
 
 
 __all__ = [
-    "ATTEMPT_OUTCOME",
     "AttemptRow",
     "EnsuredSchedule",
     "LeaseRow",
@@ -38,17 +37,6 @@ class AttemptRow(NamedTuple):
     outcome: str
     error: str | None  # JobErrorInfo JSON
     logs: str | None  # JSON [[at_ms, level, message], ...]
-
-
-# The attempt outcome an applied finalize writes, by the Outcome's kind. A retry that met
-# a cancel request is written "cancelled" (the store knows which statement matched).
-ATTEMPT_OUTCOME = {
-    "completed": "completed",
-    "failed": "failed",
-    "cancelled": "cancelled",
-    "retry": "retry",
-    "requeue": "interrupted",
-}
 
 
 @dataclass(frozen=True, slots=True)

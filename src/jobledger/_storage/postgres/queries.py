@@ -38,13 +38,23 @@ _CLAIMED = (
 )
 _FENCE = "WHERE id = %s AND status = 'running' AND worker_id = %s AND attempt = %s"
 ATTEMPT_COLUMNS = "attempt, worker_id, started_at, finished_at, outcome, error, logs"
-# The attempt's record, written by the statement that applies its outcome and only when
-# the fence matched (`f` is that statement's UPDATE): no extra round trip per job.
-# Parameters: job id, then ATTEMPT_COLUMNS.
-_RECORD = (
-    ", a AS (INSERT INTO {s}.job_attempts (job_id, " + ATTEMPT_COLUMNS + ") "
-    "SELECT %s::text, %s::int, %s::text, %s::bigint, %s::bigint, %s::text, %s::text, "
-    "%s::text WHERE EXISTS (SELECT 1 FROM f))"
+_RECORD_VALUES = "%s::int, %s::text, %s::bigint, %s::bigint, %s::text, %s::text, %s::text"
+# The records an outcome stores beyond its row (_storage/attempts.py), in the statement
+# that applies it and only when its fence matched (`f` is that statement's UPDATE): no
+# extra round trip. A record that ends an attempt (n = its number; parameters: job id,
+# n, ATTEMPT_COLUMNS, then whether to write it at all):
+_RECORD_ENDED = (
+    ", a AS (INSERT INTO {s}.job_attempts (job_id, n, " + ATTEMPT_COLUMNS + ") "
+    "SELECT %s::text, %s::int, " + _RECORD_VALUES + " "
+    "WHERE EXISTS (SELECT 1 FROM f) AND %s::bool ON CONFLICT DO NOTHING)"
+)
+# An unspent attempt's (interrupted): the job's next negative n (parameters: job id,
+# ATTEMPT_COLUMNS).
+_RECORD_UNSPENT = (
+    ", a AS (INSERT INTO {s}.job_attempts (job_id, n, " + ATTEMPT_COLUMNS + ") "
+    "SELECT j, (SELECT coalesce(min(n), 0) - 1 FROM {s}.job_attempts WHERE job_id = j "
+    "AND n < 0), " + _RECORD_VALUES + " FROM (SELECT %s::text AS j) x "
+    "WHERE EXISTS (SELECT 1 FROM f))"
 )
 
 
@@ -185,7 +195,7 @@ class Queries:
         f"progress_detail = coalesce(%s, progress_detail) {_FENCE} RETURNING {JOB_COLUMNS}), "
         "d AS (DELETE FROM {s}.locks WHERE %s AND job_id = %s AND worker_id = %s "
         "AND EXISTS (SELECT 1 FROM f))"
-        f"{_RECORD} SELECT * FROM f"
+        f"{_RECORD_ENDED} SELECT * FROM f"
     )
     # For outcomes nobody waits on (`Outcome.want_row=False`): reports only that it applied.
     FINISH_NO_ROW = (
@@ -194,7 +204,7 @@ class Queries:
         f"progress_detail = coalesce(%s, progress_detail) {_FENCE} RETURNING 1), "
         "d AS (DELETE FROM {s}.locks WHERE %s AND job_id = %s AND worker_id = %s "
         "AND EXISTS (SELECT 1 FROM f))"
-        f"{_RECORD} SELECT 1 FROM f"
+        f"{_RECORD_ENDED} SELECT 1 FROM f"
     )
     RETRY = (
         "WITH f AS (UPDATE {s}.jobs SET status = 'delayed', attempt = attempt + 1, error = %s, "
@@ -202,7 +212,7 @@ class Queries:
         f"{_FENCE} AND cancel_requested = 0 RETURNING {JOB_COLUMNS}), "
         "d AS (DELETE FROM {s}.locks WHERE %s AND job_id = %s AND worker_id = %s "
         "AND EXISTS (SELECT 1 FROM f))"
-        f"{_RECORD} SELECT * FROM f"
+        f"{_RECORD_ENDED} SELECT * FROM f"
     )
     # A retryable failure of a row whose cancel was requested (by another process, before
     # this worker fired the token) is a cancel: never retried. Exclusive with RETRY on
@@ -216,7 +226,7 @@ class Queries:
         f"{_FENCE} AND cancel_requested = 1 RETURNING {JOB_COLUMNS}), "
         "d AS (DELETE FROM {s}.locks WHERE %s AND job_id = %s AND worker_id = %s "
         "AND EXISTS (SELECT 1 FROM f))"
-        f"{_RECORD} SELECT * FROM f"
+        f"{_RECORD_ENDED} SELECT * FROM f"
     )
     # Shutdown interrupted the attempt: pending again, unowned, its attempt not spent.
     REQUEUE = (
@@ -226,13 +236,24 @@ class Queries:
         f"{_FENCE} AND cancel_requested = 0 RETURNING {JOB_COLUMNS}), "
         "d AS (DELETE FROM {s}.locks WHERE %s AND job_id = %s AND worker_id = %s "
         "AND EXISTS (SELECT 1 FROM f))"
-        f"{_RECORD} SELECT * FROM f"
+        f"{_RECORD_UNSPENT} SELECT * FROM f"
     )
     RELEASE_JOB_LOCKS = "DELETE FROM {s}.locks WHERE job_id = %s AND worker_id = %s"
-    ATTEMPTS_OF = f"SELECT {ATTEMPT_COLUMNS} FROM {{s}}.job_attempts WHERE job_id = %s ORDER BY id"
-    INSERT_ATTEMPT = (
-        f"INSERT INTO {{s}}.job_attempts (job_id, {ATTEMPT_COLUMNS}) "
-        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+    # See _storage/attempts.py for what is stored, `n` and the order.
+    ATTEMPTS_OF = (
+        f"SELECT n, {ATTEMPT_COLUMNS} FROM {{s}}.job_attempts WHERE job_id = %s "
+        "ORDER BY attempt, n >= 0, -n"
+    )
+    # A rescue's records (lost): one that ends the attempt (n = its number), or an unspent
+    # one (the job's next negative n).
+    INSERT_ENDED_ATTEMPT = (
+        f"INSERT INTO {{s}}.job_attempts (job_id, n, {ATTEMPT_COLUMNS}) "
+        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING"
+    )
+    INSERT_UNSPENT_ATTEMPT = (
+        f"INSERT INTO {{s}}.job_attempts (job_id, n, {ATTEMPT_COLUMNS}) VALUES (%s, "
+        "(SELECT coalesce(min(n), 0) - 1 FROM {s}.job_attempts WHERE job_id = %s AND n < 0), "
+        "%s, %s, %s, %s, %s, %s, %s)"
     )
     # Claims whose commit the worker could not confirm, put back (ids in %s are kept).
     RELEASE_UNCONFIRMED = (

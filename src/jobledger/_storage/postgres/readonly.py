@@ -23,6 +23,7 @@ from typing import NoReturn, TypeVar
 import psycopg
 from psycopg_pool import ConnectionPool
 
+from jobledger._storage.attempts import with_final_attempt
 from jobledger._storage.observe import ReadOnlyStoreError
 from jobledger._storage.open import redact
 from jobledger._storage.postgres.migrate import SCHEMA_VERSION, schema_version
@@ -107,9 +108,11 @@ class ReadOnlyPostgresStore(PostgresStore):
         self.q = Queries(self.schema, before_retry_of=not has_retry_of)
 
     def attempts(self, job_id: str) -> list[AttemptRow]:
-        # A schema from before `job_attempts` has no records to read (checked at open: a
+        # A schema from before `job_attempts`: only its rows tell attempts (checked at open: a
         # worker that migrates it meanwhile shows them to the next observer).
-        return super().attempts(job_id) if self._has_attempts else []
+        if self._has_attempts:
+            return super().attempts(job_id)
+        return with_final_attempt(self.get(job_id), [])
 
     _reader_name = "jobledger-observer"
 

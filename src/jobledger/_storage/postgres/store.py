@@ -64,6 +64,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from jobledger._core import ids
 from jobledger._storage import layout as L
+from jobledger._storage.attempts import with_final_attempt
 from jobledger._storage.interface import (
     APPLIED,
     TERMINAL,
@@ -88,7 +89,7 @@ from jobledger._storage.observe import (
 from jobledger._storage.postgres import observe
 from jobledger._storage.postgres.migrate import migrate, schema_version
 from jobledger._storage.postgres.queries import Queries, check_schema_name, quote_ident
-from jobledger._storage.records import ATTEMPT_OUTCOME, AttemptRow
+from jobledger._storage.records import AttemptRow
 from jobledger._storage.schedule_ops import ScheduleOps
 from jobledger._storage.worker_ops import WorkerOps
 from jobledger.errors import (
@@ -654,22 +655,28 @@ class PostgresStore(ScheduleOps, WorkerOps):
             for o in outcomes:
                 locks = (o.release_locks, o.job_id, o.worker_id)
                 fence = (o.job_id, o.worker_id, o.attempt)
-                ended = ATTEMPT_OUTCOME[o.kind]
-                record = (o.job_id, o.attempt, o.worker_id, o.started_at, now_ms, ended,
-                          o.error, o.logs)  # fmt: skip
+                # What the row cannot tell is stored with it (_storage/attempts.py):
+                # (job id, n, ATTEMPT_COLUMNS) of a record that ends the attempt.
+                ended = (o.job_id, o.attempt, o.attempt, o.worker_id, o.started_at, now_ms,
+                         o.kind, o.error, o.logs)  # fmt: skip
+                logged = o.logs is not None
                 if o.kind == "retry" or o.kind == "requeue":
                     if o.kind == "retry":
                         retry_params: tuple[Any, ...] = (o.error, o.retry_at, now_ms)
-                        retried = conn.execute(q.RETRY, (*retry_params, *fence, *locks, *record))
-                        # A retry that met a cancel request ended the job as cancelled.
-                        record = (*record[:5], "cancelled", *record[6:])
+                        retried = conn.execute(
+                            q.RETRY, (*retry_params, *fence, *locks, *ended, True)
+                        )
                     else:
                         retry_params = (now_ms, o.progress, o.progress_detail)
-                        retried = conn.execute(q.REQUEUE, (*retry_params, *fence, *locks, *record))
+                        unspent = (*ended[2:6], "interrupted", o.error, o.logs, o.job_id)
+                        retried = conn.execute(q.REQUEUE, (*retry_params, *fence, *locks, *unspent))
+                    # The row holds the cancel's error; a retry ended in its own.
+                    cancelled_record = (*ended[:6], "cancelled", *ended[7:])
                     cancelled = conn.execute(
                         q.CANCEL_INSTEAD_OF_RETRY,
-                        (now_ms, now_ms, o.progress, o.progress_detail, *fence, *locks, *record),
-                    )
+                        (now_ms, now_ms, o.progress, o.progress_detail, *fence, *locks,
+                         *cancelled_record, o.kind == "retry" or logged),
+                    )  # fmt: skip
                     fetches.append(functools.partial(_first_row, retried, cancelled))
                     continue
                 params = (
@@ -682,7 +689,8 @@ class PostgresStore(ScheduleOps, WorkerOps):
                     o.progress_detail,
                     *fence,
                     *locks,
-                    *record,
+                    *ended,
+                    logged,
                 )
                 if o.want_row:
                     cur = conn.execute(q.FINISH, params)
@@ -697,8 +705,12 @@ class PostgresStore(ScheduleOps, WorkerOps):
         return self._tx_then(send, label)
 
     def attempts(self, job_id: str) -> list[AttemptRow]:
-        rows = self.read(lambda c: c.execute(self.q.ATTEMPTS_OF, (job_id,)).fetchall())
-        return [AttemptRow(*r) for r in rows]
+        def read(conn: Conn) -> list[AttemptRow]:
+            row = _row_or_none(conn.execute(self.q.GET_JOB, (job_id,)).fetchone())
+            stored = [] if row is None else conn.execute(self.q.ATTEMPTS_OF, (job_id,)).fetchall()
+            return with_final_attempt(row, stored)
+
+        return self.read(read)
 
     def promote_due(self, now_ms: int) -> list[str]:
         q = self.q

@@ -95,14 +95,21 @@ def recover_worker(
         for job_id in decided.reset:
             conn.execute(q.RESET_RUNNING, (now_ms, job_id, worker_id))
             stats.reset += 1
-        # The attempts that were running on the dead worker end here, as "lost" (the rows
-        # are locked above, so each statement applies).
-        ended = {job_id for job_id, _ in decided.cancel} | set(decided.reset)
+        # A running row's attempt ends here, lost: unspent when the row is reset (it goes
+        # back to pending), the attempt that ended it when cancelled (its row would say
+        # "cancelled"); see _storage/attempts.py. The rows are locked above, so each
+        # statement applies.
+        reset = set(decided.reset)
+        cancel = {job_id for job_id, _ in decided.cancel}
         for r in rows:
-            if r[L.C_ID] in ended and r[L.C_STATUS] == "running" and r[L.C_WORKER] == worker_id:
-                record = (r[L.C_ID], r[L.C_ATTEMPT], worker_id, r[L.C_STARTED_AT], now_ms,
-                          "lost", lost_error(worker_id), None)  # fmt: skip
-                conn.execute(q.INSERT_ATTEMPT, record)
+            if r[L.C_STATUS] != "running" or r[L.C_WORKER] != worker_id:
+                continue
+            job_id, attempt = r[L.C_ID], r[L.C_ATTEMPT]
+            values = (attempt, worker_id, r[L.C_STARTED_AT], now_ms, "lost", lost_error(worker_id))
+            if job_id in reset:
+                conn.execute(q.INSERT_UNSPENT_ATTEMPT, (job_id, job_id, *values, None))
+            elif job_id in cancel:
+                conn.execute(q.INSERT_ENDED_ATTEMPT, (job_id, attempt, *values, None))
         for job_id in decided.disown:
             conn.execute(q.DISOWN, (job_id,))
             stats.kept += 1

@@ -139,10 +139,16 @@ def finish_many_sql(n_rows: int) -> str:
 
 
 ATTEMPT_COLUMNS = "attempt, worker_id, started_at, finished_at, outcome, error, logs"
-# Oldest first: by attempt number, an attempt's unspent runs (n -1, -2, ...) before the
-# record that ended it (n >= 0); see migrations/0006_attempts.sql.
+# See _storage/attempts.py for what is stored, `n` and the order.
 ATTEMPTS_OF = (
-    f"SELECT {ATTEMPT_COLUMNS} FROM job_attempts WHERE job_key = ? ORDER BY attempt, n >= 0, -n"
+    f"SELECT n, {ATTEMPT_COLUMNS} FROM job_attempts WHERE job_key = ? ORDER BY attempt, n >= 0, -n"
+)
+# A record that ends an attempt (n = its number): parameters key, then ATTEMPT_COLUMNS.
+# OR IGNORE: a fenced outcome ends each number at most once, so the key is free; were it
+# ever taken, losing the record beats failing the finalize that moves the job.
+INSERT_ENDED_ATTEMPT = (
+    f"INSERT OR IGNORE INTO job_attempts (job_key, n, {ATTEMPT_COLUMNS}) "
+    "VALUES (?1, ?2, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"
 )
 # An unspent attempt's record (interrupted, lost): the job's next negative n.
 INSERT_UNSPENT_ATTEMPT = (
@@ -150,15 +156,9 @@ INSERT_UNSPENT_ATTEMPT = (
     "(SELECT coalesce(min(n), 0) - 1 FROM job_attempts WHERE job_key = ?1 AND n < 0), "
     "?2, ?3, ?4, ?5, ?6, ?7, ?8)"
 )
-
-
-# What the row does not hold, added to the record its finalize's trigger wrote
-# (migrations/0006_attempts.sql): the attempt's log lines, and for a retry that met a
-# cancel request the handler's own error.
+# A retry's log lines, added to the record the retry's trigger wrote
+# (migrations/0006_attempts.sql).
 SET_ATTEMPT_LOGS = "UPDATE job_attempts SET logs = ? WHERE job_key = ? AND n = ?"
-SET_ATTEMPT_ERROR = "UPDATE job_attempts SET error = ? WHERE job_key = ? AND n = ?"
-# A dead worker's attempt whose row the rescue cancelled: the trigger wrote "cancelled".
-SET_ATTEMPT_LOST = "UPDATE job_attempts SET outcome = 'lost', error = ? WHERE job_key = ? AND n = ?"
 
 
 RETRY = (

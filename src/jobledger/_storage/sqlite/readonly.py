@@ -26,6 +26,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TypeVar
 
+from jobledger._storage.attempts import with_final_attempt
 from jobledger._storage.interface import JobRow
 from jobledger._storage.layout import JOB_COLUMNS, JOB_COLUMNS_BEFORE_RETRY_OF
 from jobledger._storage.observe import DatabaseMissing, ReadOnlyStoreError
@@ -116,9 +117,9 @@ class ReadOnlySqliteStore(SqliteStore):
             raise StorageError(f"read of {self.path} failed: {exc}", code="DB_READ_FAILED") from exc
 
     def attempts(self, job_id: str) -> list[AttemptRow]:
-        # A file no worker has migrated to `job_attempts` yet has no records to read.
+        # A file no worker has migrated to `job_attempts` yet: only its rows tell attempts.
         has = self._read(lambda c: c.execute(_HAS_ATTEMPTS).fetchone())
-        return super().attempts(job_id) if has else []
+        return super().attempts(job_id) if has else with_final_attempt(self.get(job_id), [])
 
     def get(self, job_id: str) -> JobRow | None:
         row = super().get(job_id)

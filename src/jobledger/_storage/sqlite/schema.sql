@@ -159,13 +159,11 @@ CREATE TRIGGER jobs_orphan_children AFTER DELETE ON jobs BEGIN
     UPDATE jobs SET parent_id = NULL WHERE parent_id = old.id;
 END;
 
-CREATE TRIGGER jobs_record_attempts AFTER UPDATE OF status ON jobs
-WHEN old.status = 'running' AND (new.status = 'completed' OR new.status = 'failed'
-    OR new.status = 'cancelled' OR new.status = 'delayed')
+CREATE TRIGGER jobs_record_retries AFTER UPDATE OF status ON jobs
+WHEN old.status = 'running' AND new.status = 'delayed'
 BEGIN
     INSERT OR IGNORE INTO job_attempts
         (job_key, n, attempt, worker_id, started_at, finished_at, outcome, error)
     VALUES (new.rowid, old.attempt, old.attempt, old.worker_id, old.started_at,
-        new.updated_at, CASE WHEN new.status = 'delayed' THEN 'retry' ELSE new.status END,
-        new.error);
+        new.updated_at, 'retry', new.error);
 END;

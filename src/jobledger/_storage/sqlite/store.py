@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 from jobledger._core import ids
 from jobledger._storage import layout as L
 from jobledger._storage import tx
+from jobledger._storage.attempts import with_final_attempt
 from jobledger._storage.interface import (
     APPLIED,
     TERMINAL,
@@ -490,11 +491,11 @@ class SqliteStore(ScheduleOps, WorkerOps):
                               o.error, o.progress, o.progress_detail)  # fmt: skip
                 sql = q.finish_many_sql((len(bound) - 1) // 9)
                 matched.update(r[0] for r in conn.execute(sql, bound))
-            # The attempts' records were written by the UPDATEs' trigger, only where the
-            # fence matched; the log lines the row does not hold are added to them.
+            # The row tells the attempt it ended (_storage/attempts.py); only log lines,
+            # which it does not hold, make a record (where the fence matched).
             for key, o in zip(keys, batch, strict=True):
                 if o.logs is not None and o.job_id in matched:
-                    conn.execute(q.SET_ATTEMPT_LOGS, (o.logs, key, o.attempt))
+                    conn.execute(q.INSERT_ENDED_ATTEMPT, _record(key, o, o.kind, now_ms))
             results: list[JobRow | None] = []
             for o in outcomes:
                 row: JobRow | None
@@ -504,23 +505,27 @@ class SqliteStore(ScheduleOps, WorkerOps):
                     continue
                 key = key_of(conn, o.job_id)
                 fence = (key, o.job_id, o.worker_id, o.attempt)
-                requeued = False  # the one applied outcome the trigger does not record
+                record: str | None = None  # what to store beyond the row (attempts.py)
                 if o.kind == "retry" or o.kind == "requeue":
                     if o.kind == "retry":
                         params_r: tuple[Any, ...] = (o.error, o.retry_at, now_ms, *fence)
                         row = conn.execute(q.RETRY, params_r).fetchone()
+                        if row is not None and o.logs is not None:
+                            # The retry's trigger stored the record; it lacks the lines.
+                            conn.execute(q.SET_ATTEMPT_LOGS, (o.logs, key, o.attempt))
                     else:
                         params_r = (now_ms, o.progress, o.progress_detail, *fence)
                         row = conn.execute(q.REQUEUE, params_r).fetchone()
-                        requeued = row is not None
+                        if row is not None:
+                            record = "interrupted"
                     if row is None:
                         row = conn.execute(
                             q.CANCEL_INSTEAD_OF_RETRY,
                             (now_ms, now_ms, o.progress, o.progress_detail, *fence),
                         ).fetchone()
-                        if row is not None and o.kind == "retry":
-                            # The row holds the cancel's error; the attempt ended in its own.
-                            conn.execute(q.SET_ATTEMPT_ERROR, (o.error, key, o.attempt))
+                        # The row holds the cancel's error; a retry ended in its own.
+                        if row is not None and (o.kind == "retry" or o.logs is not None):
+                            record = "cancelled"
                 else:
                     params = (
                         o.kind,
@@ -537,10 +542,12 @@ class SqliteStore(ScheduleOps, WorkerOps):
                     else:
                         applied = conn.execute(q.FINISH_NO_ROW, params).rowcount == 1
                         row = APPLIED if applied else None
-                if requeued:
-                    write_attempts(conn, [_record(key, o, "interrupted", now_ms)])
-                elif row is not None and o.logs is not None:
-                    conn.execute(q.SET_ATTEMPT_LOGS, (o.logs, key, o.attempt))
+                    if row is not None and o.logs is not None:
+                        record = o.kind
+                if record == "interrupted":
+                    write_attempts(conn, [_record(key, o, record, now_ms)])
+                elif record is not None:
+                    conn.execute(q.INSERT_ENDED_ATTEMPT, _record(key, o, record, now_ms))
                 if o.release_locks and row is not None:
                     # Only under a matched fence: a stale attempt must not free the
                     # locks a re-claim of the same job holds now.
@@ -552,8 +559,10 @@ class SqliteStore(ScheduleOps, WorkerOps):
 
     def attempts(self, job_id: str) -> list[AttemptRow]:
         def read(conn: sqlite3.Connection) -> list[AttemptRow]:
-            rows = conn.execute(q.ATTEMPTS_OF, (key_of(conn, job_id),)).fetchall()
-            return [AttemptRow(*r) for r in rows]
+            key = key_of(conn, job_id)
+            row = conn.execute(q.GET_JOB, (key, job_id)).fetchone()
+            stored = [] if row is None else conn.execute(q.ATTEMPTS_OF, (key,)).fetchall()
+            return with_final_attempt(row, stored)
 
         return self.read(read)
 
@@ -938,7 +947,7 @@ def _record(key: int, o: Outcome, outcome: str, now_ms: int) -> tuple[Any, ...]:
 
 def write_attempts(conn: sqlite3.Connection, records: Sequence[tuple[Any, ...]]) -> None:
     """Insert the records of unspent attempts (interrupted, lost: `_record`'s values), each
-    under its job's next negative key; the trigger writes every other record."""
+    under its job's next negative key (_storage/attempts.py)."""
     for record in records:
         conn.execute(q.INSERT_UNSPENT_ATTEMPT, record)
 

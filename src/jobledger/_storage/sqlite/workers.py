@@ -84,8 +84,10 @@ def recover_worker(
             if done is not None:
                 stats.cancelled.append(done)
                 was = ran.get(job_id)
-                if was is not None:  # the trigger recorded the cancel; it was a loss
-                    conn.execute(q.SET_ATTEMPT_LOST, (lost_error_text, key, was[L.C_ATTEMPT]))
+                if was is not None:  # the row says cancelled; its attempt was lost
+                    record = (key, was[L.C_ATTEMPT], worker_id, was[L.C_STARTED_AT], now_ms,
+                              "lost", lost_error_text, None)  # fmt: skip
+                    conn.execute(q.INSERT_ENDED_ATTEMPT, record)
         for job_id in decided.reset:
             key = key_of(conn, job_id)
             was = ran.get(job_id)

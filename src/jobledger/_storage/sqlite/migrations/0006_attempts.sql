@@ -1,21 +1,14 @@
--- One record per attempt that ended (docs/design/storage.md, "Attempts"): written by the
--- transaction that moves the job (finalize; a rescue for an attempt whose worker died),
--- never by a transaction of its own, and read only by observers.
---
--- The record of an attempt that ends the hot way (a worker's fenced finalize: completed,
--- failed, cancelled, or a retry to `delayed`) is written by the trigger below, inside the
--- very UPDATE that moves the row: a statement of its own per finalize cost about 14% of
--- the drain (docs/benchmarks.md), the trigger's insert almost nothing. The store adds
--- what the row does not hold (the attempt's log lines; the handler's error when a retry
--- met a cancel request) and writes the rare records itself (interrupted, lost).
+-- The ended attempts a job row cannot tell (docs/design/storage.md, "Attempts";
+-- _storage/attempts.py): retries, attempts interrupted by a shutdown or lost with their
+-- worker, and a final attempt's log lines. The attempt a row ended with is read from the
+-- row itself, so a job that succeeds at once writes nothing here.
 --
 -- One B-tree, keyed (job_key, n): `job_key` is the job's rowid (`ids.row_key`), so keys
--- grow as the ids do, and finalize appends without a second index. `n` is the attempt
--- number for the record that ends an attempt (completed, retry, failed, cancelled: one
--- per attempt, since a retry moves the job to its next number), so the hot path writes
--- it without reading; an attempt interrupted by a shutdown or lost with its worker is
--- not spent, so its record takes the next negative `n` of the job (-1, -2, ...), read in
--- the same statement. Deleting a job (GC) deletes its records in the same transaction.
+-- grow as the ids do. `n` is the attempt number for a record that ends an attempt (one
+-- per number: a retry moves the job on to the next), the job's next negative number for
+-- an unspent one. Retries are recorded by the trigger below inside the very UPDATE that
+-- moves the row to `delayed`; the store writes the rest. Deleting a job (GC) deletes its
+-- records in the same transaction.
 CREATE TABLE job_attempts (
     job_key     INTEGER NOT NULL,
     n           INTEGER NOT NULL,
@@ -29,16 +22,13 @@ CREATE TABLE job_attempts (
     PRIMARY KEY (job_key, n)
 ) WITHOUT ROWID;
 
--- Statuses as OR of literals, not IN: see 0003_status_check_without_in.sql.
-CREATE TRIGGER jobs_record_attempts AFTER UPDATE OF status ON jobs
-WHEN old.status = 'running' AND (new.status = 'completed' OR new.status = 'failed'
-    OR new.status = 'cancelled' OR new.status = 'delayed')
+CREATE TRIGGER jobs_record_retries AFTER UPDATE OF status ON jobs
+WHEN old.status = 'running' AND new.status = 'delayed'
 BEGIN
     INSERT OR IGNORE INTO job_attempts
         (job_key, n, attempt, worker_id, started_at, finished_at, outcome, error)
     VALUES (new.rowid, old.attempt, old.attempt, old.worker_id, old.started_at,
-        new.updated_at, CASE WHEN new.status = 'delayed' THEN 'retry' ELSE new.status END,
-        new.error);
+        new.updated_at, 'retry', new.error);
 END;
 
 CREATE TRIGGER jobs_collect_attempts AFTER DELETE ON jobs
