@@ -546,7 +546,9 @@ class HandlerSpec(Generic[P]):
         )
 
     @staticmethod
-    def from_class(job_type: JobType[P], handler: JobHandler[P, Any]) -> HandlerSpec[P]:
+    def from_class(job_type: JobType[P], handler: object) -> HandlerSpec[P]:
+        # `object`: `register_handler` passes what it was given (typed there as
+        # `HandlerOf[P, R]` for mypy's messages), checked here.
         if not isinstance(handler, JobHandler):
             raise HandlerRegistrationError(
                 f"register_handler takes a JobHandler instance, not {handler!r}"

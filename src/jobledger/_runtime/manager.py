@@ -120,6 +120,21 @@ class _PayloadOfJobType(Generic[_Q]):
 # has incompatible type "WrongModel"; expected "Resize | ..."`
 # (tests/typing/test_payload_types.py).
 PayloadOf: TypeAlias = P | _PayloadOfJobType[Callable[[], P]]
+
+
+@final
+class _HandlerOfJobType(Generic[_Q]):
+    """Never made: only a marker inside `HandlerOf`."""
+
+    __slots__ = ()
+
+
+# What `register_handler(job_type, handler)` takes: a `JobHandler[P, R]`, made so for
+# the reason of `PayloadOf`: with a bare `JobHandler[P, R]`, a handler of the wrong
+# result type yields only "Cannot infer value of type parameter "R""; this way mypy
+# reads `R` off `job_type` and names the handler's class and the expected
+# `JobHandler[Resize, Thumb]` (tests/typing/test_result_types.py).
+HandlerOf: TypeAlias = JobHandler[P, R] | _HandlerOfJobType[Callable[[], JobHandler[P, R]]]
 # What `@jobs.handler(job_type)` takes: a function of the context returning the type's
 # result, or an awaitable of it. Undeclared, R is Any and so is any return type.
 Handler: TypeAlias = Callable[[JobContext[P]], Awaitable[R] | R]
@@ -403,7 +418,7 @@ class JobManager:
 
         return register
 
-    def register_handler(self, job_type: JobType[P, R], handler: JobHandler[P, R]) -> None:
+    def register_handler(self, job_type: JobType[P, R], handler: HandlerOf[P, R]) -> None:
         """Register a `JobHandler` instance (the class form, with hooks)."""
         self._add(HandlerSpec.from_class(job_type, handler))
 
