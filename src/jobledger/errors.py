@@ -10,7 +10,10 @@ Codes are a public contract: they are added, never renamed. A caller matches on
     │     JOB_INVALID_IDEMPOTENCY_KEY, JOB_BATCH_INVALID, JOB_FILTER_REQUIRED,
     │     JOB_INVALID_OPTION
     ├── JobNotFound                  JOB_NOT_FOUND
-    │   (JobError itself)            JOB_NOT_RETRYABLE: `retry` of a job that is not terminal
+    │   (JobError itself)            JOB_NOT_RETRYABLE: `retry` of a job that is not terminal;
+    │                                JOB_NOT_COMPLETED: `handle.result()`/`decode_output` of
+    │                                a job that failed, was cancelled or has not finished;
+    │                                JOB_RESULT_INVALID: its output does not fit the result type
     ├── ScheduleError                JOB_SCHEDULE_TRIGGER_INVALID, JOB_SCHEDULE_NAME_INVALID,
     │                                JOB_SCHEDULE_NAME_CONFLICT, JOB_SCHEDULE_SINGLETON_EXISTS,
     │                                JOB_SCHEDULE_NAME_REQUIRED, JOB_SCHEDULE_NOT_FOUND_BY_NAME

@@ -1,9 +1,13 @@
-"""Job types, handler registrations and the payload codec.
+"""Job types, handler registrations and the payload and output codecs.
 
-A `JobType[P]` binds a name to a payload type; `enqueue(RESIZE, payload)` type-checks
-against `P` at compile time, and the payload is validated against `P` at run time with a
-pydantic `TypeAdapter` (models, dataclasses, TypedDicts and builtins all work). Payloads,
-outputs and metadata are stored as JSON, never pickled.
+A `JobType[P, R]` binds a name to a payload type and, optionally, a result type;
+`enqueue(RESIZE, payload)` type-checks against `P` at compile time, and the payload is
+validated against `P` at run time with a pydantic `TypeAdapter` (models, dataclasses,
+TypedDicts and builtins all work). A declared result type `R` is what the handler must
+return (checked by mypy at `@jobs.handler`, validated at run time) and what
+`handle.result()` / `decode_output` give back; undeclared, `R` is `Any` and the output
+is the handler's value as JSON, as before. Payloads, outputs and metadata are stored as
+JSON, never pickled.
 
 `HandlerSpec` is the frozen, validated form of a registration, whichever way it was
 made: the `@jobs.handler(...)` decorator, or a `JobHandler` subclass passed to
@@ -18,9 +22,10 @@ import sys
 import typing
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, cast
 
 from pydantic import PydanticUndefinedAnnotation, PydanticUserError, TypeAdapter, ValidationError
+from typing_extensions import TypeVar
 
 from jobledger._core import jsonvalues
 from jobledger._core.backoff import DEFAULT_RETRY, RetryPolicy
@@ -31,8 +36,8 @@ from jobledger._core.limits import (
     has_surrogate,
     is_finite_number,
 )
-from jobledger._types import MissedEvent, RecoveryStrategy, SettledEvent
-from jobledger.errors import HandlerRegistrationError, JobValidationError
+from jobledger._types import JobSnapshot, JobStatus, MissedEvent, RecoveryStrategy, SettledEvent
+from jobledger.errors import HandlerRegistrationError, JobError, JobValidationError
 
 if TYPE_CHECKING:
     from jobledger._runtime.context import JobContext
@@ -49,7 +54,10 @@ __all__ = [
 ]
 
 P = TypeVar("P")
-R = TypeVar("R")
+# The result type of a `JobType`: `Any` when none is declared (a PEP 696 default), so
+# `JobType[Model]`, a bare `JobHandle` and every handler of an undeclared type check as
+# they did before result types existed (tests/typing/test_result_types.py).
+R = TypeVar("R", default=Any)
 
 MAX_PAYLOAD_BYTES = 1024 * 1024
 RECOVERY_STRATEGIES: tuple[RecoveryStrategy, ...] = ("abandon", "retry", "singleton")
@@ -147,12 +155,21 @@ def _str_keyed(node: Any) -> bool:
     return isinstance(keys, dict) and keys.get("type") == "str"
 
 
-class JobType(Generic[P]):
-    """A job type: a name and the type its payloads must have."""
+class JobType(Generic[P, R]):
+    """A job type: a name, the type its payloads must have and, optionally, the type
+    its handler returns (`result=`)."""
 
-    __slots__ = ("_adapter", "_key_walk", "name", "payload_type")
+    __slots__ = (
+        "_adapter",
+        "_key_walk",
+        "_result_adapter",
+        "_result_key_walk",
+        "name",
+        "payload_type",
+        "result_type",
+    )
 
-    def __init__(self, name: str, payload_type: type[P]) -> None:
+    def __init__(self, name: str, payload_type: type[P], *, result: type[R] | None = None) -> None:
         if (
             not isinstance(name, str)
             or not name
@@ -165,16 +182,21 @@ class JobType(Generic[P]):
                 f"control characters: {name!r}",
                 params={"name": repr(name)},
             )
-        if _is_typing_typeddict(payload_type):
-            raise HandlerRegistrationError(
-                f"the payload type of {name!r} is a typing.TypedDict, which pydantic cannot "
-                "use before Python 3.12: define it with typing_extensions.TypedDict",
-                params={"name": name, "payload_type": repr(payload_type)},
-            )
+        for what, tp in (("payload", payload_type), ("result", result)):
+            if _is_typing_typeddict(tp):
+                raise HandlerRegistrationError(
+                    f"the {what} type of {name!r} is a typing.TypedDict, which pydantic "
+                    "cannot use before Python 3.12: define it with typing_extensions.TypedDict",
+                    params={"name": name, f"{what}_type": repr(tp)},
+                )
         self.name = name
         self.payload_type = payload_type
+        # None: no result type declared; the output is the handler's value as JSON.
+        self.result_type: type[R] | None = result
         self._adapter: TypeAdapter[P] | None = None
         self._key_walk = _KEY_WALK
+        self._result_adapter: TypeAdapter[R] | None = None
+        self._result_key_walk = _KEY_WALK
 
     @property
     def adapter(self) -> TypeAdapter[P]:
@@ -200,6 +222,8 @@ class JobType(Generic[P]):
         type's first job would wait for it while its claimed slots stay taken.
         """
         self.adapter  # noqa: B018 - the property builds and keeps it
+        if self.result_type is not None:
+            self.result_adapter  # noqa: B018 - likewise
 
     def encode(self, payload: Any, *, max_bytes: int = MAX_PAYLOAD_BYTES) -> tuple[P, str]:
         """Validate `payload` against the type; return the value and its JSON text."""
@@ -252,10 +276,129 @@ class JobType(Generic[P]):
         """The typed payload of stored JSON text."""
         return self.adapter.validate_json(text)
 
+    # -- the result -------------------------------------------------------------------
+
+    @property
+    def result_adapter(self) -> TypeAdapter[R] | None:
+        """The result type's `TypeAdapter`, or None when no result type is declared."""
+        if self._result_adapter is None and self.result_type is not None:
+            try:
+                adapter = TypeAdapter(self.result_type)
+                key_walk = _key_walk(adapter.core_schema)
+            except (PydanticUserError, PydanticUndefinedAnnotation) as exc:
+                raise HandlerRegistrationError(
+                    f"pydantic cannot use the result type of {self.name!r}: {exc}",
+                    params={"name": self.name, "result_type": repr(self.result_type)},
+                ) from None
+            self._result_key_walk = key_walk
+            self._result_adapter = adapter
+        return self._result_adapter
+
+    def encode_output(self, result: object) -> str:
+        """The stored JSON text of a handler's return value, for a declared result type.
+
+        The value is validated against the result type and dumped by its adapter (so a
+        model's aliases and serializers apply; `by_alias` and `round_trip` make the text
+        read back through `validate_json` in `decode_output`). JOB_OUTPUT_INVALID when it
+        does not validate or is not faithful JSON (the checks of `encode`). The engine
+        calls this only when `result_type` is set: an undeclared type's output is dumped
+        as it always was (`Engine._completed`).
+        """
+        adapter = self._result_adapter
+        if adapter is None:
+            adapter = self.result_adapter
+        assert adapter is not None, "encode_output of a JobType without a result type"
+        what = getattr(self.result_type, "__name__", repr(self.result_type))
+        try:
+            value = adapter.validator.validate_python(result)
+            text = adapter.serializer.to_json(value, by_alias=True, round_trip=True).decode()
+        except ValidationError as exc:
+            raise JobValidationError(
+                f"the handler of {self.name!r} returned {type(result).__name__}, "
+                f"not a valid {what}: {_short(exc)}",
+                code="JOB_OUTPUT_INVALID",
+                params={"type": self.name, "errors": _errors(exc)},
+            ) from None
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise JobValidationError(
+                f"the handler's result is not JSON: {exc}",
+                code="JOB_OUTPUT_INVALID",
+                params={"type": self.name},
+            ) from None
+        walk = self._result_key_walk
+        if (
+            "null" in text
+            or "\ufffd" in text
+            or (walk and len(text) > 5 and _may_collide(value, text, walk))
+        ):
+            bad = jsonvalues.problem(value)
+            if bad is not None:
+                raise JobValidationError(
+                    f"the handler's result is not JSON: {bad}",
+                    code="JOB_OUTPUT_INVALID",
+                    params={"type": self.name},
+                )
+        return text
+
+    def decode_output(self, snapshot: JobSnapshot) -> R:
+        """The typed result of a completed job's snapshot (from `jobs.get`, `list`, ...).
+
+        With a declared result type, the stored output is validated into it (as JSON,
+        the inverse of `encode_output`); without one, it is the JSON value itself.
+        JOB_NOT_COMPLETED when the job is not `completed` (`params`: `job_id`, `status`,
+        `error`, the stored error as JSON or None); JOB_RESULT_INVALID when the output
+        does not validate (a handler of another version wrote it); JOB_INVALID_OPTION
+        for a snapshot of another job type.
+        """
+        if not isinstance(snapshot, JobSnapshot):
+            raise JobValidationError(
+                f"decode_output takes a JobSnapshot, not {snapshot!r}", code="JOB_INVALID_OPTION"
+            )
+        if snapshot.type != self.name:
+            raise JobValidationError(
+                f"the snapshot is of job type {snapshot.type!r}, not {self.name!r}",
+                code="JOB_INVALID_OPTION",
+                params={"type": self.name, "snapshot_type": snapshot.type},
+            )
+        if snapshot.status != JobStatus.COMPLETED:
+            raise not_completed(snapshot)
+        adapter = self.result_adapter
+        if adapter is None:
+            return cast(R, snapshot.output)
+        try:
+            return adapter.validate_json(dumps(snapshot.output))
+        except ValidationError as exc:
+            what = getattr(self.result_type, "__name__", repr(self.result_type))
+            raise JobError(
+                f"the output of job {snapshot.id} is not a valid {what}: {_short(exc)}",
+                code="JOB_RESULT_INVALID",
+                params={"job_id": snapshot.id, "type": self.name, "errors": _errors(exc)},
+            ) from None
+
     def __repr__(self) -> str:
-        return (
-            f"JobType({self.name!r}, {getattr(self.payload_type, '__name__', self.payload_type)})"
-        )
+        payload = getattr(self.payload_type, "__name__", self.payload_type)
+        if self.result_type is None:
+            return f"JobType({self.name!r}, {payload})"
+        result = getattr(self.result_type, "__name__", self.result_type)
+        return f"JobType({self.name!r}, {payload}, result={result})"
+
+
+def not_completed(snapshot: JobSnapshot) -> JobError:
+    """JOB_NOT_COMPLETED for a job that has no result: it failed, was cancelled, or has
+    not finished."""
+    error = snapshot.error
+    message = f"job {snapshot.id} is {snapshot.status.value}, not completed"
+    if error is not None:
+        message += f": {error.code}: {error.message}"
+    return JobError(
+        message,
+        code="JOB_NOT_COMPLETED",
+        params={
+            "job_id": snapshot.id,
+            "status": snapshot.status.value,
+            "error": None if error is None else error.to_json(),
+        },
+    )
 
 
 def _short(exc: ValidationError) -> str:
@@ -328,6 +471,9 @@ class HandlerSpec(Generic[P]):
     cancel_timeout: float
     on_settled: Callable[[SettledEvent], Any] | None
     on_missed: Callable[[MissedEvent], Any] | None
+    # `job_type.encode_output` when the type declares a result type, else None: the
+    # engine's test for which way to dump a return value (`Engine._completed`).
+    encode_output: Callable[[object], str] | None = None
 
     @property
     def name(self) -> str:
@@ -396,10 +542,13 @@ class HandlerSpec(Generic[P]):
             cancel_timeout=30.0 if grace is None else grace,
             on_settled=on_settled,
             on_missed=on_missed,
+            encode_output=None if job_type.result_type is None else job_type.encode_output,
         )
 
     @staticmethod
-    def from_class(job_type: JobType[P], handler: JobHandler[P, Any]) -> HandlerSpec[P]:
+    def from_class(job_type: JobType[P], handler: object) -> HandlerSpec[P]:
+        # `object`: `register_handler` passes what it was given (typed there as
+        # `HandlerOf[P, R]` for mypy's messages), checked here.
         if not isinstance(handler, JobHandler):
             raise HandlerRegistrationError(
                 f"register_handler takes a JobHandler instance, not {handler!r}"

@@ -483,6 +483,22 @@ class Engine:
         )
 
     def _completed(self, attempt: Attempt, job: ClaimedJob, result: Any) -> tuple[Outcome, Attempt]:
+        encode = attempt.spec.encode_output
+        if encode is not None:
+            # A declared result type: validated and dumped by its adapter.
+            try:
+                output = encode(result)
+            except JobError as exc:
+                return self._failed(attempt, job, exc.code, exc.message, False, exc.params)
+            except Exception as exc:  # a validator or serializer of the user's raised
+                return self._failed(
+                    attempt,
+                    job,
+                    "JOB_OUTPUT_INVALID",
+                    f"the handler's result could not be stored: {exc!r}",
+                    False,
+                )
+            return self._outcome(attempt, "completed", output=output)
         try:
             output = "null" if result is None else dumps(to_jsonable_python(result))
         except Exception as exc:

@@ -1,33 +1,46 @@
-"""`JobHandle`: what `enqueue` returns.
+"""`JobHandle[R]`: what `enqueue` returns.
 
 `handle.finished` resolves with the terminal `JobSnapshot` whichever process finishes
 the job (also in a manager that was never started: it then watches the row), and never
 raises: failure and cancellation are visible in `status`. A rolled-back `enqueue_tx`'s
 handle never resolves. At shutdown, pending futures are abandoned, not failed.
+
+`await handle.result()` waits the same way and returns the output as `R`, the job
+type's result type (`JobType.decode_output`); it raises JOB_NOT_COMPLETED for a job that
+failed or was cancelled. A handle made from a type name, or by `retry`, carries the job
+type registered in its manager, if any: without one the result is the JSON value.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Generator
-from typing import Any
+from typing import Any, Generic, cast
 
+from typing_extensions import TypeVar
+
+from jobledger._core.registry import JobType, not_completed
 from jobledger._storage.interface import JobRow
 from jobledger._storage.rows import snapshot_from_row
-from jobledger._types import JobSnapshot
+from jobledger._types import JobSnapshot, JobStatus
 
 __all__ = ["JobHandle", "Waiter"]
+
+# Any when the job type declares no result type (see R in _core/registry.py).
+R = TypeVar("R", default=Any)
 
 # Given a job id, a future for its terminal snapshot (the manager's; see the docstring).
 Waiter = Callable[[str], "asyncio.Future[JobSnapshot]"]
 
 
-class JobHandle:
-    __slots__ = ("_row", "_snapshot", "_wait", "id")
+class JobHandle(Generic[R]):
+    __slots__ = ("_job_type", "_row", "_snapshot", "_wait", "id")
 
-    def __init__(self, wait: Waiter, row: JobRow) -> None:
+    def __init__(self, wait: Waiter, row: JobRow, job_type: JobType[Any, R] | None = None) -> None:
         self._wait = wait
         self._row = row
+        # The type that decodes the output; None: no JobType known, the output is JSON.
+        self._job_type = job_type
         self._snapshot: JobSnapshot | None = None
         self.id: str = row[0]
 
@@ -42,6 +55,17 @@ class JobHandle:
     def finished(self) -> _Finished:
         return _Finished(self)
 
+    async def result(self) -> R:
+        """The job's output as `R`, once the job is terminal; JOB_NOT_COMPLETED (with
+        `params` `job_id`, `status` and `error`) when it failed or was cancelled."""
+        snap = await self._wait(self.id)
+        job_type = self._job_type
+        if job_type is not None:
+            return job_type.decode_output(snap)
+        if snap.status != JobStatus.COMPLETED:
+            raise not_completed(snap)
+        return cast(R, snap.output)
+
     def __repr__(self) -> str:
         return f"JobHandle(id={self.id!r})"
 
@@ -51,7 +75,7 @@ class _Finished:
 
     __slots__ = ("_handle",)
 
-    def __init__(self, handle: JobHandle) -> None:
+    def __init__(self, handle: JobHandle[Any]) -> None:
         self._handle = handle
 
     def __await__(self) -> Generator[Any, None, JobSnapshot]:

@@ -26,11 +26,13 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, Generic, Literal, TypeAlias, TypeVar, final, overload
+from typing import Any, Generic, Literal, TypeAlias, final, overload
+
+from typing_extensions import TypeVar
 
 from jobledger._core.backoff import RetryPolicy
 from jobledger._core.enqueue import UNSET, EnqueueOptions, JobSpec, prepare_row, prepare_rows
@@ -98,7 +100,8 @@ ManagerState = Literal["new", "started", "stopping", "stopped"]
 log = logging.getLogger("jobledger")
 
 P = TypeVar("P")
-R = TypeVar("R")
+# A job type's result type: Any when it declares none (see R in _core/registry.py).
+R = TypeVar("R", default=Any)
 _Q = TypeVar("_Q")
 
 
@@ -117,6 +120,24 @@ class _PayloadOfJobType(Generic[_Q]):
 # has incompatible type "WrongModel"; expected "Resize | ..."`
 # (tests/typing/test_payload_types.py).
 PayloadOf: TypeAlias = P | _PayloadOfJobType[Callable[[], P]]
+
+
+@final
+class _HandlerOfJobType(Generic[_Q]):
+    """Never made: only a marker inside `HandlerOf`."""
+
+    __slots__ = ()
+
+
+# What `register_handler(job_type, handler)` takes: a `JobHandler[P, R]`, made so for
+# the reason of `PayloadOf`: with a bare `JobHandler[P, R]`, a handler of the wrong
+# result type yields only "Cannot infer value of type parameter "R""; this way mypy
+# reads `R` off `job_type` and names the handler's class and the expected
+# `JobHandler[Resize, Thumb]` (tests/typing/test_result_types.py).
+HandlerOf: TypeAlias = JobHandler[P, R] | _HandlerOfJobType[Callable[[], JobHandler[P, R]]]
+# What `@jobs.handler(job_type)` takes: a function of the context returning the type's
+# result, or an awaitable of it. Undeclared, R is Any and so is any return type.
+Handler: TypeAlias = Callable[[JobContext[P]], Awaitable[R] | R]
 MAX_REASON = 500
 LIST_CAP = 1000
 _TYPE, _STATUS, _QUEUE, _SCHEDULED_AT = (
@@ -342,7 +363,7 @@ class JobManager:
     @overload
     def handler(
         self,
-        job_type: JobType[P],
+        job_type: JobType[P, R],
         *,
         recovery: RecoveryStrategy,
         concurrency: int = 1,
@@ -350,12 +371,12 @@ class JobManager:
         retry: RetryPolicy | None = None,
         queue: QueueOption = None,
         cancel_timeout: float = 30.0,
-    ) -> Callable[[Callable[[JobContext[P]], Any]], Callable[[JobContext[P]], Any]]: ...
+    ) -> Callable[[Handler[P, R]], Callable[[JobContext[P]], Any]]: ...
 
     @overload
     def handler(
         self,
-        job_type: JobType[P],
+        job_type: JobType[P, R],
         *,
         recovery: RecoveryStrategy,
         concurrency: int = 1,
@@ -363,11 +384,11 @@ class JobManager:
         retry: RetryPolicy | None = None,
         queue: Callable[[P], str],
         cancel_timeout: float = 30.0,
-    ) -> Callable[[Callable[[JobContext[P]], Any]], Callable[[JobContext[P]], Any]]: ...
+    ) -> Callable[[Handler[P, R]], Callable[[JobContext[P]], Any]]: ...
 
     def handler(
         self,
-        job_type: JobType[P],
+        job_type: JobType[P, R],
         *,
         recovery: RecoveryStrategy,
         concurrency: int = 1,
@@ -375,10 +396,13 @@ class JobManager:
         retry: RetryPolicy | None = None,
         queue: QueueOption | Callable[[P], str] = None,
         cancel_timeout: float = 30.0,
-    ) -> Callable[[Callable[[JobContext[P]], Any]], Callable[[JobContext[P]], Any]]:
-        """Register the decorated function (async or plain) as `job_type`'s handler."""
+    ) -> Callable[[Handler[P, R]], Callable[[JobContext[P]], Any]]:
+        """Register the decorated function (async or plain) as `job_type`'s handler.
 
-        def register(fn: Callable[[JobContext[P]], Any]) -> Callable[[JobContext[P]], Any]:
+        When `job_type` declares a result type `R`, the function must return `R` (an
+        `async def` one, `Awaitable[R]`): mypy names both types otherwise."""
+
+        def register(fn: Handler[P, R]) -> Callable[[JobContext[P]], Any]:
             spec = HandlerSpec.build(
                 job_type,
                 fn,
@@ -394,7 +418,7 @@ class JobManager:
 
         return register
 
-    def register_handler(self, job_type: JobType[P], handler: JobHandler[P, Any]) -> None:
+    def register_handler(self, job_type: JobType[P, R], handler: HandlerOf[P, R]) -> None:
         """Register a `JobHandler` instance (the class form, with hooks)."""
         self._add(HandlerSpec.from_class(job_type, handler))
 
@@ -427,7 +451,9 @@ class JobManager:
     def job_types(self) -> dict[str, JobType[Any]]:
         return {name: spec.job_type for name, spec in self._handlers.items()}
 
-    def _resolve(self, job_type: JobType[P] | str) -> tuple[JobType[P], HandlerSpec[Any] | None]:
+    def _resolve(
+        self, job_type: JobType[P, R] | str
+    ) -> tuple[JobType[P, R], HandlerSpec[Any] | None]:
         if isinstance(job_type, JobType):
             return job_type, self._handlers.get(job_type.name)
         spec = self._handlers.get(job_type) if isinstance(job_type, str) else None
@@ -443,7 +469,7 @@ class JobManager:
 
     def enqueue(
         self,
-        job_type: JobType[P] | str,
+        job_type: JobType[P, R] | str,
         payload: PayloadOf[P],
         *,
         queue: str | None = None,
@@ -455,7 +481,7 @@ class JobManager:
         max_attempts: int | None = None,
         metadata: Mapping[str, Any] | None = None,
         parent_id: str | None = None,
-    ) -> JobHandle:
+    ) -> JobHandle[R]:
         """Write one job (committed before this returns) and return its handle."""
         opts = EnqueueOptions(
             queue,
@@ -468,14 +494,14 @@ class JobManager:
             metadata,
             parent_id,
         )
-        new = self._prepare(job_type, payload, opts)
+        jt, new = self._prepare(job_type, payload, opts)
         row = self._store.enqueue_rows((new,))[0]
         self._after_one(new, row)
-        return JobHandle(self._waiter, row)
+        return JobHandle(self._waiter, row, jt)
 
     def enqueue_many(
         self,
-        job_type: JobType[P] | str,
+        job_type: JobType[P, R] | str,
         payloads: Sequence[PayloadOf[P] | JobSpec[P]],
         *,
         queue: str | None = None,
@@ -487,7 +513,7 @@ class JobManager:
         max_attempts: int | None = None,
         metadata: Mapping[str, Any] | None = None,
         parent_id: str | None = None,
-    ) -> list[JobHandle]:
+    ) -> list[JobHandle[R]]:
         """Write every entry in one transaction, in order; any invalid entry writes nothing."""
         opts = EnqueueOptions(
             queue,
@@ -514,7 +540,7 @@ class JobManager:
             return []
         rows = self._store.enqueue_rows(new)
         self._after_rows(new, rows)
-        return [JobHandle(self._waiter, row) for row in rows]
+        return [JobHandle(self._waiter, row, jt) for row in rows]
 
     @contextmanager
     def write_tx(self) -> Iterator[WriteTx]:
@@ -538,7 +564,7 @@ class JobManager:
     def enqueue_tx(
         self,
         tx: WriteTx,
-        job_type: JobType[P] | str,
+        job_type: JobType[P, R] | str,
         payload: PayloadOf[P],
         *,
         queue: str | None = None,
@@ -550,7 +576,7 @@ class JobManager:
         max_attempts: int | None = None,
         metadata: Mapping[str, Any] | None = None,
         parent_id: str | None = None,
-    ) -> JobHandle:
+    ) -> JobHandle[R]:
         """Enqueue inside `tx`: the row commits or rolls back with the caller's writes."""
         self._check_tx(tx)
         opts = EnqueueOptions(
@@ -564,10 +590,10 @@ class JobManager:
             metadata,
             parent_id,
         )
-        new = self._prepare(job_type, payload, opts)
+        jt, new = self._prepare(job_type, payload, opts)
         row = self._store.enqueue_rows((new,), conn=tx.conn)[0]
         tx.after_commit(lambda: self._after_one(new, row))
-        return JobHandle(self._waiter, row)
+        return JobHandle(self._waiter, row, jt)
 
     def _check_tx(self, tx: object) -> None:
         if not isinstance(tx, WriteTx) or tx._store is not self._store or not tx._open:
@@ -576,9 +602,12 @@ class JobManager:
                 code="JOB_INVALID_OPTION",
             )
 
-    def _prepare(self, job_type: JobType[Any] | str, payload: Any, opts: EnqueueOptions) -> JobRow:
+    def _prepare(
+        self, job_type: JobType[Any] | str, payload: Any, opts: EnqueueOptions
+    ) -> tuple[JobType[Any], JobRow]:
+        """The job type (the registered one, for a name) and the row to write."""
         jt, spec = self._resolve(job_type)
-        return prepare_row(
+        return jt, prepare_row(
             jt,
             spec,
             payload,
@@ -688,7 +717,7 @@ class JobManager:
         if new is None:
             raise not_retryable(job_id, status)
         self._after_one(new, new)
-        return JobHandle(self._waiter, new)
+        return JobHandle(self._waiter, new, self._job_type_of(new))
 
     def retry_many(
         self,
@@ -709,7 +738,12 @@ class JobManager:
         )
         if rows:
             self._after_rows(rows, rows)
-        return [JobHandle(self._waiter, row) for row in rows]
+        return [JobHandle(self._waiter, row, self._job_type_of(row)) for row in rows]
+
+    def _job_type_of(self, row: JobRow) -> JobType[Any] | None:
+        """The registered job type of a row, which decodes its handle's result."""
+        spec = self._handlers.get(row[_TYPE])
+        return None if spec is None else spec.job_type
 
     # -- cancel ---------------------------------------------------------------------
 
