@@ -20,9 +20,7 @@ def spread(
     registered: bool = False,
     exclude: tuple[str, ...] = (),
 ) -> ClaimResult:
-    request = SpreadRequest(
-        tuple(queues), global_cap, limit, worker, ("t.a",), exclude, registered
-    )
+    request = SpreadRequest(tuple(queues), global_cap, limit, worker, ("t.a",), exclude, registered)
     return store.claim_spread(request, 10_000)
 
 
@@ -54,7 +52,9 @@ def test_the_queue_cap_counts_running_rows_of_every_worker(store: ConformantStor
     assert Counter(j.queue for j in got.jobs) == {"a": 1, "b": 1}
     assert got.free == {"a": 1, "b": 3}
     again = spread(store, [("a", 3)])
-    assert again.jobs == [] and again.free == {"a": 0} and not again.global_blocked
+    assert again.jobs == []
+    assert again.free == {"a": 0}
+    assert not again.global_blocked
 
 
 def test_the_global_cap_bounds_the_claim_and_reports_blocked(store: ConformantStore) -> None:
@@ -65,7 +65,8 @@ def test_the_global_cap_bounds_the_claim_and_reports_blocked(store: ConformantSt
     assert {j.queue for j in got.jobs} == {"q0", "q1"}  # the first two turns
     assert got.global_blocked
     full = spread(store, [("q2", 5), ("q3", 5)], global_cap=5)
-    assert full.jobs == [] and full.global_blocked
+    assert full.jobs == []
+    assert full.global_blocked
     assert store.count(JobFilter(status=("running",))) == 5
 
 
@@ -81,7 +82,8 @@ def test_claimed_rows_are_running_under_the_worker(store: ConformantStore) -> No
     job = new_job(queue="a")
     store.enqueue([job, new_job(queue="a", type="t.other")])
     [got] = spread(store, [("a", 5)], worker="w7").jobs
-    assert got.id == job.id and got.started_at == 10_000
+    assert got.id == job.id
+    assert got.started_at == 10_000
     row = store.get(job.id)
     assert col(row, L.C_STATUS) == "running"
     assert col(row, L.C_WORKER) == "w7"
@@ -106,7 +108,8 @@ def test_finalize_and_claim_spreads_over_the_slots_the_outcomes_freed(
 ) -> None:
     store.enqueue([new_job(queue=q) for q in ("a", "a", "b", "b", "c")])
     first = spread(store, [("a", 1), ("b", 1)], global_cap=2)
-    assert len(first.jobs) == 2 and first.global_blocked
+    assert len(first.jobs) == 2
+    assert first.global_blocked
     request = SpreadRequest((("c", 1), ("a", 1), ("b", 1)), 2, 10, "w1", ("t.a",))
     rows, taken = store.finalize_and_claim([outcome(j.id) for j in first.jobs], 20_000, request)
     assert all(r is not None for r in rows)
