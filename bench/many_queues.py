@@ -86,7 +86,9 @@ def main() -> None:
                 )
     summary = summarize(records, queue_counts, proc_counts)
     for s in summary:
-        emit("many_queues_summary", "jobledger", args.sync, backend=args.backend, **s)
+        # One record name per case, so `run_all.py` can pick each one out.
+        bench = f"many_queues_{s['queues']}q_{s['procs']}p"
+        emit(bench, "jobledger", args.sync, backend=args.backend, **s)
     print()
     print(table(summary, args))
 

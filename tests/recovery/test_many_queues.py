@@ -1,4 +1,4 @@
-"""Many queues under one global cap across worker processes (docs/design/scheduling.md,
+"""Many queues under one global cap across worker processes (docs/design/lock-layers.md,
 "Dispatch at scale"): both caps exact, as the table and the handlers see them, every job
 run once, and the queues take turns, so every queue starts early in the drain."""
 

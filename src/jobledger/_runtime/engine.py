@@ -32,13 +32,17 @@ a job claimed beyond the pool would wait for a thread while counted as running, 
 timeout already counting. Reaching either limit counts as a global-cap refusal (below):
 any job of ours that ends frees it.
 
-A finishing job kicks its queue; when the global cap was what blocked, it kicks every
-queue, and the queues the cap turned away go first ("passing the turn"): kicked in a
-fixed order, the first few queues would take every freed slot and the others would
-starve until those ran dry. Claims are synchronous on the loop thread, so between two
-awaits nothing else can run a claim: the layer-1 lock is never contended inside one
-process, but it keeps the count->claim section explicit and safe against a caller on
-another thread.
+A finishing job kicks its queue. While the global cap (or this process's limit) binds,
+dispatch is instead one claim across queues (`Store.claim_spread`): the queues that may
+claim wait in least-recently-served order (`_turns`), a claim asks the head of that
+order, and its rows go one per queue before any queue gets a second (docs/design/
+lock-layers.md, "Dispatch at scale"). Kicking every queue on each freed slot, as before,
+cost a dispatch per queue per finished job, and kicked in a fixed order the first few
+queues would take every freed slot while the others starved.
+
+Claims are synchronous on the loop thread, so between two awaits nothing else can run a
+claim: the layer-1 lock is never contended inside one process, but it keeps the
+count->claim section explicit and safe against a caller on another thread.
 
 Finalize is grouped: outcomes of jobs that end in the same loop tick are written in one
 transaction (each a fenced compare-and-set), and only after its COMMIT are handles
@@ -780,7 +784,7 @@ class Engine:
         else:
             self.kick_all()
 
-    # -- spread claims (docs/design/scheduling.md, "Dispatch at scale") ---------------
+    # -- spread claims (docs/design/lock-layers.md, "Dispatch at scale") --------------
 
     def _schedule_spread(self) -> None:
         if self._spread_pending or self.loop is None or not self.accepting:
