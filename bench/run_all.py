@@ -29,6 +29,9 @@ The CPU cases (`cpu_*`) run 1,500 jobs that each compute for 2 ms, under the sam
 shared cap of 50, on one worker process and on two: with `process_max_concurrency=2`
 (each process claims at most two at a time), and without, which shows what the option
 is for. A huey worker runs one task at a time, so its two processes share the work.
+
+The many-queues case (`many_queues.py`, issue 21) runs 1 and 1,000 queues on 1 and 2
+processes here (about a minute); its full matrix is that script run on its own.
 """
 
 from __future__ import annotations
@@ -56,6 +59,8 @@ PROCS_N = 60_000
 CPU_MS = 2
 CPU_N = 1_500
 CPU_PROCESS_MAX = 2
+# Queue counts of the many-queues case in `make bench` (1 is the comparison).
+MANY_QUEUES = (1, 1000)
 
 
 @dataclass
@@ -133,6 +138,12 @@ def cases(args: argparse.Namespace) -> list[Case]:
     out.append(
         Case("cpu_w2_pmax/jobledger", "multiproc.py",
              ["--procs", "2", "--process-max", str(CPU_PROCESS_MAX), *cpu])
+    )  # fmt: skip
+    # The many-queues case (issue 21), its quick subset: the full matrix (100 and 5,000
+    # queues, 4 processes, PostgreSQL) is `bench/many_queues.py` run on its own.
+    out.append(
+        Case("many_queues/jobledger", "many_queues.py",
+             ["--queues", ",".join(map(str, MANY_QUEUES)), "--procs", "1,2"])
     )  # fmt: skip
     chosen = [c for c in out if args.big or not c.big]
     if args.only:
@@ -212,6 +223,15 @@ def _scale_rows() -> list[Row]:
             ("cpu_w2", jl_), ("cpu_w2", hy),
             note="one process claims the whole cap and runs it alone"),
     ]  # fmt: skip
+    for procs in (1, 2):
+        for queues in MANY_QUEUES[1:]:
+            key = (f"many_queues_{queues}q_{procs}p", jl_)
+            rows += [
+                Row(f"{queues:,} queues (c=5, global 50), 5 ms jobs, {procs} process(es)",
+                    "NORMAL", "jobs/s", key, None),
+                Row("  vs 1 queue (c=50) in the same run", "NORMAL", "ratio", key, None,
+                    fields=["vs_1q"], note="target >= 0.9 at 1,000 queues"),
+            ]  # fmt: skip
     return rows
 
 

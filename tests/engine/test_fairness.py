@@ -8,6 +8,8 @@ first ("passing the turn").
 
 from __future__ import annotations
 
+from collections import Counter
+
 import jobledger as jl
 from tests.conftest import run
 from tests.engine import ITEM, Item, make_manager
@@ -38,3 +40,57 @@ def test_queues_turned_away_by_the_global_cap_go_next(db: str) -> None:
     # In a fixed kick order q0 and q1 would run all their jobs (the first 8 starts)
     # before any other queue ran once.
     assert set(order[: QUEUES + 2]) == {f"q{i}" for i in range(QUEUES)}, order
+
+
+def test_a_queue_with_a_big_backlog_does_not_hold_back_small_ones(db: str) -> None:
+    # "big" may take every slot of the global cap by its own cap, and its backlog was
+    # enqueued first; the small queues still get their turns before it runs again.
+    small = 20
+    jobs = make_manager(db, global_max_concurrency=3)
+    order: list[str] = []
+
+    @jobs.handler(ITEM, recovery="retry", concurrency=3, queue=lambda p: f"q{p.n}")
+    async def work(ctx: jl.JobContext[Item]) -> None:
+        order.append(ctx.queue)
+
+    handles = [jobs.enqueue(ITEM, Item(n=0)) for _ in range(30)]
+    handles += [jobs.enqueue(ITEM, Item(n=i)) for i in range(1, small + 1)]
+
+    async def main() -> None:
+        async with jobs:
+            for h in handles:
+                assert (await h.finished).status == "completed"
+
+    run(main())
+    last_small = max(i for i, q in enumerate(order) if q != "q0")
+    # Taking turns, q0 runs about once per round of the small queues (a few times in
+    # all); served in order of its backlog it would run its 30 jobs first.
+    assert order[:last_small].count("q0") <= 10, order
+
+
+def test_queues_take_turns_while_the_global_cap_binds(db: str) -> None:
+    jobs = make_manager(db, global_max_concurrency=2)
+    order: list[str] = []
+
+    @jobs.handler(ITEM, recovery="retry", concurrency=2, queue=lambda p: f"q{p.n % QUEUES}")
+    async def work(ctx: jl.JobContext[Item]) -> None:
+        order.append(ctx.queue)
+
+    # Queue after queue, so claim order by id alone would run q0 to its end first.
+    handles = [
+        jobs.enqueue(ITEM, Item(n=q + QUEUES * k)) for q in range(QUEUES) for k in range(PER_QUEUE)
+    ]
+
+    async def main() -> None:
+        async with jobs:
+            for h in handles:
+                assert (await h.finished).status == "completed"
+
+    run(main())
+    assert len(order) == QUEUES * PER_QUEUE
+    # At every point of the drain no queue is more than a turn or two ahead of another.
+    seen: Counter[str] = Counter()
+    for q in order:
+        seen[q] += 1
+        counts = [seen[f"q{i}"] for i in range(QUEUES)]
+        assert max(counts) - min(counts) <= 2, order

@@ -24,6 +24,9 @@ Modes:
             "locked", holds it until the file `<markers>.go` exists, releases it, records
             "released" and returns; rec.waiter (retry) takes the same lock, records
             "locked" and returns (the stale-release test).
+    spread  rec.kb (retry) in KB_QUEUES queues (`kb.<n % KB_QUEUES>`), concurrency
+            KB_CONCURRENCY each: records "<queue>:start:<monotonic>" when it starts, awaits
+            2 ms, records "<queue>:end:<monotonic>" (the many-queues test).
     idle    no jobs; only a started manager (for the leadership tests).
 """
 
@@ -35,6 +38,7 @@ import os
 import signal
 import sqlite3
 import sys
+import time
 from typing import Any
 
 import jobledger as jl
@@ -48,6 +52,9 @@ BULK = jl.JobType("rec.bulk", int)
 CAPPED = jl.JobType("rec.capped", int)
 STALE = jl.JobType("rec.stale", int)
 WAITER = jl.JobType("rec.waiter", int)
+KB = jl.JobType("rec.kb", int)
+KB_QUEUES = 60
+KB_CONCURRENCY = 2
 
 CAPPED_CONCURRENCY = 3
 LOCK_NAME = "shared-resource"
@@ -154,6 +161,17 @@ def register_work(jobs: jl.JobManager, markers: Markers, concurrency: int, db: s
     return sampler
 
 
+def register_spread(jobs: jl.JobManager, markers: Markers) -> None:
+    @jobs.handler(
+        KB, recovery="retry", concurrency=KB_CONCURRENCY, queue=lambda n: f"kb.{n % KB_QUEUES}"
+    )
+    async def kb(ctx: jl.JobContext[int]) -> None:
+        # CLOCK_MONOTONIC is one clock for every process on the host.
+        markers.mark(KB.name, ctx.job_id, ctx.attempt, f"{ctx.queue}:start:{time.monotonic()}")
+        await asyncio.sleep(0.002)
+        markers.mark(KB.name, ctx.job_id, ctx.attempt, f"{ctx.queue}:end:{time.monotonic()}")
+
+
 def write_status(path: str, jobs: jl.JobManager) -> None:
     running = len(jobs._engine.inflight)
     tmp = f"{path}.tmp"
@@ -182,6 +200,8 @@ async def main(args: argparse.Namespace) -> int:
         sampler = register_work(jobs, markers, args.concurrency, args.db)
     elif args.mode == "lock":
         register_lock(jobs, markers, f"{args.markers}.go")
+    elif args.mode == "spread":
+        register_spread(jobs, markers)
     elif args.mode != "idle":
         raise SystemExit(f"unknown mode {args.mode!r}")
 
@@ -205,7 +225,7 @@ async def main(args: argparse.Namespace) -> int:
 def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="worker_proc")
     p.add_argument("db")
-    p.add_argument("mode", choices=("block", "work", "lock", "idle"))
+    p.add_argument("mode", choices=("block", "work", "lock", "spread", "idle"))
     p.add_argument("--markers", required=True)
     p.add_argument("--status", default=None)
     p.add_argument("--worker-id", default=None)

@@ -32,13 +32,17 @@ a job claimed beyond the pool would wait for a thread while counted as running, 
 timeout already counting. Reaching either limit counts as a global-cap refusal (below):
 any job of ours that ends frees it.
 
-A finishing job kicks its queue; when the global cap was what blocked, it kicks every
-queue, and the queues the cap turned away go first ("passing the turn"): kicked in a
-fixed order, the first few queues would take every freed slot and the others would
-starve until those ran dry. Claims are synchronous on the loop thread, so between two
-awaits nothing else can run a claim: the layer-1 lock is never contended inside one
-process, but it keeps the count->claim section explicit and safe against a caller on
-another thread.
+A finishing job kicks its queue. While the global cap (or this process's limit) binds,
+dispatch is instead one claim across queues (`Store.claim_spread`): the queues that may
+claim wait in least-recently-served order (`_turns`), a claim asks the head of that
+order, and its rows go one per queue before any queue gets a second (docs/design/
+lock-layers.md, "Dispatch at scale"). Kicking every queue on each freed slot, as before,
+cost a dispatch per queue per finished job, and kicked in a fixed order the first few
+queues would take every freed slot while the others starved.
+
+Claims are synchronous on the loop thread, so between two awaits nothing else can run a
+claim: the layer-1 lock is never contended inside one process, but it keeps the
+count->claim section explicit and safe against a caller on another thread.
 
 Finalize is grouped: outcomes of jobs that end in the same loop tick are written in one
 transaction (each a fenced compare-and-set), and only after its COMMIT are handles
@@ -61,8 +65,10 @@ import json
 import logging
 import threading
 import traceback
+from collections import Counter
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from typing import Any
 
 from pydantic_core import to_jsonable_python
@@ -82,6 +88,7 @@ from jobledger._storage.interface import (
     ClaimResult,
     JobRow,
     Outcome,
+    SpreadRequest,
     Store,
 )
 from jobledger._storage.rows import error_to_json, snapshot_from_row
@@ -101,6 +108,10 @@ log = logging.getLogger("jobledger.engine")
 CONFIRM_DELAY = 0.005
 QUIET_CHECKS = 2
 MAX_DEFERRALS = 6
+SPREAD_MAX = 128  # queues in one spread claim (the SQLite statement's bound)
+# Queues a spread claim asks beyond the slots it may take: some of those at the head of
+# the turns will have run dry or be full with another process's jobs.
+SPREAD_SLACK = 16
 
 
 class DispatchQueue:
@@ -163,8 +174,13 @@ class Engine:
         self.queues: dict[str, DispatchQueue] = {}
         self.inflight: dict[str, Attempt] = {}
         self.sync_inflight = 0  # of them, plain `def` handlers' (one pool thread each)
+        # The global cap (or this process's limit) turned a claim away: until a claim finds
+        # slots left over, dispatch is one spread claim over `_turns`, not a claim per queue.
         self.global_blocked = False
-        self._denied: dict[str, None] = {}  # queues the global cap turned away, in order
+        # Queues that may claim, least recently served first (insertion order; a served
+        # queue goes to the end). Only used while `global_blocked`.
+        self._turns: dict[str, None] = {}
+        self._spread_pending = False
         self.accepting = False  # claims allowed (started, recovery gate open, not stopping)
         self.paused = False
         # Set once stop()'s drain is over: a stopped worker counts as dead, so an outcome
@@ -229,6 +245,15 @@ class Engine:
         loop.call_soon(self._dispatch, qu)
 
     def kick_all(self) -> None:
+        if self.global_blocked:
+            # Every queue may have work (another process's enqueue): each joins the turns
+            # (a queue already waiting keeps its place), and one spread claim looks.
+            turns = self._turns
+            for name in self.queues:
+                if name not in turns:
+                    turns[name] = None
+            self._schedule_spread()
+            return
         for name in list(self.queues):
             self.kick(name)
 
@@ -261,7 +286,12 @@ class Engine:
             own_free = min(own_free, self._pool_size - self.sync_inflight)
         if own_free <= 0:
             self.global_blocked = True
-            self._denied[qu.name] = None
+            self._turns.setdefault(qu.name)
+            return
+        if self.global_blocked:
+            # Its turn comes in the spread claim, with the other queues waiting.
+            self._turns.setdefault(qu.name)
+            self._schedule_spread()
             return
         if qu.turned_away and qu.running == 0 and self._hold_back(qu):
             return
@@ -306,7 +336,7 @@ class Engine:
             return
         if result.global_blocked:
             self.global_blocked = True
-            self._denied[qu.name] = None
+            self._turns.setdefault(qu.name)
         qu.turned_away = result.queue_full and qu.running == 0
         # Claims older than this were made before a stall long enough to be judged dead.
         stale = (
@@ -586,12 +616,17 @@ class Engine:
         for outcome, attempt in batch:
             outcome.want_row = self._wants_row(attempt)
         outcomes = [o for o, _ in batch]
-        refill = self._refill(batch)
+        spread: SpreadRequest | None = None
+        refill: tuple[DispatchQueue, ClaimRequest] | None = None
+        if self.global_blocked:
+            spread = self._spread_refill(batch)
+        else:
+            refill = self._refill(batch)
         claimed: ClaimResult | None = None
         try:
-            rows, claimed = self._write_outcomes(outcomes, now, refill)
+            rows, claimed = self._write_outcomes(outcomes, now, refill, spread)
         except Exception as exc:
-            self._keep(batch, exc, claim_tried=refill is not None)
+            self._keep(batch, exc, claim_tried=refill is not None or spread is not None)
             return
         if self._write_failures:
             log.warning(
@@ -601,7 +636,8 @@ class Engine:
             self._write_failures = 0
         if worker_log.isEnabledFor(logging.WARNING):  # ends are INFO, or WARNING if failed
             log_ends(batch, rows, now)
-        if refill is not None and claimed is None and not self._gate_closed():
+        tried = refill is not None or spread is not None
+        if tried and claimed is None and not self._gate_closed():
             # The refill's claim raised (a closed gate means it never ran): did it commit?
             self._unconfirmed = True
         kicks: set[str] = set()
@@ -623,10 +659,18 @@ class Engine:
                 self._settle_unread(attempt)
             else:
                 self.settle_row(row, attempt)
+        if spread is not None:
+            if claimed is not None:
+                self._take_spread(spread, claimed)
+            else:
+                self._schedule_spread()
+            return
         if claimed is not None and refill is not None:
             kicks.discard(refill[0].name)  # claimed already: kicked again only if it filled
         if self.global_blocked:
-            self._pass_the_turn()
+            for name in kicks:  # they rejoin the turns, behind the queues waiting
+                self._turns.setdefault(name)
+            self._schedule_spread()
         else:
             for name in kicks:
                 self.kick(name)
@@ -703,12 +747,17 @@ class Engine:
         outcomes: list[Outcome],
         now: int,
         refill: tuple[DispatchQueue, ClaimRequest] | None,
+        spread: SpreadRequest | None = None,
     ) -> tuple[list[JobRow | None], ClaimResult | None]:
         if refill is not None:
             qu, request = refill
             with qu.lock:
                 if not self._gate_closed():  # re-checked under the lock, as in `_dispatch`
                     return self.store.finalize_and_claim(outcomes, now, request)
+        elif spread is not None:
+            with self._spread_locks(spread):
+                if not self._gate_closed():
+                    return self.store.finalize_and_claim(outcomes, now, spread)
         return self.store.finalize(outcomes, now), None
 
     def _refill(
@@ -745,13 +794,162 @@ class Engine:
         return qu, request
 
     def _pass_the_turn(self) -> None:
-        """Slots freed after the global cap (or this process's limit) turned queues away:
-        those queues claim first, then every other one."""
-        self.global_blocked = False
-        denied, self._denied = self._denied, {}
-        for name in denied:  # kicks run in call order: these claim first
-            self.kick(name)
-        self.kick_all()
+        """Slots may have freed (a raised process limit): claim them in turn."""
+        if self.global_blocked:
+            self._schedule_spread()
+        else:
+            self.kick_all()
+
+    # -- spread claims (docs/design/lock-layers.md, "Dispatch at scale") --------------
+
+    def _schedule_spread(self) -> None:
+        if self._spread_pending or self.loop is None or not self.accepting:
+            return
+        self._spread_pending = True
+        self.loop.call_soon(self._spread)
+
+    def _spread_later(self) -> None:
+        loop = self.loop
+        if loop is not None:
+            call_later(loop, self.clock, self.poll_interval, self._schedule_spread)
+
+    def _spread(self) -> None:
+        """One claim across the queues at the head of the turns."""
+        self._spread_pending = False
+        if self._gate_closed():
+            return
+        own_free = self.local_max - len(self.inflight)
+        if own_free <= 0:
+            self.global_blocked = True  # our own jobs' ends claim next
+            return
+        request = self._spread_request(
+            min(own_free, self.claim_batch), self._pool_size - self.sync_inflight, {}
+        )
+        if request is None:
+            if not self._turns:
+                self.global_blocked = False
+            return
+        if self._unconfirmed and not self.reconcile():
+            self._spread_later()
+            return
+        with self._spread_locks(request):
+            if self._gate_closed():  # re-checked under the locks, as in `_dispatch`
+                return
+            try:
+                result = self.store.claim_spread(request, self.now_ms())
+            except Exception:
+                log.warning("claim across queues failed; retrying shortly", exc_info=True)
+                self._unconfirmed = True
+                self._spread_later()
+                return
+        self._take_spread(request, result)
+
+    def _spread_request(
+        self, limit: int, sync_free: int, released: dict[str, int]
+    ) -> SpreadRequest | None:
+        """The spread claim of up to `limit` rows over the head of the turns; `released`:
+        jobs per queue that the finalize this claim rides in ends."""
+        if limit <= 0:
+            return None
+        want = min(limit + SPREAD_SLACK, SPREAD_MAX)
+        picked: list[DispatchQueue] = []
+        drop: list[str] = []
+        for name in self._turns:
+            qu = self.queues.get(name)
+            if qu is None or qu.running - released.get(name, 0) >= qu.concurrency:
+                drop.append(name)  # full here: it comes back when one of its jobs ends
+                continue
+            if qu.sync and sync_free <= 0:
+                continue  # waits for a pool thread, keeping its place
+            picked.append(qu)
+            if len(picked) >= want:
+                break
+        for name in drop:
+            del self._turns[name]
+        if not picked:
+            return None
+        if any(qu.sync for qu in picked):
+            limit = min(limit, sync_free)
+        return SpreadRequest(
+            tuple((qu.name, qu.concurrency) for qu in picked),
+            self.global_max,
+            limit,
+            self.worker_id,
+            tuple(self.handlers),
+            self.exclude_owners,
+            True,
+        )
+
+    def _spread_locks(self, request: SpreadRequest) -> ExitStack:
+        """Layer 1 for a spread claim: the asked queues' locks, always in name order (a
+        single-queue claim holds one), so two claims never wait on each other in a cycle."""
+        stack = ExitStack()
+        for name in sorted(name for name, _ in request.queues):
+            qu = self.queues.get(name)
+            if qu is not None:
+                stack.enter_context(qu.lock)
+        return stack
+
+    def _spread_refill(self, batch: list[tuple[Outcome, Attempt]]) -> SpreadRequest | None:
+        """The spread claim that rides in the finalize's transaction while the global cap
+        binds: the slots the batch frees, in turn. The batch's queues rejoin the turns
+        at the end (they were served last)."""
+        released = Counter(a.queue for _, a in batch)
+        for name in released:
+            self._turns.setdefault(name)
+        if self._gate_closed() or self._unconfirmed:
+            return None
+        mine = [a for _, a in batch if self.inflight.get(a.job_id) is a]
+        own_free = self.local_max - len(self.inflight) + len(mine)
+        sync_free = (
+            self._pool_size - self.sync_inflight + sum(1 for a in mine if not a.spec.is_async)
+        )
+        return self._spread_request(min(own_free, self.claim_batch), sync_free, released)
+
+    def _take_spread(self, request: SpreadRequest, result: ClaimResult) -> None:
+        if result.unregistered or result.free is None:
+            if result.unregistered:
+                log.warning(
+                    "worker %s has no worker row; registering before it claims", self.worker_id
+                )
+                try:
+                    self.on_unregistered()
+                except Exception:
+                    log.warning("registering again failed; retrying", exc_info=True)
+                self._spread_later()
+            else:  # the global cap was full before anything was counted per queue
+                self.global_blocked = True
+            return
+        # Cut: the claim took every slot it was allowed (the global cap's free slots or
+        # this process's), so queues not reached keep their place at the head.
+        cut = result.global_blocked or len(result.jobs) >= request.limit
+        taken = Counter(job.queue for job in result.jobs)
+        turns, free = self._turns, result.free
+        for name, _ in request.queues:
+            got, room = taken.get(name, 0), free.get(name, 0)
+            if got == 0 and room > 0 and cut:
+                continue  # not reached: keeps its place
+            turns.pop(name, None)
+            if 0 < got < room and cut:
+                turns[name] = None  # served, and may have more: to the end
+            # Otherwise full (back when one of its jobs ends, or with the next change
+            # another process commits) or run dry (back when a job is enqueued).
+        stale = (
+            None
+            if self.stale_after_ms is None or not result.jobs
+            else self.now_ms() - self.stale_after_ms
+        )
+        for job in result.jobs:
+            qu = self.queues.get(job.queue)
+            if qu is not None:
+                self._start(qu, job, stale)
+        if cut:
+            self.global_blocked = True
+        elif turns:
+            self.global_blocked = True
+            self._schedule_spread()  # slots are left: the next queues in turn
+        else:
+            self.global_blocked = False
 
     def _wants_row(self, attempt: Attempt) -> bool:
         """Does anything here need the terminal row (a waiter, a listener, a hook)?"""

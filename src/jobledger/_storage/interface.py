@@ -54,6 +54,7 @@ __all__ = [
     "OutcomeKind",
     "Reissued",
     "RetryFilter",
+    "SpreadRequest",
     "Store",
     "fresh_row",
     "new_row",
@@ -218,6 +219,10 @@ class ClaimResult:
     queue_full: bool = False
     # Nothing taken because the claim asked `registered` and the worker has no live row.
     unregistered: bool = False
+    # `claim_spread` only: each asked queue's free slots (its cap less its running rows,
+    # counted in the claim's transaction), so dispatch can tell a queue that ran dry
+    # from one that was full or was not reached.
+    free: dict[str, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,6 +241,25 @@ class ClaimRequest:
     # Take rows only while `worker_id` is registered and not stopped: a worker that was
     # judged dead (its row deleted by a rescue) must not claim until it registers again,
     # or its claims would belong to nobody (no rescue looks for them).
+    registered: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SpreadRequest:
+    """A claim across queues (`Store.claim_spread`): up to `limit` rows, at most each
+    queue's cap less its running rows, and no more than the global cap leaves free.
+
+    `queues` are `(name, cap)` in the order they take turns: the rows go one per queue
+    in that order, then a second per queue, and so on, until `limit` or the global
+    cap's free slots are reached.
+    """
+
+    queues: tuple[tuple[str, int], ...]
+    global_cap: int
+    limit: int
+    worker_id: str
+    types: tuple[str, ...]
+    exclude_owners: tuple[str, ...] = ()
     registered: bool = False
 
 
@@ -320,11 +344,18 @@ class Store(Protocol):
     def finalize(
         self, outcomes: Sequence[Outcome], now_ms: int, *, label: str = "finalize"
     ) -> list[JobRow | None]: ...
+    def claim_spread(self, request: SpreadRequest, now_ms: int) -> ClaimResult:
+        """Claim across `request.queues` in one transaction, every cap counted in SQL in
+        it; `global_blocked` when the global cap's free slots were all taken (or none
+        were free), `free` per asked queue."""
+        ...
+
     def finalize_and_claim(
-        self, outcomes: Sequence[Outcome], now_ms: int, claim: ClaimRequest
+        self, outcomes: Sequence[Outcome], now_ms: int, claim: ClaimRequest | SpreadRequest
     ) -> tuple[list[JobRow | None], ClaimResult | None]:
-        """`finalize`, then `claim` on what it freed; None for the claim when it failed
-        after the outcomes were committed (the caller claims again later)."""
+        """`finalize`, then `claim` (or `claim_spread`) on what it freed; None for the
+        claim when it failed after the outcomes were committed (the caller claims again
+        later)."""
         ...
 
     def attempts(self, job_id: str) -> list[AttemptRow]:

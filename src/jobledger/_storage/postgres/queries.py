@@ -181,6 +181,52 @@ class Queries:
         )
         for sql in (CLAIM, CLAIM_EXCLUDING)
     )
+    # A claim across queues (`claim_spread`), in one statement after the advisory locks
+    # (so its snapshot sees every committed claim, as CLAIM's). `cand` are the queues in
+    # turn order with their caps; each gives at most its free slots (`free`) of its head
+    # rows, ranked within the queue (`rn`); the rows go by rank then turn, so one per
+    # queue before any gets a second, up to this worker's limit and the global cap's
+    # free slots (`allow`). One row per asked queue (its free slots and the total
+    # running count), joined with what it claimed.
+    CLAIM_SPREAD = (
+        "WITH cand AS (SELECT c.queue, c.cap, c.ord FROM unnest(%(names)s::text[], "
+        "%(caps)s::int[]) WITH ORDINALITY AS c(queue, cap, ord)), "
+        "total AS (SELECT count(*) AS n FROM {s}.jobs WHERE status = 'running'), "
+        "free AS (SELECT c.ord, c.queue, c.cap - (SELECT count(*) FROM {s}.jobs "
+        "WHERE status = 'running' AND queue = c.queue) AS free FROM cand c), "
+        "allow AS (SELECT greatest(0, least(%(limit)s, %(gcap)s - n)) AS n FROM total), "
+        "picked AS (SELECT p.id, f.ord, row_number() OVER (PARTITION BY f.ord "
+        "ORDER BY p.priority, p.scheduled_at, p.id) AS rn FROM free f CROSS JOIN LATERAL ("
+        "SELECT id, priority, scheduled_at FROM {s}.jobs WHERE status = 'pending' "
+        "AND cancel_requested = 0 AND queue = f.queue AND scheduled_at <= %(now)s "
+        "AND type = ANY(%(types)s) ORDER BY priority, scheduled_at, id "
+        "LIMIT greatest(0, least(f.free, (SELECT n FROM allow))) FOR UPDATE SKIP LOCKED) p), "
+        "chosen AS (SELECT id FROM picked ORDER BY rn, ord LIMIT (SELECT n FROM allow)), "
+        "claimed AS (UPDATE {s}.jobs j SET status = 'running', worker_id = %(worker)s, "
+        "started_at = %(now)s, updated_at = %(now)s "
+        "WHERE j.id = ANY(ARRAY(SELECT id FROM chosen)) "
+        f"RETURNING {_CLAIMED}) "
+        "SELECT total.n, f.queue, f.free, claimed.* FROM total CROSS JOIN free f "
+        "LEFT JOIN claimed ON claimed.queue = f.queue ORDER BY f.ord"
+    )
+    CLAIM_SPREAD_EXCLUDING = CLAIM_SPREAD.replace(
+        "AND type = ANY(%(types)s) ",
+        "AND type = ANY(%(types)s) AND (enqueued_by IS NULL "
+        "OR NOT (enqueued_by = ANY(%(excluded)s))) ",
+    )
+    # As CLAIM_REGISTERED: no rows and -1 for the total while the worker has no live row.
+    CLAIM_SPREAD_REGISTERED, CLAIM_SPREAD_REGISTERED_EXCLUDING = (
+        sql.replace(
+            "ORDER BY priority, scheduled_at, id LIMIT",
+            "AND EXISTS (SELECT 1 FROM {s}.workers w WHERE w.id = %(worker)s "
+            "AND w.stopped_at IS NULL) ORDER BY priority, scheduled_at, id LIMIT",
+        ).replace(
+            "SELECT total.n, f.queue",
+            "SELECT CASE WHEN EXISTS (SELECT 1 FROM {s}.workers w WHERE w.id = %(worker)s "
+            "AND w.stopped_at IS NULL) THEN total.n ELSE -1 END, f.queue",
+        )
+        for sql in (CLAIM_SPREAD, CLAIM_SPREAD_EXCLUDING)
+    )
     UNREGISTERED_CLAIMERS = (
         "SELECT DISTINCT worker_id FROM {s}.jobs j WHERE status = 'running' "
         "AND NOT EXISTS (SELECT 1 FROM {s}.workers w WHERE w.id = j.worker_id)"

@@ -76,6 +76,7 @@ from jobledger._storage.interface import (
     NewJob,
     Outcome,
     RetryFilter,
+    SpreadRequest,
     retry_row,
 )
 from jobledger._storage.observe import (
@@ -617,13 +618,67 @@ class PostgresStore(ScheduleOps, WorkerOps):
         limited_by_global = global_free < min(free, limit)
         return ClaimResult(jobs, limited_by_global and len(jobs) == n)
 
+    def claim_spread(self, request: SpreadRequest, now_ms: int) -> ClaimResult:
+        q = self.q
+        if request.registered:
+            sql = (
+                q.CLAIM_SPREAD_REGISTERED_EXCLUDING
+                if request.exclude_owners
+                else q.CLAIM_SPREAD_REGISTERED
+            )
+        else:
+            sql = q.CLAIM_SPREAD_EXCLUDING if request.exclude_owners else q.CLAIM_SPREAD
+        names = [name for name, _ in request.queues]
+
+        def send(conn: Conn) -> Callable[[], list[Any]]:
+            if self.exact_global_cap:
+                # Every claim takes the global key last, so holding it serialises this
+                # claim with every other: both caps are exact without the queue keys.
+                conn.execute(q.ADVISORY_XACT_LOCK, (q.global_claim_key,))
+            else:
+                # The queue keys, in one order for every spread claim (a single-queue
+                # claim holds only one), so two claims never wait on each other in a cycle.
+                for name in sorted(set(names)):
+                    conn.execute(q.ADVISORY_XACT_LOCK, (q.queue_claim_key(name),))
+            cur = conn.execute(
+                sql,
+                {
+                    "names": names,
+                    "caps": [cap for _, cap in request.queues],
+                    "excluded": list(request.exclude_owners),
+                    "now": now_ms,
+                    "types": list(request.types),
+                    "gcap": request.global_cap,
+                    "limit": request.limit,
+                    "worker": request.worker_id,
+                },
+            )
+            return cur.fetchall
+
+        rows = self._tx_then(send, "claim")
+        if not rows:
+            return ClaimResult([], False, free={})
+        running = int(rows[0][0])
+        if running < 0:
+            return ClaimResult([], False, unregistered=True)
+        free = {str(r[1]): int(r[2]) for r in rows}
+        jobs = [ClaimedJob(*r[3:]) for r in rows if r[3] is not None]
+        global_free = request.global_cap - running
+        return ClaimResult(jobs, global_free <= 0 or len(jobs) >= global_free, free=free)
+
     def finalize_and_claim(
-        self, outcomes: Sequence[Outcome], now_ms: int, claim: ClaimRequest
+        self, outcomes: Sequence[Outcome], now_ms: int, claim: ClaimRequest | SpreadRequest
     ) -> tuple[list[JobRow | None], ClaimResult | None]:
         """Two transactions here: the claim's advisory locks would otherwise be taken
         while this one holds the finished rows. A failed claim answers None; the
         outcomes are committed all the same."""
         rows = self.finalize(outcomes, now_ms)
+        if isinstance(claim, SpreadRequest):
+            try:
+                return rows, self.claim_spread(claim, now_ms)
+            except Exception:
+                log.warning("claim on several queues failed; retrying shortly", exc_info=True)
+                return rows, None
         try:
             taken = self.claim(
                 claim.queue,

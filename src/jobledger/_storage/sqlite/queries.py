@@ -99,6 +99,58 @@ def claim_sql(n_types: int, n_excluded: int = 0) -> str:
     )
 
 
+# Queues per `claim_spread` statement: each is one term of a compound SELECT, within
+# SQLite's default bound on compound terms (500), and a claim asks for fewer slots.
+SPREAD_MAX = 128
+
+
+@functools.cache
+def spread_counts_sql(n_queues: int) -> str:
+    """The running rows of all queues, then of each of `n_queues` queues (?1..?n), in
+    one statement and so one snapshot: the caps a spread claim counts."""
+    each = ", ".join(f"(SELECT count(*) FROM jobs WHERE status = 'running' AND queue = ?{i})"
+                     for i in range(1, n_queues + 1))  # fmt: skip
+    return f"SELECT ({COUNT_RUNNING}), {each}"
+
+
+@functools.cache
+def spread_claim_sql(n_queues: int, n_types: int, n_excluded: int = 0) -> str:
+    """Claim across `n_queues` queues in one statement, taking turns: each queue's head
+    rows (at most its own LIMIT, the free slots of its cap), ranked within the queue
+    (`rn`), then ordered by rank and the queue's turn (`ord`), so the rows go one per
+    queue before any queue gets a second, up to the total LIMIT.
+
+    Parameters: ?1 worker, ?2 now, then the types, the excluded owners, the total limit,
+    then per queue its name and its limit. The outer `+status` is `claim_sql`'s.
+    """
+    types = ",".join(f"?{3 + i}" for i in range(n_types))
+    base = 3 + n_types
+    excluded = (
+        "AND (enqueued_by IS NULL OR enqueued_by NOT IN "
+        f"({','.join(f'?{base + i}' for i in range(n_excluded))})) "
+        if n_excluded
+        else ""
+    )
+    total = base + n_excluded
+    terms = []
+    for i in range(n_queues):
+        name, limit = total + 1 + 2 * i, total + 2 + 2 * i
+        terms.append(
+            f"SELECT {i} AS ord, rid, row_number() OVER (ORDER BY priority, scheduled_at, rid) "
+            "AS rn FROM (SELECT rowid AS rid, priority, scheduled_at FROM jobs "
+            f"WHERE status = 'pending' AND cancel_requested = 0 AND queue = ?{name} "
+            f"AND scheduled_at <= ?2 AND type IN ({types}) {excluded}"
+            f"ORDER BY priority, scheduled_at, rowid LIMIT ?{limit})"
+        )
+    return (
+        "UPDATE jobs SET status = 'running', worker_id = ?1, started_at = ?2, updated_at = ?2 "
+        f"WHERE rowid IN (SELECT rid FROM ({' UNION ALL '.join(terms)}) "
+        f"ORDER BY rn, ord LIMIT ?{total}) AND +status = 'pending' "
+        "RETURNING rowid, id, type, queue, priority, payload, attempt, max_attempts, "
+        "timeout_ms, metadata, parent_id, schedule_id, scheduled_at, started_at"
+    )
+
+
 _FENCE = "WHERE rowid = ? AND id = ? AND status = 'running' AND worker_id = ? AND attempt = ?"
 # Reading the row back costs about as much as the write; FINISH_NO_ROW is for outcomes
 # nobody is waiting on (`Outcome.want_row`), and reports through rowcount.

@@ -43,6 +43,7 @@ from jobledger._storage.interface import (
     Outcome,
     Reissued,
     RetryFilter,
+    SpreadRequest,
     fresh_row,
     retry_row,
 )
@@ -397,8 +398,17 @@ class SqliteStore(ScheduleOps, WorkerOps):
         # write gate while a transaction is open.
         return _claim_result(self.write(_claim_work(request, now_ms), "claim"))
 
+    def claim_spread(self, request: SpreadRequest, now_ms: int) -> ClaimResult:
+        if not self.memory:
+            # As in `claim`: a global cap found full on a WAL read takes no write lock, so
+            # processes that cannot win a slot do not queue behind those that can.
+            running = self.read(lambda c: c.execute(q.COUNT_RUNNING).fetchone()[0])
+            if running >= request.global_cap:
+                return ClaimResult([], True)
+        return _claim_result(self.write(_spread_work(request, now_ms), "claim"))
+
     def finalize_and_claim(
-        self, outcomes: Sequence[Outcome], now_ms: int, claim: ClaimRequest
+        self, outcomes: Sequence[Outcome], now_ms: int, claim: ClaimRequest | SpreadRequest
     ) -> tuple[list[JobRow | None], ClaimResult | None]:
         """One transaction: the outcomes, then the claim, which counts the slots they
         freed. Other processes never see those slots free, so a busy process keeps its
@@ -408,7 +418,12 @@ class SqliteStore(ScheduleOps, WorkerOps):
         the claim answers None, as if it had been a transaction of its own.
         """
         finish = self._finalize_work(outcomes, now_ms)
-        take = _claim_work(claim, now_ms)
+        take = (
+            _claim_work(claim, now_ms)
+            if isinstance(claim, ClaimRequest)
+            else _spread_work(claim, now_ms)
+        )
+        what = claim.queue if isinstance(claim, ClaimRequest) else "several queues"
 
         def work(conn: sqlite3.Connection) -> tuple[list[JobRow | None], Any]:
             rows = finish(conn)
@@ -418,7 +433,7 @@ class SqliteStore(ScheduleOps, WorkerOps):
             except sqlite3.Error:
                 if not conn.in_transaction:  # SQLite rolled the whole transaction back
                     raise
-                log.warning("claim on %r failed; retrying shortly", claim.queue, exc_info=True)
+                log.warning("claim on %s failed; retrying shortly", what, exc_info=True)
                 conn.execute("ROLLBACK TO refill")
                 return rows, None
             finally:
@@ -978,6 +993,41 @@ def _claim_work(
         ).fetchall()
         limited_by_global = global_free < min(free, req.limit)
         return rows, limited_by_global and len(rows) == n
+
+    return work
+
+
+def _spread_work(req: SpreadRequest, now_ms: int) -> Callable[[sqlite3.Connection], ClaimResult]:
+    """A claim across queues: every queue's running rows and all running rows counted in
+    one statement, then one UPDATE that takes the rows in turn order (`spread_claim_sql`)
+    within each queue's free slots and the global cap's."""
+    names = [name for name, _ in req.queues]
+    turn = {name: i for i, name in enumerate(names)}
+
+    def work(conn: sqlite3.Connection) -> ClaimResult:
+        if (
+            req.registered
+            and conn.execute(q.WORKER_REGISTERED, (req.worker_id,)).fetchone() is None
+        ):
+            return ClaimResult([], False, unregistered=True)
+        total, *running = conn.execute(q.spread_counts_sql(len(names)), names).fetchone()
+        free = {name: cap - n for (name, cap), n in zip(req.queues, running, strict=True)}
+        global_free = req.global_cap - total
+        allowance = min(req.limit, global_free)
+        if global_free <= 0:
+            return ClaimResult([], True, free=free)
+        asked = [(name, min(f, allowance)) for name, f in free.items() if f > 0]
+        if not asked or allowance <= 0:
+            return ClaimResult([], False, free=free)
+        params: list[Any] = [req.worker_id, now_ms, *req.types, *req.exclude_owners, allowance]
+        for name, limit in asked:
+            params += (name, limit)
+        sql = q.spread_claim_sql(len(asked), len(req.types), len(req.exclude_owners))
+        rows = conn.execute(sql, params).fetchall()
+        # RETURNING order is unspecified: queue by queue in turn order, each in claim order.
+        rows.sort(key=lambda r: (turn[r[3]], r[4], r[12], r[0]))
+        jobs = [ClaimedJob(*r[1:]) for r in rows]
+        return ClaimResult(jobs, len(jobs) >= global_free, free=free)
 
     return work
 

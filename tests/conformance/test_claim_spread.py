@@ -1,0 +1,147 @@
+"""claim_spread: one claim across queues, taking turns, every cap counted in it."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+from jobledger._storage import layout as L
+from jobledger._storage.interface import ClaimResult, JobFilter, SpreadRequest
+from tests.conformance import Backend, ConformantStore, claim, col, new_job, outcome
+
+
+def spread(
+    store: ConformantStore,
+    queues: list[tuple[str, int]],
+    *,
+    limit: int = 100,
+    global_cap: int = 1_000,
+    worker: str = "w1",
+    registered: bool = False,
+    exclude: tuple[str, ...] = (),
+) -> ClaimResult:
+    request = SpreadRequest(tuple(queues), global_cap, limit, worker, ("t.a",), exclude, registered)
+    return store.claim_spread(request, 10_000)
+
+
+def test_rows_go_one_per_queue_in_turn_order_before_a_second(store: ConformantStore) -> None:
+    jobs = {q: [new_job(queue=q) for _ in range(3)] for q in ("a", "b", "c")}
+    store.enqueue([j for js in jobs.values() for j in js])
+    got = spread(store, [("c", 5), ("a", 5), ("b", 5)], limit=4)
+    # c, a and b each give their head; then c, first in turn, its second.
+    assert sorted(j.id for j in got.jobs) == sorted(
+        [jobs["c"][0].id, jobs["a"][0].id, jobs["b"][0].id, jobs["c"][1].id]
+    )
+    assert [j.queue for j in got.jobs][:1] == ["c"]  # in turn order
+    assert not got.global_blocked
+    assert got.free == {"a": 5, "b": 5, "c": 5}
+
+
+def test_each_queue_takes_its_head_rows_in_claim_order(store: ConformantStore) -> None:
+    low, high = new_job(queue="a", priority=5), new_job(queue="a", priority=1)
+    store.enqueue([low, high, new_job(queue="b")])
+    got = spread(store, [("a", 5), ("b", 5)], limit=2)
+    assert Counter(j.queue for j in got.jobs) == {"a": 1, "b": 1}
+    assert high.id in {j.id for j in got.jobs}
+
+
+def test_the_queue_cap_counts_running_rows_of_every_worker(store: ConformantStore) -> None:
+    store.enqueue([new_job(queue="a") for _ in range(5)] + [new_job(queue="b")])
+    assert len(claim(store, "a", worker="other", limit=2).jobs) == 2
+    got = spread(store, [("a", 3), ("b", 3)])
+    assert Counter(j.queue for j in got.jobs) == {"a": 1, "b": 1}
+    assert got.free == {"a": 1, "b": 3}
+    again = spread(store, [("a", 3)])
+    assert again.jobs == []
+    assert again.free == {"a": 0}
+    assert not again.global_blocked
+
+
+def test_the_global_cap_bounds_the_claim_and_reports_blocked(store: ConformantStore) -> None:
+    store.enqueue([new_job(queue=f"q{i % 4}") for i in range(16)])
+    assert len(claim(store, "q0", worker="other", limit=3).jobs) == 3
+    got = spread(store, [(f"q{i}", 5) for i in range(4)], global_cap=5)
+    assert len(got.jobs) == 2
+    assert {j.queue for j in got.jobs} == {"q0", "q1"}  # the first two turns
+    assert got.global_blocked
+    full = spread(store, [("q2", 5), ("q3", 5)], global_cap=5)
+    assert full.jobs == []
+    assert full.global_blocked
+    assert store.count(JobFilter(status=("running",))) == 5
+
+
+def test_a_queue_with_fewer_rows_than_slots_gives_what_it_has(store: ConformantStore) -> None:
+    store.enqueue([new_job(queue="a"), new_job(queue="b"), new_job(queue="b")])
+    got = spread(store, [("a", 5), ("b", 5), ("empty", 5)])
+    assert Counter(j.queue for j in got.jobs) == {"a": 1, "b": 2}
+    assert not got.global_blocked
+    assert got.free == {"a": 5, "b": 5, "empty": 5}
+
+
+def test_claimed_rows_are_running_under_the_worker(store: ConformantStore) -> None:
+    job = new_job(queue="a")
+    store.enqueue([job, new_job(queue="a", type="t.other")])
+    [got] = spread(store, [("a", 5)], worker="w7").jobs
+    assert got.id == job.id
+    assert got.started_at == 10_000
+    row = store.get(job.id)
+    assert col(row, L.C_STATUS) == "running"
+    assert col(row, L.C_WORKER) == "w7"
+
+
+def test_rows_of_excluded_owners_wait(store: ConformantStore) -> None:
+    mine, dead = new_job(queue="a"), new_job(queue="a", enqueued_by="dead")
+    store.enqueue([mine, dead])
+    got = spread(store, [("a", 5)], exclude=("dead",))
+    assert [j.id for j in got.jobs] == [mine.id]
+
+
+def test_an_unregistered_worker_claims_nothing(store: ConformantStore) -> None:
+    store.enqueue([new_job(queue="a")])
+    assert spread(store, [("a", 5)], registered=True).unregistered
+    store.register_worker("w1", "host", 1, ["t.a=retry"], 5)
+    assert len(spread(store, [("a", 5)], registered=True).jobs) == 1
+
+
+def test_finalize_and_claim_spreads_over_the_slots_the_outcomes_freed(
+    store: ConformantStore,
+) -> None:
+    store.enqueue([new_job(queue=q) for q in ("a", "a", "b", "b", "c")])
+    first = spread(store, [("a", 1), ("b", 1)], global_cap=2)
+    assert len(first.jobs) == 2
+    assert first.global_blocked
+    request = SpreadRequest((("c", 1), ("a", 1), ("b", 1)), 2, 10, "w1", ("t.a",))
+    rows, taken = store.finalize_and_claim([outcome(j.id) for j in first.jobs], 20_000, request)
+    assert all(r is not None for r in rows)
+    assert taken is not None
+    # Both slots freed: c's turn first, then a's; b waits.
+    assert Counter(j.queue for j in taken.jobs) == {"c": 1, "a": 1}
+    assert taken.global_blocked
+    assert store.count(JobFilter(status=("running",))) == 2
+
+
+def test_concurrent_spread_claims_never_exceed_either_cap(backend: Backend) -> None:
+    backend.store.enqueue([new_job(queue=f"q{i % 6}") for i in range(60)])
+    stores = [backend.open_other() for _ in range(4)]
+    start = threading.Barrier(len(stores))
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            start.wait(timeout=10)
+            # Every store asks for every queue, each in its own turn order.
+            order = [(f"q{(i + k) % 6}", 2) for k in range(6)]
+            for _ in range(3):
+                spread(stores[i], order, global_cap=7, worker=f"w{i}")
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(stores))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert not errors, errors
+    running = backend.rows("SELECT queue FROM jobs WHERE status = 'running'")
+    assert len(running) == 7
+    assert max(Counter(q for (q,) in running).values()) <= 2
