@@ -24,11 +24,10 @@ from jobledger._storage import layout as L
 from jobledger._storage.interface import JobRow
 from jobledger._storage.records import AttemptRow
 
-__all__ = ["ATTEMPT_ORDER", "StoredAttempt", "with_final_attempt"]
+__all__ = ["StoredAttempt", "with_final_attempt"]
 
 # (n, attempt, worker_id, started_at, finished_at, outcome, error, logs)
 StoredAttempt = Sequence[Any]
-ATTEMPT_ORDER = "ORDER BY attempt, n >= 0, -n"
 _TERMINAL = frozenset({"completed", "failed", "cancelled"})
 
 
