@@ -101,3 +101,23 @@ def test_a_job_finished_by_another_manager_resolves_in_a_started_one(db: str) ->
     assert [(s.status, s.output, s.worker_id) for s in snaps] == [
         ("completed", n + 1, worker.worker_id) for n in range(5)
     ]
+
+
+def test_snapshots_do_not_share_their_empty_metadata(db: str) -> None:
+    """`snapshot_from_row` decodes `{}` without the parser (src/jobledger/_storage/rows.py):
+    still one new dict per snapshot, so changing one leaves the others as read."""
+    jobs = make_manager(db)
+
+    @jobs.handler(ITEM, recovery="retry")
+    async def work(ctx: jl.JobContext[Item]) -> None:
+        return None
+
+    async def main() -> list[jl.JobSnapshot]:
+        async with jobs:
+            handles = jobs.enqueue_many(ITEM, [Item(), Item()])
+            return list(await asyncio.gather(*(h.finished for h in handles)))
+
+    first, second = run(main())
+    assert first.output is None
+    assert first.metadata == second.metadata == {}
+    assert first.metadata is not second.metadata

@@ -298,6 +298,7 @@ class JobManager:
         # on the next turn of the loop (see `_wait_finished`).
         self._unchecked: list[str] = []
         self._unchecked_lock = threading.Lock()
+        self._check_loop: asyncio.AbstractEventLoop | None = None  # where it is scheduled
         self._queues = QueueBook(self._store, self._engine)
         self._lifecycle = Lifecycle(
             self._store, self._engine, self.clock, self._handlers, self._settings, self._queues
@@ -940,27 +941,42 @@ class JobManager:
         # A fired token (a cancel, a timeout, shutdown) may end the row by another write
         # than the finalize (`cancel`'s force_cancel): read it then.
         if attempt is None or attempt.token.is_set():
+            loop = fut.get_loop()
             with self._unchecked_lock:
-                first = not self._unchecked
+                # One check per turn; again on another loop (the first may be closed
+                # before its turn came: the ids wait for whichever check runs first).
+                schedule = not self._unchecked or self._check_loop is not loop
                 self._unchecked.append(job_id)
-            if first:
-                fut.get_loop().call_soon(self._check_unchecked)
+                if schedule:
+                    self._check_loop = loop
+            if schedule:
+                loop.call_soon(self._check_unchecked)
         return fut
 
     def _check_unchecked(self) -> None:
         with self._unchecked_lock:
             ids, self._unchecked = self._unchecked, []
+            self._check_loop = None
         engine = self._engine
         ids = [i for i in dict.fromkeys(ids) if i in engine.waiters]
         if not ids:
             return
         try:
-            engine.resolve_terminal(self._store.terminal_among(ids))
-        finally:
-            # The watcher reads again at each change another process commits, so a failed
-            # read here is retried there.
-            if any(i in engine.waiters and i not in engine.inflight for i in ids):
-                self._lifecycle.watcher.watch_waiters()
+            rows = self._store.terminal_among(ids)
+        except Exception:
+            # Not the awaiting caller's error (`finished` never raises): read again later.
+            log.debug("reading %d awaited job(s) failed; retrying", len(ids), exc_info=True)
+            loop = asyncio.get_running_loop()
+            loop.call_later(max(self.poll_interval, 0.01), self._recheck, ids)
+            return
+        engine.resolve_terminal(rows)
+        if any(i in engine.waiters and i not in engine.inflight for i in ids):
+            self._lifecycle.watcher.watch_waiters()
+
+    def _recheck(self, ids: Sequence[str]) -> None:
+        with self._unchecked_lock:
+            self._unchecked.extend(ids)
+        self._check_unchecked()
 
     # -- background ---------------------------------------------------------------
 
