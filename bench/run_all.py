@@ -30,6 +30,10 @@ shared cap of 50, on one worker process and on two: with `process_max_concurrenc
 (each process claims at most two at a time), and without, which shows what the option
 is for. A huey worker runs one task at a time, so its two processes share the work.
 
+The handles case (`handles.py`, issue 21) enqueues 20,000 jobs and awaits every handle,
+beside the row-counting drain, three pairs in one process; its row is the median rate and
+the median of the pairs' ratios.
+
 The many-queues case (`many_queues.py`, issue 21) runs 1 and 1,000 queues on 1 and 2
 processes here (about a minute); its full matrix is that script run on its own.
 """
@@ -139,6 +143,9 @@ def cases(args: argparse.Namespace) -> list[Case]:
         Case("cpu_w2_pmax/jobledger", "multiproc.py",
              ["--procs", "2", "--process-max", str(CPU_PROCESS_MAX), *cpu])
     )  # fmt: skip
+    # The user's path (issue 21): enqueue and await every handle, beside drain.py's
+    # row-counting drain in the same process, three pairs alternating.
+    out.append(Case("handles/jobledger", "handles.py", ["-n", str(N), "--repeat", "3"]))
     # The many-queues case (issue 21), its quick subset: the full matrix (100 and 5,000
     # queues, 4 processes, PostgreSQL) is `bench/many_queues.py` run on its own.
     out.append(
@@ -222,6 +229,13 @@ def _scale_rows() -> list[Row]:
         Row("  2 processes, no per-process limit", "NORMAL", "jobs/s",
             ("cpu_w2", jl_), ("cpu_w2", hy),
             note="one process claims the whole cap and runs it alone"),
+    ]  # fmt: skip
+    key = ("handles_summary", jl_)
+    rows += [
+        Row("enqueue 20k, await every handle (c=50)", "NORMAL", "jobs/s", key, None,
+            fields=["handles_rate"]),
+        Row("  vs the row-counting drain in the same run", "NORMAL", "ratio", key, None,
+            fields=["ratio"], note="target >= 0.9"),
     ]  # fmt: skip
     for procs in (1, 2):
         for queues in MANY_QUEUES[1:]:

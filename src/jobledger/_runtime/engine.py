@@ -645,7 +645,10 @@ class Engine:
             self._release(attempt)
             kicks.add(attempt.queue)
             if row is None:
-                if attempt.kept:
+                if attempt.kept or attempt.job_id in self.waiters:
+                    # A waiter on a job running here is not read at await time
+                    # (`JobManager._wait_finished`): the row ended otherwise (rescued
+                    # elsewhere, force-cancelled), so read it now.
                     self._settle_after_doubt(attempt)
                 attempt.done.set()
             elif outcome.kind == "retry" and row[L.C_STATUS] == "delayed":

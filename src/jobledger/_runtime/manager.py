@@ -294,6 +294,11 @@ class JobManager:
         self._stopped = False
         self._tasks: list[asyncio.Task[Any]] = []
         self._waiter = self._wait_finished  # one bound method for every handle
+        # Awaited handles whose rows are still to be read, all in one `terminal_among`
+        # on the next turn of the loop (see `_wait_finished`).
+        self._unchecked: list[str] = []
+        self._unchecked_lock = threading.Lock()
+        self._check_loop: asyncio.AbstractEventLoop | None = None  # where it is scheduled
         self._queues = QueueBook(self._store, self._engine)
         self._lifecycle = Lifecycle(
             self._store, self._engine, self.clock, self._handlers, self._settings, self._queues
@@ -922,13 +927,56 @@ class JobManager:
         return self._events.subscribe(fn, job_id=job_id)
 
     def _wait_finished(self, job_id: str) -> asyncio.Future[JobSnapshot]:
-        fut = self._engine.wait_for(job_id)
-        row = self._store.get(job_id)
-        if row is not None and row[L.C_STATUS] in ("completed", "failed", "cancelled"):
-            self._engine.resolve_terminal([row])
-        elif job_id not in self._engine.inflight:
-            self._lifecycle.watcher.watch_waiters()
+        """The future of a handle's terminal snapshot.
+
+        A job running here (its token not fired) needs no read: its finalize sees the
+        waiter and resolves it with the row that write returns (`Engine._wants_row`, or
+        `_settle_unread` for a waiter that came from another thread meanwhile). Any other
+        job may have ended before the waiter existed, so its row is read, but once for
+        every handle awaited in the same turn of the loop (`asyncio.gather` of many),
+        not once each."""
+        engine = self._engine
+        fut = engine.wait_for(job_id)
+        attempt = engine.inflight.get(job_id)
+        # A fired token (a cancel, a timeout, shutdown) may end the row by another write
+        # than the finalize (`cancel`'s force_cancel): read it then.
+        if attempt is None or attempt.token.is_set():
+            loop = fut.get_loop()
+            with self._unchecked_lock:
+                # One check per turn; again on another loop (the first may be closed
+                # before its turn came: the ids wait for whichever check runs first).
+                schedule = not self._unchecked or self._check_loop is not loop
+                self._unchecked.append(job_id)
+                if schedule:
+                    self._check_loop = loop
+            if schedule:
+                loop.call_soon(self._check_unchecked)
         return fut
+
+    def _check_unchecked(self) -> None:
+        with self._unchecked_lock:
+            ids, self._unchecked = self._unchecked, []
+            self._check_loop = None
+        engine = self._engine
+        ids = [i for i in dict.fromkeys(ids) if i in engine.waiters]
+        if not ids:
+            return
+        try:
+            rows = self._store.terminal_among(ids)
+        except Exception:
+            # Not the awaiting caller's error (`finished` never raises): read again later.
+            log.debug("reading %d awaited job(s) failed; retrying", len(ids), exc_info=True)
+            loop = asyncio.get_running_loop()
+            loop.call_later(max(self.poll_interval, 0.01), self._recheck, ids)
+            return
+        engine.resolve_terminal(rows)
+        if any(i in engine.waiters and i not in engine.inflight for i in ids):
+            self._lifecycle.watcher.watch_waiters()
+
+    def _recheck(self, ids: Sequence[str]) -> None:
+        with self._unchecked_lock:
+            self._unchecked.extend(ids)
+        self._check_unchecked()
 
     # -- background ---------------------------------------------------------------
 

@@ -7,6 +7,7 @@ Defensive on purpose: a stored `error` that is not the expected object becomes
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Any
 
 from jobledger._storage import layout as L
@@ -49,14 +50,35 @@ def error_from_json(text: str | None) -> JobErrorInfo | None:
         )
 
 
+# The texts most columns hold (an empty payload or metadata, a handler that returned
+# None), decoded without the parser: a snapshot is made for every handle a finalize
+# resolves (bench/handles.py), so its cost is per job.
+_SCALARS: dict[str, Any] = {"null": None, "true": True, "false": False}
+
+
 def _json(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
+    if text is None:
+        return None
+    if text == "{}":
+        return {}  # a new dict each time: the snapshot's caller may change it
+    if text in _SCALARS:
+        return _SCALARS[text]
+    return json.loads(text)
+
+
+def _time(ms: int, same_ms: int, same: datetime) -> datetime:
+    """`from_ms(ms)`, reusing `same` (datetimes are immutable) when `ms` is its value:
+    finished_at and updated_at, created_at and scheduled_at are often equal."""
+    return same if ms == same_ms else from_ms(ms)
 
 
 def snapshot_from_row(row: JobRow) -> JobSnapshot:
     timeout_ms = row[L.C_TIMEOUT]
     started = row[L.C_STARTED_AT]
     finished = row[L.C_FINISHED_AT]
+    created_ms = row[L.C_CREATED_AT]
+    created = from_ms(created_ms)
+    finished_at = None if finished is None else from_ms(finished)
     return JobSnapshot(
         id=row[L.C_ID],
         type=row[L.C_TYPE],
@@ -77,11 +99,15 @@ def snapshot_from_row(row: JobRow) -> JobSnapshot:
         progress_detail=row[L.C_PROGRESS_DETAIL],
         cancel_requested=bool(row[L.C_CANCEL]),
         worker_id=row[L.C_WORKER],
-        scheduled_at=from_ms(row[L.C_SCHEDULED_AT]),
+        scheduled_at=_time(row[L.C_SCHEDULED_AT], created_ms, created),
         started_at=None if started is None else from_ms(started),
-        finished_at=None if finished is None else from_ms(finished),
-        created_at=from_ms(row[L.C_CREATED_AT]),
-        updated_at=from_ms(row[L.C_UPDATED_AT]),
+        finished_at=finished_at,
+        created_at=created,
+        updated_at=(
+            from_ms(row[L.C_UPDATED_AT])
+            if finished_at is None
+            else _time(row[L.C_UPDATED_AT], finished, finished_at)
+        ),
         enqueued_by=row[L.C_ENQUEUED_BY],
         retry_of=row[L.C_RETRY_OF],
     )

@@ -165,11 +165,18 @@ FINISH = f"{FINISH_NO_ROW} RETURNING {JOB_COLUMNS}"
 FINISH_CHUNK = 50
 
 
+# JOB_COLUMNS named on `jobs`: in `finish_many_sql`'s UPDATE .. FROM, `o` has columns of
+# the same names.
+_JOBS_COLUMNS = ", ".join(f"jobs.{c}" for c in JOB_COLUMNS.split(", "))
+
+
 @functools.cache
-def finish_many_sql(n_rows: int) -> str:
+def finish_many_sql(n_rows: int, rows: bool = False) -> str:
     """FINISH_NO_ROW for `n_rows` outcomes in one statement: ?1 is the time, then per
     outcome its key, id, worker_id, attempt, status, output, error, progress and
-    progress_detail. RETURNING names the rows whose fence matched.
+    progress_detail. RETURNING names the rows whose fence matched; with `rows`, it
+    returns those rows whole (FINISH's answer, for outcomes a handle waits on), so a
+    waited-on job costs no statement of its own.
 
     One statement instead of one per job halves the finalize's SQL cost (binding and
     stepping a statement per row is what costs, not the B-tree work); the outcomes are
@@ -186,7 +193,8 @@ def finish_many_sql(n_rows: int) -> str:
         "finished_at = ?1, updated_at = ?1, progress = coalesce(o.progress, jobs.progress), "
         "progress_detail = coalesce(o.detail, jobs.progress_detail) FROM o "
         "WHERE jobs.rowid = o.key AND jobs.id = o.id AND jobs.status = 'running' "
-        "AND jobs.worker_id = o.worker_id AND jobs.attempt = o.attempt RETURNING jobs.id"
+        "AND jobs.worker_id = o.worker_id AND jobs.attempt = o.attempt "
+        f"RETURNING {_JOBS_COLUMNS if rows else 'jobs.id'}"
     )
 
 

@@ -478,45 +478,47 @@ class SqliteStore(ScheduleOps, WorkerOps):
         self, outcomes: Sequence[Outcome], now_ms: int
     ) -> Callable[[sqlite3.Connection], list[JobRow | None]]:
         """`finalize`'s statements, to run in a write transaction of the caller's."""
-        # Outcomes nobody reads back and that hold no locks (the common case) go in one
-        # statement; the others one by one, in the same transaction.
-        # (A job listed twice, e.g. a stale attempt beside its re-claim, goes one by one:
-        # RETURNING names rows, not outcomes.)
+        # Outcomes that end a job and hold no locks (the common case) go in few
+        # statements: one per chunk of those nobody reads back, one per chunk of those a
+        # handle waits on (their rows returned whole); the others one by one, in the same
+        # transaction. (A job listed twice, e.g. a stale attempt beside its re-claim, goes
+        # one by one: RETURNING names rows, not outcomes.)
         seen = Counter(o.job_id for o in outcomes)
         batch = [
             o
             for o in outcomes
-            if not o.want_row
-            and not o.release_locks
-            and o.kind not in ("retry", "requeue")
-            and seen[o.job_id] == 1
+            if not o.release_locks and o.kind not in ("retry", "requeue") and seen[o.job_id] == 1
         ]
         if len(batch) < 2:
             batch = []
         batched = {o.job_id for o in batch}
+        groups = [g for g in ([o for o in batch if not o.want_row],
+                              [o for o in batch if o.want_row]) if g]  # fmt: skip
 
         def work(conn: sqlite3.Connection) -> list[JobRow | None]:
-            matched: set[str] = set()
-            keys = keys_of(conn, [o.job_id for o in batch]) if batch else []
-            for start in range(0, len(batch), q.FINISH_CHUNK):
-                chunk = zip(keys[start : start + q.FINISH_CHUNK], batch[start:], strict=False)
-                bound: list[Any] = [now_ms]
-                for key, o in chunk:
-                    bound += (key, o.job_id, o.worker_id, o.attempt, o.kind, o.output,
-                              o.error, o.progress, o.progress_detail)  # fmt: skip
-                sql = q.finish_many_sql((len(bound) - 1) // 9)
-                matched.update(r[0] for r in conn.execute(sql, bound))
+            matched: dict[str, JobRow] = {}
+            ids = [o.job_id for o in batch]
+            keys = dict(zip(ids, keys_of(conn, ids), strict=True)) if batch else {}
+            for group in groups:
+                rows = group[0].want_row
+                for start in range(0, len(group), q.FINISH_CHUNK):
+                    bound: list[Any] = [now_ms]
+                    for o in group[start : start + q.FINISH_CHUNK]:
+                        bound += (keys[o.job_id], o.job_id, o.worker_id, o.attempt, o.kind,
+                                  o.output, o.error, o.progress, o.progress_detail)  # fmt: skip
+                    sql = q.finish_many_sql((len(bound) - 1) // 9, rows)
+                    for r in conn.execute(sql, bound):
+                        matched[r[0]] = r if rows else APPLIED
             # The row tells the attempt it ended (_storage/attempts.py); only log lines,
             # which it does not hold, make a record (where the fence matched).
-            for key, o in zip(keys, batch, strict=True):
+            for o in batch:
                 if o.logs is not None and o.job_id in matched:
-                    conn.execute(q.INSERT_ENDED_ATTEMPT, _record(key, o, o.kind, now_ms))
+                    conn.execute(q.INSERT_ENDED_ATTEMPT, _record(keys[o.job_id], o, o.kind, now_ms))
             results: list[JobRow | None] = []
             for o in outcomes:
                 row: JobRow | None
                 if o.job_id in batched:
-                    row = APPLIED if o.job_id in matched else None
-                    results.append(row)
+                    results.append(matched.get(o.job_id))
                     continue
                 key = key_of(conn, o.job_id)
                 fence = (key, o.job_id, o.worker_id, o.attempt)

@@ -1,0 +1,162 @@
+"""The user's path: enqueue `n` no-op jobs, start one worker, await every handle.
+
+Two cases in one run, alternating `--repeat` times, each in a fresh directory:
+
+- `rows`: what `drain.py` measures. The rows are written before the clock starts
+  (`_common.prefill`) and the clock stops when the table holds `n` completed rows.
+- `handles`: the same `n` rows written by this manager's own `enqueue_many` (chunks of
+  1,000, like `prefill`, before the clock starts), keeping the handles; the clock stops
+  when `asyncio.gather` of every `handle.finished` has returned.
+
+Both run one queue of concurrency 50 under a global cap of 50, an async no-op handler,
+and time from `start()`. The record of each case carries its rate; the summary record
+(`handles_summary`) carries the median of `handles / rows` over the pairs.
+
+`--count-sql`: also count the SQL statements each case runs (a trace callback on every
+connection the store opens, set here only), reported per job. The callback costs time,
+so the rates of such a run are not the figures to quote.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import statistics
+from typing import Any
+
+import jobledger._storage.sqlite.store as sqlite_store
+from _common import (
+    NOOP,
+    Counter,
+    Stopwatch,
+    base_parser,
+    emit,
+    fresh_dir,
+    make_manager,
+    prefill,
+    rate,
+    wait_completed,
+)
+
+
+class SqlCount:
+    """Counts statements on the store's connections (the writer and every reader)."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self._last = ""
+        self._open_reader = sqlite_store.open_reader
+
+    def _hit(self, sql: str) -> None:
+        # SQLite calls back again, with the same text, at each trigger program a
+        # statement runs (the attempts triggers, once per row): counted once.
+        if sql != self._last:
+            self.n += 1
+        self._last = sql
+
+    def install(self, jobs: Any) -> None:
+        jobs._store.conn.set_trace_callback(self._hit)
+        opener = self._open_reader
+
+        def open_reader(path: str) -> sqlite3.Connection:
+            conn = opener(path)
+            conn.set_trace_callback(self._hit)
+            return conn
+
+        sqlite_store.open_reader = open_reader  # type: ignore[assignment]
+        self.n = 0
+
+    def uninstall(self) -> None:
+        sqlite_store.open_reader = self._open_reader  # type: ignore[assignment]
+
+
+def main() -> None:
+    p = base_parser(__doc__ or "", systems=("jobledger",))
+    p.add_argument("-n", type=int, default=20_000)
+    p.add_argument("--repeat", type=int, default=1, help="pairs (rows, handles), alternating")
+    p.add_argument("--count-sql", action="store_true")
+    args = p.parse_args()
+    ratios: list[float] = []
+    rates: dict[str, list[float]] = {"rows": [], "handles": []}
+    per_job: dict[str, list[float]] = {"rows": [], "handles": []}
+    for rep in range(args.repeat):
+        order = ("rows", "handles") if rep % 2 == 0 else ("handles", "rows")
+        got: dict[str, float] = {}
+        for case in order:
+            with fresh_dir() as d:
+                count = SqlCount() if args.count_sql else None
+                path = os.path.join(d, "jobs.db")
+                run = _rows if case == "rows" else _handles
+                seconds = asyncio.run(run(path, args.sync, args.n, count))
+            got[case] = rate(args.n, seconds)
+            rates[case].append(got[case])
+            extra: dict[str, Any] = {}
+            if count is not None:
+                extra["sql_per_job"] = round(count.n / args.n, 2)
+                per_job[case].append(extra["sql_per_job"])
+            emit(f"handles_{case}", "jobledger", args.sync, n=args.n, repeat=rep,
+                 seconds=round(seconds, 4), rate=got[case], **extra)  # fmt: skip
+        ratios.append(round(got["handles"] / got["rows"], 3))
+    summary: dict[str, Any] = {
+        "n": args.n,
+        "pairs": args.repeat,
+        "rows_rate": statistics.median(rates["rows"]),
+        "handles_rate": statistics.median(rates["handles"]),
+        "ratio": statistics.median(ratios),
+        "ratios": ratios,
+    }
+    if args.count_sql:
+        summary["rows_sql_per_job"] = statistics.median(per_job["rows"])
+        summary["handles_sql_per_job"] = statistics.median(per_job["handles"])
+    emit("handles_summary", "jobledger", args.sync, **summary)
+    sql = args.count_sql
+    print("\n| case | jobs/s (median) |" + (" SQL statements per job |" if sql else ""))
+    print("|---|---:|" + ("---:|" if sql else ""))
+    for case, label in (("rows", "drain, rows counted"), ("handles", "await every handle")):
+        cell = f" {summary[f'{case}_sql_per_job']} |" if sql else ""
+        print(f"| {label} | {summary[f'{case}_rate']:,.0f} |{cell}")
+    print(f"\nhandles / rows: median {summary['ratio']} over {args.repeat} pair(s) {ratios}")
+
+
+async def _rows(path: str, sync: str, n: int, count: SqlCount | None) -> float:
+    prefill(path, n)
+    counter = Counter()
+    jobs = make_manager(path, sync, counter=counter)
+    if count is not None:
+        count.install(jobs)
+    try:
+        watch = Stopwatch()
+        await jobs.start()
+        await wait_completed(jobs, counter, n)
+        seconds = watch.elapsed()
+        await jobs.stop()
+    finally:
+        if count is not None:
+            count.uninstall()
+    return seconds
+
+
+async def _handles(path: str, sync: str, n: int, count: SqlCount | None) -> float:
+    jobs = make_manager(path, sync)
+    handles = []
+    for start in range(0, n, 1000):  # what `prefill` writes, the handles kept
+        handles += jobs.enqueue_many(NOOP, [{}] * min(1000, n - start))
+    if count is not None:
+        count.install(jobs)
+    try:
+        watch = Stopwatch()
+        await jobs.start()
+        snaps = await asyncio.gather(*(h.finished for h in handles))
+        seconds = watch.elapsed()
+        await jobs.stop()
+    finally:
+        if count is not None:
+            count.uninstall()
+    if sum(s.status == "completed" for s in snaps) != n:
+        raise SystemExit("not every handle resolved completed")
+    return seconds
+
+
+if __name__ == "__main__":
+    main()

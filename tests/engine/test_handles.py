@@ -1,0 +1,123 @@
+"""`handle.finished` (src/jobledger/_runtime/handle.py) resolves with the terminal row as
+the table holds it, whichever way the job ended: finished in this process (the finalize's
+own row, no read of its own), finished before the handle was awaited (one read for every
+handle awaited in the same turn of the loop), a mix of both in one `gather`, or by
+another manager; it never raises."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import jobledger as jl
+from jobledger.clock import from_ms
+from tests.conftest import db_rows, run
+from tests.engine import ITEM, Item, fast_retry, make_manager
+
+
+def _row_of(db: str, job_id: str) -> tuple[object, ...]:
+    """The terminal columns, read on a connection of the test's own."""
+    sql = "SELECT status, output, attempt, finished_at FROM jobs WHERE id = ?"
+    rows = db_rows(db, sql, (job_id,))
+    return tuple(rows[0])
+
+
+def test_a_job_finished_here_resolves_with_its_terminal_row(db: str) -> None:
+    """Output, attempt, worker and times are the row's, also after a retry."""
+    jobs = make_manager(db)
+    tries: dict[int, int] = {}
+
+    @jobs.handler(ITEM, recovery="retry", retry=fast_retry(3))
+    async def work(ctx: jl.JobContext[Item]) -> dict[str, int]:
+        tries[ctx.payload.n] = tries.get(ctx.payload.n, 0) + 1
+        if ctx.payload.n == 2 and tries[2] < 2:
+            raise RuntimeError("once")
+        return {"n": ctx.payload.n, "attempt": ctx.attempt}
+
+    async def main() -> list[jl.JobSnapshot]:
+        async with jobs:
+            handles = [jobs.enqueue(ITEM, Item(n=n)) for n in (1, 2)]
+            return list(await asyncio.gather(*(h.finished for h in handles)))
+
+    snaps = run(main())
+    assert [(s.status, s.output, s.attempt) for s in snaps] == [
+        ("completed", {"n": 1, "attempt": 0}, 0),  # attempts count from 0
+        ("completed", {"n": 2, "attempt": 1}, 1),
+    ]
+    for s in snaps:
+        status, output, attempt, finished_at = _row_of(db, s.id)
+        assert (status, attempt) == (s.status, s.attempt)
+        assert (json.loads(output) if isinstance(output, str) else output) == s.output
+        assert isinstance(finished_at, int)
+        assert s.finished_at == from_ms(finished_at)
+        assert s.worker_id == jobs.worker_id
+
+
+def test_a_gather_of_finished_and_pending_handles_resolves_every_one(db: str) -> None:
+    """Some jobs ended before their handles were awaited (read once, together), the
+    others end afterwards here; a failed one resolves too (it never raises)."""
+    jobs = make_manager(db)
+
+    @jobs.handler(ITEM, recovery="retry", retry=fast_retry(1))
+    async def work(ctx: jl.JobContext[Item]) -> int:
+        if ctx.payload.n < 0:
+            raise ValueError("negative")
+        return ctx.payload.n
+
+    async def main() -> tuple[list[jl.JobSnapshot], list[jl.JobSnapshot]]:
+        async with jobs:
+            early = jobs.enqueue_many(ITEM, [Item(n=n) for n in (-1, *range(1, 20))])
+            while jobs.count(status=["completed", "failed"]) < len(early):
+                await asyncio.sleep(0.01)
+            late = jobs.enqueue_many(ITEM, [Item(n=n) for n in range(100, 140)])
+            got = await asyncio.gather(*(h.finished for h in (*early, *late)))
+            return list(got[: len(early)]), list(got[len(early) :])
+
+    early, late = run(main())
+    assert early[0].status == "failed"
+    assert early[0].error is not None
+    assert early[0].error.code == "JOB_HANDLER_THREW"
+    assert [s.output for s in early[1:]] == list(range(1, 20))
+    assert [(s.status, s.output) for s in late] == [("completed", n) for n in range(100, 140)]
+
+
+def test_a_job_finished_by_another_manager_resolves_in_a_started_one(db: str) -> None:
+    """The handle's job is claimed elsewhere: the watcher of this started manager (no
+    handler for the type, so it never claims it) reads the row when it changes."""
+    worker = make_manager(db)
+    other = make_manager(db)
+
+    @worker.handler(ITEM, recovery="retry")
+    async def work(ctx: jl.JobContext[Item]) -> int:
+        return ctx.payload.n + 1
+
+    async def main() -> list[jl.JobSnapshot]:
+        async with other:
+            handles = other.enqueue_many(ITEM, [Item(n=n) for n in range(5)])
+            async with worker:
+                return list(await asyncio.gather(*(h.finished for h in handles)))
+
+    snaps = run(main())
+    assert [(s.status, s.output, s.worker_id) for s in snaps] == [
+        ("completed", n + 1, worker.worker_id) for n in range(5)
+    ]
+
+
+def test_snapshots_do_not_share_their_empty_metadata(db: str) -> None:
+    """`snapshot_from_row` decodes `{}` without the parser (src/jobledger/_storage/rows.py):
+    still one new dict per snapshot, so changing one leaves the others as read."""
+    jobs = make_manager(db)
+
+    @jobs.handler(ITEM, recovery="retry")
+    async def work(ctx: jl.JobContext[Item]) -> None:
+        return None
+
+    async def main() -> list[jl.JobSnapshot]:
+        async with jobs:
+            handles = jobs.enqueue_many(ITEM, [Item(), Item()])
+            return list(await asyncio.gather(*(h.finished for h in handles)))
+
+    first, second = run(main())
+    assert first.output is None
+    assert first.metadata == second.metadata == {}
+    assert first.metadata is not second.metadata
