@@ -7,7 +7,10 @@
 
 When a PostgreSQL server is reachable, the run ends with `bench_postgres.py` (jobledger
 vs procrastinate on that server, case name "pg_drain/postgres"); otherwise it says why
-it skipped it.
+it skipped it. Then `peers.py --quick` (case name "peers_quick", ~15 s): every peer of
+issue 21 (Celery, RQ, huey, dramatiq on Redis; procrastinate, pgqueuer on PostgreSQL)
+on 300 jobs, to show that each still runs; a peer whose service is down is skipped with
+the reason. The comparison itself is `bench/peers.py --repeat 3`, run on its own.
 
 Every case is a fresh subprocess in a fresh temporary directory (see `_common.py`); each
 prints JSON lines, collected here. The raw records and the machine description are
@@ -362,6 +365,10 @@ def main() -> None:
     if pg_table:
         print(f"\n{pg_table}")
     records.extend(pg_records)
+    peer_records, peer_table = peers_section(args)
+    if peer_table:
+        print(f"\n{peer_table}")
+    records.extend(peer_records)
     os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(started))
     path = os.path.join(HERE, "results", f"{stamp}.json")
@@ -420,6 +427,40 @@ def postgres_section(args: argparse.Namespace) -> tuple[list[dict[str, Any]], st
         f"{'' if summary['ratio'] is None else str(summary['ratio']) + 'x'} |",
     ]
     return records, "\n".join(lines)
+
+
+PEERS_CASE = "peers_quick"
+
+
+def peers_section(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
+    """`bench/peers.py --quick` (300 jobs, each system once): a check that every peer still
+    runs, not a measurement (the comparison is `bench/peers.py --repeat 3`, about ten
+    minutes). A peer whose service (Redis, PostgreSQL) is down is skipped with the
+    reason on stderr; under `CI=true` peers.py fails instead."""
+    if args.only and not any(o in PEERS_CASE for o in args.only):
+        return [], ""
+    cmd = [sys.executable, os.path.join(HERE, "peers.py"), "--quick"]
+    t = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE, timeout=600)
+    except subprocess.TimeoutExpired:
+        sys.stderr.write(f"!! {PEERS_CASE} timed out after 600 s\n")
+        return [], ""
+    sys.stderr.write(f"{PEERS_CASE}: {round(time.perf_counter() - t, 1)}s\n")
+    for line in proc.stderr.splitlines():
+        if line.startswith("-- "):
+            sys.stderr.write(f"{line}\n")
+    if proc.returncode != 0:
+        sys.stderr.write(f"!! {PEERS_CASE} failed ({proc.returncode}):\n{proc.stderr[-3000:]}\n")
+        return [], ""
+    records = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
+    for r in records:
+        r["case"] = PEERS_CASE
+    rows = [x for x in proc.stdout.splitlines() if x.startswith("|")]
+    if not rows:
+        return records, ""
+    head = "Against the peers, --quick (300 jobs, once: a smoke run, not a measurement)"
+    return records, "\n".join([head, "", *rows])
 
 
 def _huey_version() -> str:

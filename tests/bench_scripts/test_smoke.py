@@ -68,3 +68,23 @@ def test_a_tiny_chaos_run_loses_nothing_and_keeps_the_caps(tmp_path: Path) -> No
     assert r["completed"] == 60, r
     assert r["cap_exceeded"] == [], r
     assert r["wall_seconds"] < 20, r["wall_seconds"]
+
+
+def test_the_peers_bench_runs_its_tiny_mode_for_jobledger(tmp_path: Path) -> None:
+    """`bench/peers.py --quick`, jobledger's own systems only: the peers (Celery, RQ,
+    huey on Redis, dramatiq, procrastinate, pgqueuer) need services and the bench extra,
+    so they stay out of `make test`; this checks the driver, the summary and the table."""
+    env = {**os.environ, "BENCH_TMPDIR": str(tmp_path)}
+    args = ["peers.py", "--quick", "--systems", "jobledger-sqlite,jobledger-handles"]
+    done = subprocess.run(
+        [sys.executable, *args], cwd=BENCH, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    records = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    runs = [r for r in records if r["bench"] == "peers_drain"]
+    assert {r["system"] for r in runs} == {"jobledger-sqlite", "jobledger-handles"}, records
+    assert all(r["rate"] > 0 and r["n"] == 300 for r in runs), runs
+    summary = records[-1]
+    assert summary["bench"] == "peers_summary"
+    assert summary["failed"] == [], summary
+    assert "| jobledger-sqlite |" in done.stdout
