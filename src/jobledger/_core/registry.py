@@ -273,8 +273,13 @@ class JobType(Generic[P, R]):
         return value, text
 
     def decode(self, text: str) -> P:
-        """The typed payload of stored JSON text."""
-        return self.adapter.validate_json(text)
+        """The typed payload of stored JSON text.
+
+        By field name and by alias both: `encode` writes field names (pydantic's default
+        dump), while a producer without the type (the CLI without `--app`, another
+        language) may write a model's aliases. Without `by_name`, a model with aliases
+        could not read back what `encode` wrote."""
+        return self.adapter.validate_json(text, by_alias=True, by_name=True)
 
     # -- the result -------------------------------------------------------------------
 
