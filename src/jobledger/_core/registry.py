@@ -140,6 +140,21 @@ def _key_walk(schema: object) -> int:
     return _KEY_WALK
 
 
+def _unfaithful(value: Any, text: str, walk: int) -> str | None:
+    """What makes `text` (pydantic's dump of `value`) not the value's JSON, or None.
+
+    pydantic writes NaN/inf as null and a surrogate in a key as U+FFFD; only then, or
+    where a dict with non-str keys may be in the value, is the value walked."""
+    if (
+        "null" in text
+        or "\ufffd" in text
+        # Fewer than 6 characters hold no key (`{"":0}` is the shortest that does).
+        or (walk and len(text) > 5 and _may_collide(value, text, walk))
+    ):
+        return jsonvalues.problem(value)
+    return None
+
+
 def _may_collide(value: Any, text: str, walk: int) -> bool:
     """Whether `value` (of a type whose dicts may have non-str keys) needs the key walk."""
     if text.find("{", 1) != -1:
@@ -247,22 +262,13 @@ class JobType(Generic[P, R]):
                 code="JOB_PAYLOAD_INVALID",
                 params={"type": self.name},
             ) from None
-        # pydantic writes NaN/inf as null and a surrogate in a key as U+FFFD; only then,
-        # or where a dict with non-str keys may be in the value, is the value walked.
-        walk = self._key_walk
-        if (
-            "null" in text
-            or "\ufffd" in text
-            # Fewer than 6 characters hold no key (`{"":0}` is the shortest that does).
-            or (walk and len(text) > 5 and _may_collide(value, text, walk))
-        ):
-            bad = jsonvalues.problem(value)
-            if bad is not None:
-                raise JobValidationError(
-                    f"payload for {self.name!r} is not JSON: {bad}",
-                    code="JOB_PAYLOAD_INVALID",
-                    params={"type": self.name},
-                )
+        bad = _unfaithful(value, text, self._key_walk)
+        if bad is not None:
+            raise JobValidationError(
+                f"payload for {self.name!r} is not JSON: {bad}",
+                code="JOB_PAYLOAD_INVALID",
+                params={"type": self.name},
+            )
         if len(text) > max_bytes:
             raise JobValidationError(
                 f"payload for {self.name!r} is {len(text)} characters of JSON; "
@@ -330,19 +336,13 @@ class JobType(Generic[P, R]):
                 code="JOB_OUTPUT_INVALID",
                 params={"type": self.name},
             ) from None
-        walk = self._result_key_walk
-        if (
-            "null" in text
-            or "\ufffd" in text
-            or (walk and len(text) > 5 and _may_collide(value, text, walk))
-        ):
-            bad = jsonvalues.problem(value)
-            if bad is not None:
-                raise JobValidationError(
-                    f"the handler's result is not JSON: {bad}",
-                    code="JOB_OUTPUT_INVALID",
-                    params={"type": self.name},
-                )
+        bad = _unfaithful(value, text, self._result_key_walk)
+        if bad is not None:
+            raise JobValidationError(
+                f"the handler's result is not JSON: {bad}",
+                code="JOB_OUTPUT_INVALID",
+                params={"type": self.name},
+            )
         return text
 
     def decode_output(self, snapshot: JobSnapshot) -> R:
