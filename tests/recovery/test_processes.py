@@ -20,7 +20,7 @@ from tests.recovery import (
     wait_for,
     wait_for_async,
 )
-from tests.recovery.worker_proc import BULK, CAPPED, CAPPED_CONCURRENCY, RETRY
+from tests.recovery.worker_proc import BULK, CAPPED, CAPPED_CONCURRENCY, CPU, RETRY
 
 N_BULK = 4_500
 N_CAPPED = 500
@@ -111,6 +111,39 @@ def test_process_max_concurrency_leaves_the_rest_of_a_shared_cap_to_other_proces
         for child in children:
             assert child.terminate() == 0, child.output()
     finally:
+        for child in children:
+            if child.proc.poll() is None:
+                child.kill9()
+
+
+def test_cpu_bound_jobs_spread_over_processes_without_a_process_limit(
+    db: str, tmp_path: Path
+) -> None:
+    # Handlers that compute without awaiting run one at a time per process. Before the
+    # claim-ahead budget (`_runtime/ahead.py`), the first process to claim took all 50
+    # global slots, refilled them from its finalize, and the other ran none of 600 jobs.
+    children = [
+        spawn(db, "cpu", tmp_path, f"w{n}", "--concurrency", "50", "--global-max", "50")
+        for n in range(2)
+    ]
+    producer = jl.JobManager(db)
+    try:
+        for child in children:
+            child.wait_started()
+        producer.enqueue_many(CPU, list(range(600)))
+        wait_for(
+            lambda: status_counts(db).get("completed", 0) == 600,
+            what="the 600 CPU-bound jobs to complete",
+            timeout=120.0,
+        )
+        ran = [len(read_markers(child.markers)) for child in children]
+        assert sum(ran) == 600, ran
+        # Each runs about half; a third is far from what hoarding gives (all and none).
+        assert min(ran) >= 200, ran
+        for child in children:
+            assert child.terminate() == 0, child.output()
+    finally:
+        arun(producer.stop)
         for child in children:
             if child.proc.poll() is None:
                 child.kill9()

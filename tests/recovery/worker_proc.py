@@ -27,6 +27,8 @@ Modes:
     spread  rec.kb (retry) in KB_QUEUES queues (`kb.<n % KB_QUEUES>`), concurrency
             KB_CONCURRENCY each: records "<queue>:start:<monotonic>" when it starts, awaits
             2 ms, records "<queue>:end:<monotonic>" (the many-queues test).
+    cpu     rec.cpu (concurrency from --concurrency): records its run, then computes for
+            CPU_MS without awaiting, holding the event loop as real computation does.
     idle    no jobs; only a started manager (for the leadership tests).
 """
 
@@ -53,6 +55,8 @@ CAPPED = jl.JobType("rec.capped", int)
 STALE = jl.JobType("rec.stale", int)
 WAITER = jl.JobType("rec.waiter", int)
 KB = jl.JobType("rec.kb", int)
+CPU = jl.JobType("rec.cpu", int)
+CPU_MS = 2.0
 KB_QUEUES = 60
 KB_CONCURRENCY = 2
 
@@ -172,6 +176,15 @@ def register_spread(jobs: jl.JobManager, markers: Markers) -> None:
         markers.mark(KB.name, ctx.job_id, ctx.attempt, f"{ctx.queue}:end:{time.monotonic()}")
 
 
+def register_cpu(jobs: jl.JobManager, markers: Markers, concurrency: int) -> None:
+    @jobs.handler(CPU, recovery="retry", concurrency=concurrency)
+    async def cpu(ctx: jl.JobContext[int]) -> None:
+        markers.mark(CPU.name, ctx.job_id, ctx.attempt)
+        end = time.perf_counter() + CPU_MS / 1000
+        while time.perf_counter() < end:
+            pass
+
+
 def write_status(path: str, jobs: jl.JobManager) -> None:
     running = len(jobs._engine.inflight)
     tmp = f"{path}.tmp"
@@ -202,6 +215,8 @@ async def main(args: argparse.Namespace) -> int:
         register_lock(jobs, markers, f"{args.markers}.go")
     elif args.mode == "spread":
         register_spread(jobs, markers)
+    elif args.mode == "cpu":
+        register_cpu(jobs, markers, args.concurrency)
     elif args.mode != "idle":
         raise SystemExit(f"unknown mode {args.mode!r}")
 
@@ -225,7 +240,7 @@ async def main(args: argparse.Namespace) -> int:
 def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="worker_proc")
     p.add_argument("db")
-    p.add_argument("mode", choices=("block", "work", "lock", "spread", "idle"))
+    p.add_argument("mode", choices=("block", "work", "lock", "spread", "cpu", "idle"))
     p.add_argument("--markers", required=True)
     p.add_argument("--status", default=None)
     p.add_argument("--worker-id", default=None)

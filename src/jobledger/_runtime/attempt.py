@@ -76,6 +76,7 @@ class Attempt:
         "_last_progress_write",
         "_logs",
         "attempt",
+        "claimed_at",
         "done",
         "job_id",
         "kept",
@@ -130,6 +131,9 @@ class Attempt:
         self._logs: LogBuffer | None = None
         # The row's started_at (epoch ms, written by the claim), for the worker's record.
         self.started_ms: int | None = None
+        # perf_counter() at the claim while its first step has not run, else 0.0
+        # (`_runtime/ahead.py`).
+        self.claimed_at = 0.0
 
     # -- logs -------------------------------------------------------------------------
 

@@ -29,8 +29,12 @@ cap shared by several: right for handlers that await, but a process whose handle
 the CPU runs them one at a time while the other processes, seeing the cap full, idle.
 Likewise a queue made for a plain `def` handler claims only while a pool thread is free:
 a job claimed beyond the pool would wait for a thread while counted as running, its
-timeout already counting. Reaching either limit counts as a global-cap refusal (below):
-any job of ours that ends frees it.
+timeout already counting. And a claim takes no more than the
+loop can start promptly (`_runtime/ahead.py`): a process whose handlers compute without
+awaiting learns from its jobs' start lag to claim ~20 ms of work at a time, so two such
+processes under one cap each keep a core busy instead of the first holding every slot.
+Reaching any of these limits counts as a global-cap refusal (below): any job of ours that
+ends (or, for the claim-ahead budget, starts) frees it.
 
 A finishing job kicks its queue. While the global cap (or this process's limit) binds,
 dispatch is instead one claim across queues (`Store.claim_spread`): the queues that may
@@ -75,6 +79,7 @@ from pydantic_core import to_jsonable_python
 
 from jobledger._core.backoff import compute_backoff
 from jobledger._core.registry import HandlerSpec, dumps
+from jobledger._runtime.ahead import ClaimAhead
 from jobledger._runtime.attempt import Attempt
 from jobledger._runtime.context import JobContext
 from jobledger._runtime.events import EventBus, JobEvent
@@ -168,6 +173,7 @@ class Engine:
         self.global_max = global_max_concurrency
         self.process_max: int | None = None
         self.local_max = global_max_concurrency  # what this process may run at once
+        self.ahead = ClaimAhead(global_max_concurrency)
         self.poll_interval = poll_interval
         self.claim_batch = claim_batch
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -212,6 +218,7 @@ class Engine:
         self.local_max = (
             self.global_max if process_max is None else min(self.global_max, process_max)
         )
+        self.ahead.set_ceiling(self.local_max)
         loop = self.loop
         if loop is not None and not loop.is_closed():  # a raised limit frees slots now
             if _on_loop(loop):
@@ -281,7 +288,7 @@ class Engine:
         free = qu.concurrency - qu.running
         if free <= 0:
             return
-        own_free = self.local_max - len(self.inflight)
+        own_free = self._own_free()
         if qu.sync:
             own_free = min(own_free, self._pool_size - self.sync_inflight)
         if own_free <= 0:
@@ -421,6 +428,7 @@ class Engine:
             job.schedule_id,
         )
         attempt.started_ms = job.started_at
+        attempt.claimed_at = self.ahead.claimed()
         self.inflight[job.id] = attempt
         if not spec.is_async:
             self.sync_inflight += 1
@@ -430,6 +438,8 @@ class Engine:
 
         def ensure_outcome(t: asyncio.Task[None]) -> None:
             # A task cancelled before its first step never ran its body: settle it here.
+            if attempt.claimed_at and self.ahead.dropped():
+                self._pass_the_turn()
             if not attempt.submitted:
                 if not attempt.token.is_set():
                     attempt.token.fire("shutdown", "the job's task was cancelled")
@@ -440,6 +450,9 @@ class Engine:
     async def _run(self, attempt: Attempt, job: ClaimedJob) -> None:
         """One attempt: decode, call the handler, classify, hand the outcome to finalize."""
         spec = attempt.spec
+        claimed_at, attempt.claimed_at = attempt.claimed_at, 0.0
+        if self.ahead.started(claimed_at):
+            self._pass_the_turn()  # a claim was cut short: the loop has caught up
         if worker_log.isEnabledFor(logging.INFO):
             log_start(attempt)
         try:
@@ -777,7 +790,7 @@ class Engine:
         if qu is None or any(a.queue != name for _, a in batch):
             return None
         mine = [a for _, a in batch if self.inflight.get(a.job_id) is a]
-        own_free = self.local_max - len(self.inflight) + len(mine)
+        own_free = self._own_free(len(mine))
         if qu.sync:
             sync_mine = sum(1 for a in mine if not a.spec.is_async)
             own_free = min(own_free, self._pool_size - self.sync_inflight + sync_mine)
@@ -795,6 +808,12 @@ class Engine:
             True,
         )
         return qu, request
+
+    def _own_free(self, released: int = 0) -> int:
+        """Jobs this process may still claim: what it may run at once beyond what it runs
+        (`released`: of those, the ones the finalize a claim rides in ends), and no more
+        than its loop can start promptly (`_runtime/ahead.py`)."""
+        return self.ahead.limit(self.local_max - len(self.inflight) + released)
 
     def _pass_the_turn(self) -> None:
         """Slots may have freed (a raised process limit): claim them in turn."""
@@ -821,9 +840,9 @@ class Engine:
         self._spread_pending = False
         if self._gate_closed():
             return
-        own_free = self.local_max - len(self.inflight)
+        own_free = self._own_free()
         if own_free <= 0:
-            self.global_blocked = True  # our own jobs' ends claim next
+            self.global_blocked = True  # our own jobs' ends (or starts) claim next
             return
         request = self._spread_request(
             min(own_free, self.claim_batch), self._pool_size - self.sync_inflight, {}
@@ -903,7 +922,7 @@ class Engine:
         if self._gate_closed() or self._unconfirmed:
             return None
         mine = [a for _, a in batch if self.inflight.get(a.job_id) is a]
-        own_free = self.local_max - len(self.inflight) + len(mine)
+        own_free = self._own_free(len(mine))
         sync_free = (
             self._pool_size - self.sync_inflight + sum(1 for a in mine if not a.spec.is_async)
         )
