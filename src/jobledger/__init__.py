@@ -2,6 +2,7 @@
 
 from jobledger._core.backoff import RetryPolicy
 from jobledger._core.enqueue import JobSpec
+from jobledger._core.rate import RateLimit
 from jobledger._core.registry import JobHandler, JobType
 from jobledger._runtime.context import CancelToken, JobContext
 from jobledger._runtime.events import JobEvent
@@ -27,6 +28,8 @@ from jobledger._types import (
     JobStatus,
     LogLine,
     MissedEvent,
+    QueueInfo,
+    QueueLimits,
     ScheduleSnapshot,
     SettledEvent,
 )
@@ -78,6 +81,9 @@ __all__ = [
     "MissedEvent",
     "Once",
     "PermanentError",
+    "QueueInfo",
+    "QueueLimits",
+    "RateLimit",
     "RetryPolicy",
     "ScheduleError",
     "ScheduleSnapshot",

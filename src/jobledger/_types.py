@@ -14,6 +14,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
+    from jobledger._core.rate import RateLimit
     from jobledger._scheduling.triggers import CatchUpPolicy, Trigger
 
 __all__ = [
@@ -28,6 +29,8 @@ __all__ = [
     "JobStatus",
     "LogLine",
     "MissedEvent",
+    "QueueInfo",
+    "QueueLimits",
     "RecoveryStrategy",
     "ScheduleSnapshot",
     "SettledEvent",
@@ -256,3 +259,50 @@ class CancelManyResult:
 
     aborted: int
     transitioned: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueueLimits:
+    """What is set for a queue in the database (`jobs.set_queue_limits`, `pause_queue`):
+    honoured by every process from its next claim, across restarts. None: not set (the
+    handler's concurrency; the handler's rate limit, if it has one)."""
+
+    queue: str
+    concurrency: int | None
+    rate_limit: RateLimit | None
+    paused: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "queue": self.queue,
+            "concurrency": self.concurrency,
+            "rate_limit": None if self.rate_limit is None else self.rate_limit.to_json(),
+            "paused": self.paused,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class QueueInfo:
+    """One queue as `jobs.list_queues()` reports it: jobs per status, the oldest pending
+    job's time, and what is set for it (`limits`)."""
+
+    name: str
+    type: str | None
+    counts: dict[str, int]
+    oldest_pending_at: datetime | None
+    limits: QueueLimits
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "type": self.type,
+            "counts": dict(self.counts),
+            "oldest_pending_at": None
+            if self.oldest_pending_at is None
+            else self.oldest_pending_at.isoformat(),
+            "concurrency": self.limits.concurrency,
+            "rate_limit": None
+            if self.limits.rate_limit is None
+            else self.limits.rate_limit.to_json(),
+            "paused": self.limits.paused,
+        }

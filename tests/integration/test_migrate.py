@@ -51,7 +51,9 @@ TABLES = {
     "locks",
     "leader",
     "ownership",
+    "queue_settings",
     "queues",
+    "rate_log",
     "workers",
 }
 

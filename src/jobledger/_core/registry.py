@@ -36,6 +36,7 @@ from jobledger._core.limits import (
     has_surrogate,
     is_finite_number,
 )
+from jobledger._core.rate import RateLimit
 from jobledger._types import JobSnapshot, JobStatus, MissedEvent, RecoveryStrategy, SettledEvent
 from jobledger.errors import HandlerRegistrationError, JobError, JobValidationError
 
@@ -444,6 +445,7 @@ class JobHandler(Generic[P, R]):
 
     recovery: ClassVar[RecoveryStrategy]
     concurrency: ClassVar[int] = 1
+    rate_limit: ClassVar[RateLimit | None] = None
     timeout: ClassVar[float | None] = None
     retry: ClassVar[RetryPolicy] = DEFAULT_RETRY
     cancel_timeout: ClassVar[float] = 30.0
@@ -479,6 +481,9 @@ class HandlerSpec(Generic[P]):
     # `job_type.encode_output` when the type declares a result type, else None: the
     # engine's test for which way to dump a return value (`Engine._completed`).
     encode_output: Callable[[object], str] | None = None
+    # At most this many starts per window, across processes (DESIGN.md §8.7); an
+    # operator's limit for the queue (`jobs.set_queue_limits`) replaces it.
+    rate_limit: RateLimit | None = None
 
     @property
     def name(self) -> str:
@@ -512,6 +517,7 @@ class HandlerSpec(Generic[P]):
         cancel_timeout: object = 30.0,
         on_settled: Callable[[SettledEvent], Any] | None = None,
         on_missed: Callable[[MissedEvent], Any] | None = None,
+        rate_limit: object = None,
     ) -> HandlerSpec[P]:
         if not isinstance(job_type, JobType):
             raise HandlerRegistrationError(
@@ -535,6 +541,11 @@ class HandlerSpec(Generic[P]):
         if not callable(execute):
             raise HandlerRegistrationError(f"the handler for {job_type.name!r} is not callable")
         grace = validate_timeout(cancel_timeout, what="cancel_timeout")
+        if rate_limit is not None and not isinstance(rate_limit, RateLimit):
+            raise HandlerRegistrationError(
+                f"rate_limit must be a jl.RateLimit, not {rate_limit!r}",
+                params={"type": job_type.name},
+            )
         return HandlerSpec(
             job_type=job_type,
             execute=execute,
@@ -548,6 +559,7 @@ class HandlerSpec(Generic[P]):
             on_settled=on_settled,
             on_missed=on_missed,
             encode_output=None if job_type.result_type is None else job_type.encode_output,
+            rate_limit=rate_limit,
         )
 
     @staticmethod
@@ -586,4 +598,5 @@ class HandlerSpec(Generic[P]):
             cancel_timeout=cls.cancel_timeout,
             on_settled=handler.on_settled if overridden("on_settled") else None,
             on_missed=handler.on_missed if overridden("on_missed") else None,
+            rate_limit=cls.rate_limit,
         )

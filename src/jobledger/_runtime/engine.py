@@ -123,22 +123,40 @@ class DispatchQueue:
     """A queue's in-memory view: its name, its cap, a lock. It holds no jobs."""
 
     __slots__ = (
+        "cap",
         "concurrency",
         "confirm_armed",
         "confirmed",
         "deferrals",
+        "keyed",
         "kick_pending",
         "lock",
         "name",
         "quiet",
+        "rate",
+        "rate_at",
         "running",
         "sync",
         "turned_away",
     )
 
-    def __init__(self, name: str, concurrency: int, *, sync: bool = False) -> None:
+    def __init__(
+        self,
+        name: str,
+        concurrency: int,
+        *,
+        sync: bool = False,
+        rate: tuple[int, int] | None = None,
+        keyed: bool = False,
+    ) -> None:
         self.name = name
+        self.cap = concurrency  # the handler's; what claims ask for
+        # The cap the last claim counted (an operator's override, `queue_settings`).
         self.concurrency = concurrency
+        self.rate = rate  # the handler's rate limit (starts, period ms)
+        self.rate_at: int | None = None  # a kick is armed for this epoch ms (rate window)
+        # Its rate limit is per key: claimed on its own, never in a spread claim.
+        self.keyed = keyed
         self.sync = sync  # made for a plain `def` handler: its jobs need a pool thread
         self.lock = threading.Lock()
         self.kick_pending = False
@@ -239,7 +257,14 @@ class Engine:
             spec = self.handlers.get(type_name)
             if spec is None:
                 return None
-            qu = DispatchQueue(name, spec.concurrency, sync=not spec.is_async)
+            limit = spec.rate_limit
+            qu = DispatchQueue(
+                name,
+                spec.concurrency,
+                sync=not spec.is_async,
+                rate=None if limit is None else (limit.limit, limit.per_ms),
+                keyed=limit is not None and limit.key is not None,
+            )
             self.queues[name] = qu
         return qu
 
@@ -295,7 +320,7 @@ class Engine:
             self.global_blocked = True
             self._turns.setdefault(qu.name)
             return
-        if self.global_blocked:
+        if self.global_blocked and not qu.keyed:
             # Its turn comes in the spread claim, with the other queues waiting.
             self._turns.setdefault(qu.name)
             self._schedule_spread()
@@ -314,7 +339,7 @@ class Engine:
             try:
                 result = self.store.claim(
                     qu.name,
-                    queue_cap=qu.concurrency,
+                    queue_cap=qu.cap,
                     global_cap=self.global_max,
                     limit=limit,
                     now_ms=self.now_ms(),
@@ -322,6 +347,8 @@ class Engine:
                     types=tuple(self.handlers),
                     exclude_owners=self.exclude_owners,
                     registered=True,
+                    rate=qu.rate,
+                    rate_keyed=qu.keyed,
                 )
             except Exception:
                 log.warning("claim on queue %r failed; retrying shortly", qu.name, exc_info=True)
@@ -341,6 +368,10 @@ class Engine:
                 log.warning("registering again failed; retrying", exc_info=True)
             self._kick_later(qu.name)
             return
+        if result.cap is not None:
+            qu.concurrency = result.cap
+        if result.rate_wait is not None:
+            self._arm_rate(qu, result.rate_wait)
         if result.global_blocked:
             self.global_blocked = True
             self._turns.setdefault(qu.name)
@@ -353,8 +384,38 @@ class Engine:
         )
         for job in result.jobs:
             self._start(qu, job, stale)
-        if len(result.jobs) == limit:
+        if len(result.jobs) == limit and result.rate_wait is None:
             self.kick(qu.name)
+
+    def _arm_rate(self, qu: DispatchQueue, at_ms: int) -> None:
+        """The queue's rate window allows its next start at `at_ms`: kick it then (one
+        timer per queue, the earliest asked; no polling)."""
+        loop = self.loop
+        if loop is None or (qu.rate_at is not None and qu.rate_at <= at_ms):
+            return
+        qu.rate_at = at_ms
+
+        def due() -> None:
+            if qu.rate_at == at_ms:
+                qu.rate_at = None
+                self.kick(qu.name)
+
+        call_later(loop, self.clock, max(0.0, (at_ms - self.now_ms()) / 1000), due)
+
+    def settings_changed(self, name: str) -> None:
+        """This process changed the queue's settings: forget what the last claim said
+        (its cap, a rate wait) and claim again now."""
+        qu = self.queues.get(name)
+        if qu is None:
+            return
+        qu.concurrency = qu.cap
+        qu.rate_at = None
+        qu.turned_away = False
+        if self.global_blocked:
+            self._turns.setdefault(name)
+            self._schedule_spread()
+        else:
+            self.kick(name)
 
     def _hold_back(self, qu: DispatchQueue) -> bool:
         """Whether a turned-away queue's claim waits a little longer (see the docstring)."""
@@ -799,13 +860,15 @@ class Engine:
             return None
         request = ClaimRequest(
             qu.name,
-            qu.concurrency,
+            qu.cap,
             self.global_max,
             limit,
             self.worker_id,
             tuple(self.handlers),
             self.exclude_owners,
             True,
+            qu.rate,
+            qu.keyed,
         )
         return qu, request
 
@@ -881,6 +944,12 @@ class Engine:
             if qu is None or qu.running - released.get(name, 0) >= qu.concurrency:
                 drop.append(name)  # full here: it comes back when one of its jobs ends
                 continue
+            if qu.keyed:
+                # Claimed on its own (a keyed window is counted per row): its turn is a
+                # claim of its own, which counts the global cap in SQL too.
+                drop.append(name)
+                self.kick(name)
+                continue
             if qu.sync and sync_free <= 0:
                 continue  # waits for a pool thread, keeping its place
             picked.append(qu)
@@ -893,13 +962,14 @@ class Engine:
         if any(qu.sync for qu in picked):
             limit = min(limit, sync_free)
         return SpreadRequest(
-            tuple((qu.name, qu.concurrency) for qu in picked),
+            tuple((qu.name, qu.cap) for qu in picked),
             self.global_max,
             limit,
             self.worker_id,
             tuple(self.handlers),
             self.exclude_owners,
             True,
+            tuple((qu.name, *qu.rate) for qu in picked if qu.rate is not None),
         )
 
     def _spread_locks(self, request: SpreadRequest) -> ExitStack:
@@ -942,6 +1012,14 @@ class Engine:
             else:  # the global cap was full before anything was counted per queue
                 self.global_blocked = True
             return
+        for name, cap in (result.caps or {}).items():
+            qu = self.queues.get(name)
+            if qu is not None:
+                qu.concurrency = cap
+        for name, at_ms in (result.rate_waits or {}).items():
+            qu = self.queues.get(name)
+            if qu is not None:
+                self._arm_rate(qu, at_ms)
         # Cut: the claim took every slot it was allowed (the global cap's free slots or
         # this process's), so queues not reached keep their place at the head.
         cut = result.global_blocked or len(result.jobs) >= request.limit

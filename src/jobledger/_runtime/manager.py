@@ -28,7 +28,7 @@ import threading
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any, Generic, Literal, TypeAlias, final, overload
 
@@ -44,6 +44,7 @@ from jobledger._core.limits import (
     has_surrogate,
     is_finite_number,
 )
+from jobledger._core.rate import RateLimit, parse_rate
 from jobledger._core.registry import (
     MAX_PAYLOAD_BYTES,
     HandlerSpec,
@@ -77,6 +78,7 @@ from jobledger._storage.interface import (
     fresh_row,
     was_inserted,
 )
+from jobledger._storage.observe import STATUSES, QueueSettingsRecord
 from jobledger._storage.open import Synchronous, open_store
 from jobledger._storage.rows import attempt_snapshot, error_to_json, snapshot_from_row
 from jobledger._types import (
@@ -87,6 +89,8 @@ from jobledger._types import (
     JobErrorInfo,
     JobSnapshot,
     JobStatus,
+    QueueInfo,
+    QueueLimits,
     RecoveryStrategy,
     ScheduleSnapshot,
 )
@@ -274,6 +278,7 @@ class JobManager:
             self.path, synchronous=synchronous, busy_timeout=busy_timeout
         )
         self._handlers: dict[str, HandlerSpec[Any]] = {}
+        self._keyed = False  # a handler has a keyed rate limit (`_rate_keys`)
         self._events = EventBus()
         self._engine = Engine(
             self._store,
@@ -376,6 +381,7 @@ class JobManager:
         retry: RetryPolicy | None = None,
         queue: QueueOption = None,
         cancel_timeout: float = 30.0,
+        rate_limit: RateLimit | None = None,
     ) -> Callable[[Handler[P, R]], Callable[[JobContext[P]], Any]]: ...
 
     @overload
@@ -389,6 +395,7 @@ class JobManager:
         retry: RetryPolicy | None = None,
         queue: Callable[[P], str],
         cancel_timeout: float = 30.0,
+        rate_limit: RateLimit | None = None,
     ) -> Callable[[Handler[P, R]], Callable[[JobContext[P]], Any]]: ...
 
     def handler(
@@ -401,6 +408,7 @@ class JobManager:
         retry: RetryPolicy | None = None,
         queue: QueueOption | Callable[[P], str] = None,
         cancel_timeout: float = 30.0,
+        rate_limit: RateLimit | None = None,
     ) -> Callable[[Handler[P, R]], Callable[[JobContext[P]], Any]]:
         """Register the decorated function (async or plain) as `job_type`'s handler.
 
@@ -417,6 +425,7 @@ class JobManager:
                 retry=retry,
                 queue=queue,
                 cancel_timeout=cancel_timeout,
+                rate_limit=rate_limit,
             )
             self._add(spec)
             return fn
@@ -435,6 +444,8 @@ class JobManager:
                 params={"type": spec.name},
             )
         self._handlers[spec.name] = spec
+        if spec.rate_limit is not None and spec.rate_limit.key is not None:
+            self._keyed = True  # enqueues compute keys from now on (`_rate_keys`)
 
     def has_handler(self, job_type: JobType[Any] | str) -> bool:
         return _type_name(job_type) in self._handlers
@@ -500,7 +511,7 @@ class JobManager:
             parent_id,
         )
         jt, new = self._prepare(job_type, payload, opts)
-        row = self._store.enqueue_rows((new,))[0]
+        row = self._store.enqueue_rows((new,), rate_keys=self._rate_keys((new,)))[0]
         self._after_one(new, row)
         return JobHandle(self._waiter, row, jt)
 
@@ -543,7 +554,7 @@ class JobManager:
         )
         if not new:
             return []
-        rows = self._store.enqueue_rows(new)
+        rows = self._store.enqueue_rows(new, rate_keys=self._rate_keys(new))
         self._after_rows(new, rows)
         return [JobHandle(self._waiter, row, jt) for row in rows]
 
@@ -596,7 +607,7 @@ class JobManager:
             parent_id,
         )
         jt, new = self._prepare(job_type, payload, opts)
-        row = self._store.enqueue_rows((new,), conn=tx.conn)[0]
+        row = self._store.enqueue_rows((new,), conn=tx.conn, rate_keys=self._rate_keys((new,)))[0]
         tx.after_commit(lambda: self._after_one(new, row))
         return JobHandle(self._waiter, row, jt)
 
@@ -621,6 +632,43 @@ class JobManager:
             enqueued_by=self.worker_id,
             max_payload_bytes=self.max_payload_bytes,
         )
+
+    def _rate_keys(self, rows: Sequence[JobRow]) -> builtins.list[str | None] | None:
+        """Each entry's key under its handler's keyed rate limit (None: no keyed limit
+        here, which is also a producer without the handler). A key function that raises
+        or answers no key fails the enqueue before anything is written."""
+        if not self._keyed:
+            return None
+        out: builtins.list[str | None] = []
+        for row in rows:
+            spec = self._handlers.get(row[_TYPE])
+            limit = None if spec is None else spec.rate_limit
+            if spec is None or limit is None or limit.key is None:
+                out.append(None)
+                continue
+            value = spec.job_type.decode(row[L.C_PAYLOAD])
+            try:
+                key = limit.key(value)
+            except Exception as exc:
+                raise JobValidationError(
+                    f"the rate limit key of {spec.name!r} raised {type(exc).__name__}: {exc}",
+                    code="JOB_INVALID_OPTION",
+                    params={"type": spec.name},
+                ) from exc
+            if (
+                not isinstance(key, str)
+                or not key
+                or len(key) > 200
+                or bad_name_char(key) is not None
+            ):
+                raise JobValidationError(
+                    f"the rate limit key of {spec.name!r} returned {key!r}, not a non-empty "
+                    "string of at most 200 characters without control characters",
+                    code="JOB_INVALID_OPTION",
+                    params={"type": spec.name},
+                )
+            out.append(key)
+        return out if any(k is not None for k in out) else None
 
     def _after_enqueue(self, jobs: Sequence[NewJob], rows: Sequence[JobRow]) -> None:
         """`_after_rows` for entries given as `NewJob`s (the schedules' path)."""
@@ -687,6 +735,92 @@ class JobManager:
             self._events.publish(event)
         elif not loop.is_closed():
             loop.call_soon_threadsafe(self._events.publish, event)
+
+    # -- flow control (DESIGN.md §8.7) ------------------------------------------------
+
+    def pause_queue(self, queue: str) -> QueueLimits:
+        """Stop claims on `queue` in every process, persisted across restarts; enqueues
+        still land and running jobs finish. `resume_queue` lifts it."""
+        return self._change_queue(queue, {"paused": True})
+
+    def resume_queue(self, queue: str) -> QueueLimits:
+        return self._change_queue(queue, {"paused": False})
+
+    def set_queue_limits(
+        self,
+        queue: str,
+        *,
+        concurrency: int | None = None,
+        rate_limit: RateLimit | str | None = None,
+    ) -> QueueLimits:
+        """Set the queue's cap and rate limit in the database, for every process from its
+        next claim and across restarts; each replaces the handler's. `None` clears it
+        (the handler's applies again). `rate_limit` is a `jl.RateLimit` or a string such
+        as `"10/s"`. A pause is left as it is."""
+        queue = _check_queue(queue)
+        if concurrency is not None and (
+            isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
+        ):
+            raise JobValidationError(
+                f"concurrency must be an integer >= 1, or None to clear it, not {concurrency!r}",
+                code="JOB_INVALID_OPTION",
+            )
+        if isinstance(rate_limit, str):
+            rate_limit = parse_rate(rate_limit)
+        elif rate_limit is not None and not isinstance(rate_limit, RateLimit):
+            raise JobValidationError(
+                f"rate_limit must be a jl.RateLimit, a string such as '10/s', or None, "
+                f"not {rate_limit!r}",
+                code="JOB_INVALID_OPTION",
+            )
+        return self._change_queue(
+            queue,
+            {
+                "concurrency": concurrency,
+                "rate_limit": None if rate_limit is None else rate_limit.limit,
+                "rate_per_ms": None if rate_limit is None else rate_limit.per_ms,
+            },
+        )
+
+    def queue_limits(self, queue: str) -> QueueLimits:
+        """What is set for `queue` in the database (None fields: nothing set)."""
+        queue = _check_queue(queue)
+        for record in self._store.queue_settings():
+            if record.queue == queue:
+                return _limits(queue, record)
+        return _limits(queue, None)
+
+    def list_queues(self) -> builtins.list[QueueInfo]:
+        """Every queue (registered, named by a row, or with settings): jobs per status,
+        the oldest pending job's time and what is set for it, by name."""
+        settings = {r.queue: r for r in self._store.queue_settings()}
+        counts = {c.name: c for c in self._store.queue_counts()}
+        out: builtins.list[QueueInfo] = []
+        for name in sorted(counts.keys() | settings.keys()):
+            c = counts.get(name)
+            out.append(
+                QueueInfo(
+                    name,
+                    None if c is None else c.type,
+                    dict(zip(STATUSES, c.counts if c else (0,) * len(STATUSES), strict=True)),
+                    None
+                    if c is None or c.oldest_pending_at is None
+                    else datetime.fromtimestamp(c.oldest_pending_at / 1000, UTC),
+                    _limits(name, settings.get(name)),
+                )
+            )
+        return out
+
+    def _change_queue(self, queue: str, changes: dict[str, Any]) -> QueueLimits:
+        queue = _check_queue(queue)
+        record = self._store.update_queue_settings(queue, changes, self._engine.now_ms())
+        loop = self._engine.loop
+        if loop is not None and not loop.is_closed():
+            if _on_loop(loop):
+                self._engine.settings_changed(queue)
+            else:
+                loop.call_soon_threadsafe(self._engine.settings_changed, queue)
+        return _limits(queue, record)
 
     # -- re-runs --------------------------------------------------------------------
 
@@ -1369,3 +1503,29 @@ def _check_filter_values(**values: object) -> None:
                 code="JOB_INVALID_OPTION",
                 params={name: repr(value)[:200]},
             )
+
+
+def _check_queue(queue: object) -> str:
+    if (
+        not isinstance(queue, str)
+        or not queue
+        or len(queue) > 200
+        or bad_name_char(queue) is not None
+    ):
+        raise JobValidationError(
+            "queue must be a non-empty string of at most 200 characters, without control "
+            f"characters, not {queue!r}",
+            code="JOB_INVALID_OPTION",
+        )
+    return queue
+
+
+def _limits(queue: str, record: QueueSettingsRecord | None) -> QueueLimits:
+    if record is None:
+        return QueueLimits(queue, None, None, False)
+    rate = (
+        None
+        if record.rate_limit is None or record.rate_per_ms is None
+        else RateLimit(record.rate_limit, record.rate_per_ms / 1000)
+    )
+    return QueueLimits(queue, record.concurrency, rate, record.paused)

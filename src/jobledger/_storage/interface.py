@@ -36,6 +36,7 @@ from jobledger._storage.observe import (
     JobMetrics,
     LeaderLease,
     QueueCounts,
+    QueueSettingsRecord,
     ScheduleRecord,
     StorageFacts,
     WorkerRecord,
@@ -223,6 +224,17 @@ class ClaimResult:
     # counted in the claim's transaction), so dispatch can tell a queue that ran dry
     # from one that was full or was not reached.
     free: dict[str, int] | None = None
+    # Flow control read in the claim's transaction (`queue_settings`, DESIGN.md §8.7):
+    # nothing taken because the queue is paused; its rate limit's window is full until
+    # this epoch ms; the queue's cap as the claim counted it (an operator's override, or
+    # the asked cap). `claim_spread` answers them per queue in `paused_queues`,
+    # `rate_waits` and `caps`.
+    paused: bool = False
+    rate_wait: int | None = None
+    cap: int | None = None
+    paused_queues: tuple[str, ...] = ()
+    rate_waits: dict[str, int] | None = None
+    caps: dict[str, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,6 +254,12 @@ class ClaimRequest:
     # judged dead (its row deleted by a rescue) must not claim until it registers again,
     # or its claims would belong to nobody (no rescue looks for them).
     registered: bool = False
+    # The handler's rate limit (starts, period in ms), None: none. An operator's limit
+    # for the queue (`queue_settings`) replaces it.
+    rate: tuple[int, int] | None = None
+    # The handler's limit is per key (`jobs.rate_key`): each key has its own window. A
+    # keyed queue is never in a `SpreadRequest`.
+    rate_keyed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,6 +279,8 @@ class SpreadRequest:
     types: tuple[str, ...]
     exclude_owners: tuple[str, ...] = ()
     registered: bool = False
+    # The handlers' rate limits of asked queues: (name, starts, period ms).
+    rates: tuple[tuple[str, int, int], ...] = ()
 
 
 # "requeue": an attempt interrupted by shutdown goes back to `pending` with its attempt
@@ -325,7 +345,12 @@ class Store(Protocol):
     def data_version(self) -> int: ...
     def enqueue(self, jobs: Sequence[NewJob], conn: Any | None = None) -> list[JobRow]: ...
     # `enqueue` of rows already in `JobRow` form (`fresh_row`'s shape): the runtime's path.
-    def enqueue_rows(self, rows: Sequence[JobRow], conn: Any | None = None) -> list[JobRow]: ...
+    def enqueue_rows(
+        self,
+        rows: Sequence[JobRow],
+        conn: Any | None = None,
+        rate_keys: Sequence[str | None] | None = None,
+    ) -> list[JobRow]: ...
     def remember_queues(self, names: Sequence[str]) -> None: ...
     def queues_since(self, seq: int) -> list[tuple[int, str, str]]: ...
     def claim(
@@ -340,7 +365,17 @@ class Store(Protocol):
         types: tuple[str, ...],
         exclude_owners: tuple[str, ...] = (),
         registered: bool = False,
+        rate: tuple[int, int] | None = None,
+        rate_keyed: bool = False,
     ) -> ClaimResult: ...
+    def update_queue_settings(
+        self, queue: str, changes: Mapping[str, Any], now_ms: int
+    ) -> QueueSettingsRecord | None:
+        """In one write transaction: merge `changes` (any of concurrency, rate_limit,
+        rate_per_ms, paused) into the queue's settings; a row left with nothing set is
+        deleted. Returns the settings now in force (None: none)."""
+        ...
+
     def finalize(
         self, outcomes: Sequence[Outcome], now_ms: int, *, label: str = "finalize"
     ) -> list[JobRow | None]: ...
@@ -517,6 +552,10 @@ class Store(Protocol):
     def schema_version(self) -> int: ...
     def queue_counts(self) -> builtins.list[QueueCounts]:
         """Every registered queue, and every queue a row names, by name."""
+        ...
+
+    def queue_settings(self) -> builtins.list[QueueSettingsRecord]:
+        """What operators set for queues (`queue_settings`), by queue name."""
         ...
 
     def worker_records(self) -> builtins.list[WorkerRecord]: ...

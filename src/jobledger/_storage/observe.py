@@ -31,6 +31,7 @@ __all__ = [
     "LeaderLease",
     "MetricGroup",
     "QueueCounts",
+    "QueueSettingsRecord",
     "ReadOnlyStoreError",
     "ScheduleRecord",
     "StorageFacts",
@@ -52,6 +53,18 @@ class ReadOnlyStoreError(StorageError):
     caller: observers never write). The connections themselves refuse writes too."""
 
     code = "DB_READ_ONLY"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSettingsRecord:
+    """What an operator set for a queue (`queue_settings`, DESIGN.md §8.7); None: not set."""
+
+    queue: str
+    concurrency: int | None
+    rate_limit: int | None
+    rate_per_ms: int | None
+    paused: bool
+    updated_at: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ from jobledger._storage.observe import (
     LeaderLease,
     MetricGroup,
     QueueCounts,
+    QueueSettingsRecord,
     ScheduleRecord,
     StorageFacts,
     WorkerRecord,
@@ -32,6 +33,7 @@ __all__ = [
     "job_metrics",
     "leader_lease",
     "queue_counts",
+    "queue_settings",
     "schedule_records",
     "storage_facts",
     "worker_records",
@@ -77,6 +79,27 @@ def metrics_scan(s: str, bounds_ms: tuple[int, ...]) -> str:
 
 def _int(value: Any) -> int:
     return 0 if value is None else int(value)
+
+
+def queue_settings(conn: Conn, s: str) -> list[QueueSettingsRecord]:
+    found = conn.execute("SELECT to_regclass(%s)", (f"{s}.queue_settings",)).fetchone()
+    if found is None or found[0] is None:  # a schema no worker has migrated yet
+        return []
+    rows = conn.execute(
+        "SELECT queue, concurrency, rate_limit, rate_per_ms, paused, updated_at "
+        f"FROM {s}.queue_settings ORDER BY queue"
+    ).fetchall()
+    return [
+        QueueSettingsRecord(
+            str(r[0]),
+            None if r[1] is None else int(r[1]),
+            None if r[2] is None else int(r[2]),
+            None if r[3] is None else int(r[3]),
+            bool(r[4]),
+            int(r[5]),
+        )
+        for r in rows
+    ]
 
 
 def queue_counts(conn: Conn, s: str) -> list[QueueCounts]:

@@ -148,16 +148,23 @@ class Queries:
         "WITH counts AS (SELECT "
         "(SELECT count(*) FROM {s}.jobs WHERE status = 'running' AND queue = %(queue)s) AS in_q, "
         "(SELECT count(*) FROM {s}.jobs WHERE status = 'running') AS total), "
+        # The queue's settings (DESIGN.md §8.7): one row even when none are set. A rate
+        # limit set there takes nothing here: the store claims that queue on its rate
+        # path (`PostgresStore._claim_rated`), which counts the window.
+        "qs AS (SELECT max(concurrency) AS cap, coalesce(bool_or(paused), false) AS paused, "
+        "max(rate_limit) AS rl FROM {s}.queue_settings WHERE queue = %(queue)s), "
         "picked AS (SELECT id FROM {s}.jobs WHERE status = 'pending' AND cancel_requested = 0 "
         "AND queue = %(queue)s AND scheduled_at <= %(now)s AND type = ANY(%(types)s) "
         "ORDER BY priority, scheduled_at, id "
-        "LIMIT (SELECT greatest(0, least(%(qcap)s - in_q, %(gcap)s - total, %(limit)s)) "
-        "FROM counts) FOR UPDATE SKIP LOCKED), "
+        "LIMIT (SELECT CASE WHEN qs.paused OR qs.rl IS NOT NULL THEN 0 ELSE greatest(0, "
+        "least(coalesce(qs.cap, %(qcap)s) - in_q, %(gcap)s - total, %(limit)s)) END "
+        "FROM counts, qs) FOR UPDATE SKIP LOCKED), "
         "claimed AS (UPDATE {s}.jobs j SET status = 'running', worker_id = %(worker)s, "
         "started_at = %(now)s, updated_at = %(now)s "
         "WHERE j.id = ANY(ARRAY(SELECT id FROM picked)) "
         f"RETURNING {_CLAIMED}) "
-        "SELECT counts.in_q, counts.total, claimed.* FROM counts LEFT JOIN claimed ON true"
+        "SELECT counts.in_q, counts.total, qs.cap, qs.paused, qs.rl, claimed.* "
+        "FROM counts CROSS JOIN qs LEFT JOIN claimed ON true"
     )
     # Before the recovery sweep: rows enqueued by dead workers wait for it.
     CLAIM_EXCLUDING = CLAIM.replace(
@@ -174,10 +181,10 @@ class Queries:
             "AND EXISTS (SELECT 1 FROM {s}.workers w WHERE w.id = %(worker)s "
             "AND w.stopped_at IS NULL) ORDER BY priority, scheduled_at, id ",
         ).replace(
-            "SELECT counts.in_q, counts.total, claimed.*",
+            "SELECT counts.in_q, counts.total, qs.cap",
             "SELECT counts.in_q, CASE WHEN EXISTS (SELECT 1 FROM {s}.workers w "
             "WHERE w.id = %(worker)s AND w.stopped_at IS NULL) THEN counts.total ELSE -1 END, "
-            "claimed.*",
+            "qs.cap",
         )
         for sql in (CLAIM, CLAIM_EXCLUDING)
     )
@@ -189,11 +196,15 @@ class Queries:
     # free slots (`allow`). One row per asked queue (its free slots and the total
     # running count), joined with what it claimed.
     CLAIM_SPREAD = (
-        "WITH cand AS (SELECT c.queue, c.cap, c.ord FROM unnest(%(names)s::text[], "
-        "%(caps)s::int[]) WITH ORDINALITY AS c(queue, cap, ord)), "
+        "WITH cand AS (SELECT c.queue, CASE WHEN qs.paused OR qs.rate_limit IS NOT NULL "
+        "THEN -1000000000 ELSE coalesce(qs.concurrency, c.cap) END AS cap, c.ord, "
+        "coalesce(qs.concurrency, c.cap) AS shown, coalesce(qs.paused, false) AS paused, "
+        "qs.rate_limit AS rl FROM unnest(%(names)s::text[], "
+        "%(caps)s::int[]) WITH ORDINALITY AS c(queue, cap, ord) "
+        "LEFT JOIN {s}.queue_settings qs ON qs.queue = c.queue), "
         "total AS (SELECT count(*) AS n FROM {s}.jobs WHERE status = 'running'), "
-        "free AS (SELECT c.ord, c.queue, c.cap - (SELECT count(*) FROM {s}.jobs "
-        "WHERE status = 'running' AND queue = c.queue) AS free FROM cand c), "
+        "free AS (SELECT c.ord, c.queue, c.shown, c.paused, c.rl, c.cap - (SELECT count(*) "
+        "FROM {s}.jobs WHERE status = 'running' AND queue = c.queue) AS free FROM cand c), "
         "allow AS (SELECT greatest(0, least(%(limit)s, %(gcap)s - n)) AS n FROM total), "
         "picked AS (SELECT p.id, f.ord, row_number() OVER (PARTITION BY f.ord "
         "ORDER BY p.priority, p.scheduled_at, p.id) AS rn FROM free f CROSS JOIN LATERAL ("
@@ -206,7 +217,8 @@ class Queries:
         "started_at = %(now)s, updated_at = %(now)s "
         "WHERE j.id = ANY(ARRAY(SELECT id FROM chosen)) "
         f"RETURNING {_CLAIMED}) "
-        "SELECT total.n, f.queue, f.free, claimed.* FROM total CROSS JOIN free f "
+        "SELECT total.n, f.queue, f.free, f.shown, f.paused, f.rl, claimed.* "
+        "FROM total CROSS JOIN free f "
         "LEFT JOIN claimed ON claimed.queue = f.queue ORDER BY f.ord"
     )
     CLAIM_SPREAD_EXCLUDING = CLAIM_SPREAD.replace(
@@ -226,6 +238,50 @@ class Queries:
             "AND w.stopped_at IS NULL) THEN total.n ELSE -1 END, f.queue",
         )
         for sql in (CLAIM_SPREAD, CLAIM_SPREAD_EXCLUDING)
+    )
+    # -- keyed rate limits: the claim picks rows in Python (`PostgresStore._keyed_take`) --
+    KEYED_COUNTS = (
+        "SELECT (SELECT count(*) FROM {s}.jobs WHERE status = 'running' AND queue = %s), "
+        "(SELECT count(*) FROM {s}.jobs WHERE status = 'running'), "
+        "EXISTS (SELECT 1 FROM {s}.workers w WHERE w.id = %s AND w.stopped_at IS NULL)"
+    )
+    KEYED_CANDIDATES = (
+        "SELECT id, coalesce(rate_key, '') FROM {s}.jobs WHERE status = 'pending' "
+        "AND cancel_requested = 0 AND queue = %s AND scheduled_at <= %s AND type = ANY(%s) "
+        "AND (enqueued_by IS NULL OR NOT (enqueued_by = ANY(%s))) "
+        "AND NOT (coalesce(rate_key, '') = ANY(%s)) "
+        "ORDER BY priority, scheduled_at, id LIMIT %s FOR UPDATE SKIP LOCKED"
+    )
+    SET_RATE_KEY = "UPDATE {s}.jobs SET rate_key = %s WHERE id = %s"
+    CLAIM_IDS = (
+        "UPDATE {s}.jobs j SET status = 'running', worker_id = %s, started_at = %s, "
+        f"updated_at = %s WHERE j.id = ANY(%s) AND j.status = 'pending' RETURNING {_CLAIMED}"
+    )
+
+    # -- queue settings (DESIGN.md §8.7) ------------------------------------------------
+    QUEUE_SETTINGS_ROW = (
+        "SELECT concurrency, paused, rate_limit, rate_per_ms FROM {s}.queue_settings "
+        "WHERE queue = %s"
+    )
+    QUEUE_SETTINGS_MANY = (
+        "SELECT queue, concurrency, paused, rate_limit, rate_per_ms FROM {s}.queue_settings "
+        "WHERE queue = ANY(%s)"
+    )
+    QUEUE_SETTINGS_FULL = (
+        "SELECT concurrency, rate_limit, rate_per_ms, paused, updated_at "
+        "FROM {s}.queue_settings WHERE queue = %s"
+    )
+    UPSERT_QUEUE_SETTINGS = (
+        "INSERT INTO {s}.queue_settings (queue, concurrency, rate_limit, rate_per_ms, paused, "
+        "updated_at) VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (queue) DO UPDATE SET "
+        "concurrency = excluded.concurrency, rate_limit = excluded.rate_limit, "
+        "rate_per_ms = excluded.rate_per_ms, paused = excluded.paused, "
+        "updated_at = excluded.updated_at"
+    )
+    DELETE_QUEUE_SETTINGS = "DELETE FROM {s}.queue_settings WHERE queue = %s"
+    RUNNING_BY_QUEUE = (
+        "SELECT queue, count(*) FROM {s}.jobs WHERE status = 'running' AND queue = ANY(%s) "
+        "GROUP BY queue"
     )
     UNREGISTERED_CLAIMERS = (
         "SELECT DISTINCT worker_id FROM {s}.jobs j WHERE status = 'running' "

@@ -54,7 +54,8 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal, TypeVar
 
@@ -64,6 +65,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from jobledger._core import ids
 from jobledger._storage import layout as L
+from jobledger._storage import rate, settings
 from jobledger._storage.attempts import with_final_attempt
 from jobledger._storage.interface import (
     APPLIED,
@@ -78,11 +80,13 @@ from jobledger._storage.interface import (
     RetryFilter,
     SpreadRequest,
     retry_row,
+    was_inserted,
 )
 from jobledger._storage.observe import (
     JobMetrics,
     LeaderLease,
     QueueCounts,
+    QueueSettingsRecord,
     ScheduleRecord,
     StorageFacts,
     WorkerRecord,
@@ -151,6 +155,13 @@ class PostgresStore(ScheduleOps, WorkerOps):
         self.dsn = dsn
         self.schema = check_schema_name(schema)
         self.q = Queries(self.schema)
+        ident = quote_ident(self.schema)
+        self._rate_sql = rate.RateSql.for_placeholder(
+            "%s", f"{ident}.rate_log", listed="unnest(%s::text[]) AS k(value)"
+        )
+        # Queues whose last claim found a rate limit in `queue_settings`: their claims go
+        # the rate path at once (`_claim_rated`, `_spread_rated`).
+        self._rated: set[str] = set()
         # What the runtime needs to know of this backend, the same names on every store.
         from jobledger._storage.postgres import leader as leader_ops
         from jobledger._storage.postgres import workers
@@ -445,9 +456,33 @@ class PostgresStore(ScheduleOps, WorkerOps):
         except _EnqueueMissed:
             return self._tx(lambda c: self._enqueue_in(c, jobs), "enqueue", piped=True)
 
-    def enqueue_rows(self, rows: Sequence[JobRow], conn: Conn | None = None) -> list[JobRow]:
-        """`enqueue` of entries in `fresh_row` form (the runtime's path on both backends)."""
-        return self.enqueue([_job_of(row) for row in rows], conn)
+    def enqueue_rows(
+        self,
+        rows: Sequence[JobRow],
+        conn: Conn | None = None,
+        rate_keys: Sequence[str | None] | None = None,
+    ) -> list[JobRow]:
+        """`enqueue` of entries in `fresh_row` form (the runtime's path on both backends).
+        `rate_keys`: each entry's keyed rate limit key, written in the same transaction."""
+        jobs = [_job_of(row) for row in rows]
+        if rate_keys is None:
+            return self.enqueue(jobs, conn)
+        keys = rate_keys
+
+        def work(c: Conn) -> list[JobRow]:
+            out = self._enqueue_in(c, jobs)
+            marks = [
+                (key, got[L.C_ID])
+                for new, got, key in zip(rows, out, keys, strict=True)
+                if key is not None and was_inserted(new, got)
+            ]
+            if marks:
+                c.cursor().executemany(self.q.SET_RATE_KEY, marks)
+            return out
+
+        if conn is not None:
+            return work(conn)
+        return self._tx(work, "enqueue")
 
     def _send_enqueue(self, conn: Conn, jobs: Sequence[NewJob]) -> Callable[[], list[JobRow]]:
         """The common case in one round trip: every entry inserts or hits a live key."""
@@ -575,50 +610,208 @@ class PostgresStore(ScheduleOps, WorkerOps):
         types: tuple[str, ...],
         exclude_owners: tuple[str, ...] = (),
         registered: bool = False,
+        rate: tuple[int, int] | None = None,
+        rate_keyed: bool = False,
     ) -> ClaimResult:
-        q = self.q
-        if registered:
-            sql = q.CLAIM_REGISTERED_EXCLUDING if exclude_owners else q.CLAIM_REGISTERED
-        else:
-            sql = q.CLAIM_EXCLUDING if exclude_owners else q.CLAIM
+        req = ClaimRequest(
+            queue,
+            queue_cap,
+            global_cap,
+            limit,
+            worker_id,
+            types,
+            exclude_owners,
+            registered,
+            rate,
+            rate_keyed,
+        )
+        if rate is not None or queue in self._rated:
+            return self._claim_rated(req, now_ms)
+        sql = self._claim_sql(req, raw=False)
 
         def send(conn: Conn) -> Callable[[], list[Any]]:
-            conn.execute(q.ADVISORY_XACT_LOCK, (q.queue_claim_key(queue),))
+            conn.execute(self.q.ADVISORY_XACT_LOCK, (self.q.queue_claim_key(queue),))
             if self.exact_global_cap:
-                conn.execute(q.ADVISORY_XACT_LOCK, (q.global_claim_key,))
-            cur = conn.execute(
-                sql,
-                {
-                    "excluded": list(exclude_owners),
-                    "queue": queue,
-                    "now": now_ms,
-                    "types": list(types),
-                    "qcap": queue_cap,
-                    "gcap": global_cap,
-                    "limit": limit,
-                    "worker": worker_id,
-                },
-            )
+                conn.execute(self.q.ADVISORY_XACT_LOCK, (self.q.global_claim_key,))
+            cur = conn.execute(sql, _claim_params(req, queue_cap, limit, now_ms))
             return cur.fetchall
 
         rows = self._tx_then(send, "claim")
         in_queue, running = int(rows[0][0]), int(rows[0][1])
+        s_cap, paused, s_rate = rows[0][2], bool(rows[0][3]), rows[0][4]
         if running < 0:
             return ClaimResult([], False, unregistered=True)
-        free = queue_cap - in_queue
+        if paused:
+            return ClaimResult([], False, paused=True)
+        if s_rate is not None:
+            # A rate limit set for the queue: nothing was taken; claim it counting the window.
+            self._rated.add(queue)
+            return self._claim_rated(req, now_ms)
+        cap = queue_cap if s_cap is None else int(s_cap)
+        return _claim_answer(rows, cap, in_queue, running, global_cap, limit, None)
+
+    def _claim_sql(self, req: ClaimRequest, *, raw: bool) -> str:
+        q = self.q
+        if req.registered:
+            sql = q.CLAIM_REGISTERED_EXCLUDING if req.exclude_owners else q.CLAIM_REGISTERED
+        else:
+            sql = q.CLAIM_EXCLUDING if req.exclude_owners else q.CLAIM
+        if raw:  # the caller counted the settings and the window: the asked cap and limit
+            sql = sql.replace("WHEN qs.paused OR qs.rl IS NOT NULL THEN 0", "WHEN false THEN 0")
+            sql = sql.replace("coalesce(qs.cap, %(qcap)s)", "%(qcap)s")
+        return sql
+
+    def _claim_rated(self, req: ClaimRequest, now_ms: int) -> ClaimResult:
+        """A claim that counts a rate limit's window (`_storage/rate.py`) under the queue's
+        advisory lock, which every claim of the queue takes: the window cannot move
+        between the count and the claim."""
+        q = self.q
+        sql = self._claim_sql(req, raw=True)
+
+        def work(conn: Conn) -> ClaimResult:
+            conn.execute(q.ADVISORY_XACT_LOCK, (q.queue_claim_key(req.queue),))
+            if self.exact_global_cap:
+                conn.execute(q.ADVISORY_XACT_LOCK, (q.global_claim_key,))
+            ex = _executor(conn)
+            found = ex(q.QUEUE_SETTINGS_ROW, (req.queue,))
+            s_cap, paused, s_rate, s_per = found[0] if found else (None, False, None, 0)
+            if s_rate is None:
+                self._rated.discard(req.queue)
+            if paused:
+                return ClaimResult([], False, paused=True)
+            cap = req.queue_cap if s_cap is None else int(s_cap)
+            limits = req.rate if s_rate is None else (int(s_rate), int(s_per))
+            if limits is not None and req.rate_keyed and s_rate is None:
+                return self._keyed_take(conn, req, cap, limits, now_ms)
+            limit, win = req.limit, None
+            if limits is not None:
+                win = rate.window(ex, self._rate_sql, req.queue, *limits, now_ms)
+                if win.room <= 0:
+                    return ClaimResult([], False, rate_wait=win.wait_until, cap=cap)
+                limit = min(limit, win.room)
+            rows = ex(sql, _claim_params(req, cap, limit, now_ms))  # type: ignore[arg-type]
+            in_queue, running = int(rows[0][0]), int(rows[0][1])
+            if running < 0:
+                return ClaimResult([], False, unregistered=True)
+            taken = sum(1 for r in rows if r[5] is not None)
+            wait = None
+            if win is not None and limits is not None:
+                rate.record(ex, self._rate_sql, req.queue, win, taken, now_ms)
+                if taken and taken >= win.room:
+                    wait = rate.window(ex, self._rate_sql, req.queue, *limits, now_ms).wait_until
+            return _claim_answer(rows, cap, in_queue, running, req.global_cap, limit, wait)
+
+        return self._tx(work, "claim")
+
+    def _keyed_take(
+        self, conn: Conn, req: ClaimRequest, cap: int, limits: tuple[int, int], now_ms: int
+    ) -> ClaimResult:
+        """A keyed rate limit's claim, as SQLite's `_keyed_take` (see there): rows of the
+        queue's head in claim order, each while its key's window has room, keys found
+        spent left out of the next round; under the queue's advisory lock."""
+        q = self.q
+        ex = _executor(conn)
+        limit, per_ms = limits
+        in_queue, running, registered = ex(q.KEYED_COUNTS, (req.queue, req.worker_id))[0]
+        if req.registered and not registered:
+            return ClaimResult([], False, unregistered=True)
+        free = cap - int(in_queue)
         if free <= 0:
-            return ClaimResult([], False)
-        global_free = global_cap - running
+            return ClaimResult([], False, cap=cap)
+        global_free = req.global_cap - int(running)
         if global_free <= 0:
-            return ClaimResult([], True)
-        n = min(free, global_free, limit)
-        jobs = [ClaimedJob(*r[2:]) for r in rows if r[2] is not None]
-        # RETURNING order is unspecified; run them in claim order.
+            return ClaimResult([], True, cap=cap)
+        n = min(free, global_free, req.limit)
+        wins: dict[str, rate.Window] = {}
+        spent: list[str] = []
+        taken: Counter[str] = Counter()
+        picked: list[str] = []
+        seen: set[str] = set()
+        for _ in range(_KEYED_ROUNDS):
+            want = n - len(picked) + _KEYED_SLACK
+            cand = ex(
+                q.KEYED_CANDIDATES,
+                (
+                    req.queue,
+                    now_ms,
+                    list(req.types),
+                    list(req.exclude_owners),
+                    spent,
+                    want,
+                ),
+            )
+            fresh = sorted({str(key) for _, key in cand if key not in wins})
+            if fresh:
+                buckets = {rate.bucket_of(req.queue, key): key for key in fresh}
+                found = rate.windows(
+                    ex, self._rate_sql, list(buckets), limit, per_ms, now_ms, list(buckets)
+                )
+                for bucket, w in found.items():
+                    wins[buckets[bucket]] = w
+            newly: set[str] = set()
+            for job_id, key in cand:
+                if job_id in seen:
+                    continue
+                seen.add(job_id)
+                if taken[key] < wins[key].room:
+                    taken[key] += 1
+                    picked.append(job_id)
+                    if len(picked) >= n:
+                        break
+                else:
+                    newly.add(key)
+            spent.extend(k for k in sorted(newly) if k not in spent)
+            if len(picked) >= n or len(cand) < want:
+                break
+        rows = ex(q.CLAIM_IDS, (req.worker_id, now_ms, now_ms, picked)) if picked else []
+        rate.record_many(
+            ex,
+            self._rate_sql,
+            {rate.bucket_of(req.queue, k): (wins[k], c) for k, c in taken.items()},
+            now_ms,
+        )
+        waits = [w.wait_until for k, w in wins.items() if k in spent and w.wait_until is not None]
+        for k, c in taken.items():
+            if c >= wins[k].room:
+                after = rate.window(
+                    ex, self._rate_sql, rate.bucket_of(req.queue, k), limit, per_ms, now_ms
+                )
+                if after.wait_until is not None:
+                    waits.append(after.wait_until)
+        jobs = [ClaimedJob(*r) for r in rows]
         jobs.sort(key=lambda j: (j.priority, j.scheduled_at, j.id))
-        limited_by_global = global_free < min(free, limit)
-        return ClaimResult(jobs, limited_by_global and len(jobs) == n)
+        limited_by_global = global_free < min(free, req.limit)
+        return ClaimResult(
+            jobs,
+            limited_by_global and len(jobs) == n,
+            rate_wait=min(waits) if waits else None,
+            cap=cap,
+        )
 
     def claim_spread(self, request: SpreadRequest, now_ms: int) -> ClaimResult:
+        names = [name for name, _ in request.queues]
+        if request.rates or self._rated.intersection(names):
+            return self._spread_rated(request, now_ms)
+        sql = self._spread_sql(request, raw=False)
+        caps = [cap for _, cap in request.queues]
+
+        def send(conn: Conn) -> Callable[[], list[Any]]:
+            self._spread_locks(conn, names)
+            cur = conn.execute(sql, _spread_params(request, names, caps, now_ms))
+            return cur.fetchall
+
+        rows = self._tx_then(send, "claim")
+        result = _spread_answer(rows, request.global_cap)
+        for r in rows:
+            if r[5] is not None:  # a rate limit set for the queue: its claims count it
+                self._rated.add(str(r[1]))
+        if result.rate_waits:
+            # Nothing taken there; kicked again at once, its claim goes the rate path.
+            for name in result.rate_waits:
+                result.rate_waits[name] = now_ms + 1
+        return result
+
+    def _spread_sql(self, request: SpreadRequest, *, raw: bool) -> str:
         q = self.q
         if request.registered:
             sql = (
@@ -628,43 +821,91 @@ class PostgresStore(ScheduleOps, WorkerOps):
             )
         else:
             sql = q.CLAIM_SPREAD_EXCLUDING if request.exclude_owners else q.CLAIM_SPREAD
-        names = [name for name, _ in request.queues]
-
-        def send(conn: Conn) -> Callable[[], list[Any]]:
-            if self.exact_global_cap:
-                # Every claim takes the global key last, so holding it serialises this
-                # claim with every other: both caps are exact without the queue keys.
-                conn.execute(q.ADVISORY_XACT_LOCK, (q.global_claim_key,))
-            else:
-                # The queue keys, in one order for every spread claim (a single-queue
-                # claim holds only one), so two claims never wait on each other in a cycle.
-                for name in sorted(set(names)):
-                    conn.execute(q.ADVISORY_XACT_LOCK, (q.queue_claim_key(name),))
-            cur = conn.execute(
-                sql,
-                {
-                    "names": names,
-                    "caps": [cap for _, cap in request.queues],
-                    "excluded": list(request.exclude_owners),
-                    "now": now_ms,
-                    "types": list(request.types),
-                    "gcap": request.global_cap,
-                    "limit": request.limit,
-                    "worker": request.worker_id,
-                },
+        if raw:
+            sql = sql.replace(
+                "CASE WHEN qs.paused OR qs.rate_limit IS NOT NULL THEN -1000000000 ELSE "
+                "coalesce(qs.concurrency, c.cap) END",
+                "c.cap",
             )
-            return cur.fetchall
+        return sql
 
-        rows = self._tx_then(send, "claim")
-        if not rows:
-            return ClaimResult([], False, free={})
-        running = int(rows[0][0])
-        if running < 0:
-            return ClaimResult([], False, unregistered=True)
-        free = {str(r[1]): int(r[2]) for r in rows}
-        jobs = [ClaimedJob(*r[3:]) for r in rows if r[3] is not None]
-        global_free = request.global_cap - running
-        return ClaimResult(jobs, global_free <= 0 or len(jobs) >= global_free, free=free)
+    def _spread_locks(self, conn: Conn, names: Sequence[str]) -> None:
+        q = self.q
+        if self.exact_global_cap:
+            # Every claim takes the global key last, so holding it serialises this claim
+            # with every other: both caps are exact without the queue keys.
+            conn.execute(q.ADVISORY_XACT_LOCK, (q.global_claim_key,))
+        else:
+            # The queue keys, in one order for every spread claim (a single-queue claim
+            # holds only one), so two claims never wait on each other in a cycle.
+            for name in sorted(set(names)):
+                conn.execute(q.ADVISORY_XACT_LOCK, (q.queue_claim_key(name),))
+
+    def _spread_rated(self, request: SpreadRequest, now_ms: int) -> ClaimResult:
+        """A spread claim over queues of which some are rate-limited: the settings, the
+        counts and the windows read first under the claim's locks, then the statement
+        asked for caps that leave each queue exactly what it may take."""
+        q = self.q
+        names = [name for name, _ in request.queues]
+        sql = self._spread_sql(request, raw=True)
+        handler_rates = {name: (limit, per) for name, limit, per in request.rates}
+
+        def work(conn: Conn) -> ClaimResult:
+            # The queue keys, sorted, then the global key: the order every claim takes
+            # them in, so no two wait on each other in a cycle. A rate window is per
+            # queue, and every claim of a queue holds its key while it counts.
+            for name in sorted(set(names)):
+                conn.execute(q.ADVISORY_XACT_LOCK, (q.queue_claim_key(name),))
+            if self.exact_global_cap:
+                conn.execute(q.ADVISORY_XACT_LOCK, (q.global_claim_key,))
+            ex = _executor(conn)
+            caps = dict(request.queues)
+            rates = dict(handler_rates)
+            paused: list[str] = []
+            for name, s_cap, s_paused, s_rate, s_per in ex(q.QUEUE_SETTINGS_MANY, (names,)):
+                if s_cap is not None:
+                    caps[name] = int(s_cap)
+                if s_rate is not None:
+                    rates[name] = (int(s_rate), int(s_per))
+                if s_paused:
+                    paused.append(name)
+            for name in names:
+                if name not in rates:
+                    self._rated.discard(name)
+            running = dict(ex(q.RUNNING_BY_QUEUE, (names,)))
+            asked_caps: list[int] = []
+            windows: dict[str, rate.Window] = {}
+            waits: dict[str, int] = {}
+            for name in names:
+                in_q = int(running.get(name, 0))
+                free = caps[name] - in_q
+                if name in paused:
+                    free = 0
+                elif name in rates and free > 0:
+                    win = rate.window(ex, self._rate_sql, name, *rates[name], now_ms)
+                    if win.room <= 0 and win.wait_until is not None:
+                        waits[name] = win.wait_until
+                        free = 0
+                    else:
+                        windows[name] = win
+                        free = min(free, win.room)
+                asked_caps.append(in_q + max(free, 0))
+            rows = ex(sql, _spread_params(request, names, asked_caps, now_ms))  # type: ignore[arg-type]
+            taken = Counter(str(r[6 + 2]) for r in rows if r[6] is not None)
+            for name, win in windows.items():
+                got = taken.get(name, 0)
+                rate.record(ex, self._rate_sql, name, win, got, now_ms)
+                if got and got >= win.room:
+                    after = rate.window(ex, self._rate_sql, name, *rates[name], now_ms)
+                    if after.wait_until is not None:
+                        waits[name] = after.wait_until
+            result = _spread_answer(rows, request.global_cap, counted=True)
+            result.caps = caps
+            result.paused_queues = tuple(paused)
+            result.rate_waits = waits
+            return result
+
+        return self._tx(work, "claim")
 
     def finalize_and_claim(
         self, outcomes: Sequence[Outcome], now_ms: int, claim: ClaimRequest | SpreadRequest
@@ -690,6 +931,8 @@ class PostgresStore(ScheduleOps, WorkerOps):
                 types=claim.types,
                 exclude_owners=claim.exclude_owners,
                 registered=claim.registered,
+                rate=claim.rate,
+                rate_keyed=claim.rate_keyed,
             )
         except Exception:
             log.warning("claim on queue %r failed; retrying shortly", claim.queue, exc_info=True)
@@ -1056,6 +1299,41 @@ class PostgresStore(ScheduleOps, WorkerOps):
     def queue_counts(self) -> builtins.list[QueueCounts]:
         return self.read(lambda c: observe.queue_counts(c, self._ident))
 
+    def queue_settings(self) -> builtins.list[QueueSettingsRecord]:
+        return self.read(lambda c: observe.queue_settings(c, self._ident))
+
+    def update_queue_settings(
+        self, queue: str, changes: Mapping[str, Any], now_ms: int
+    ) -> QueueSettingsRecord | None:
+        q = self.q
+
+        def work(conn: Conn) -> QueueSettingsRecord | None:
+            conn.execute(q.ADVISORY_XACT_LOCK, (f"{q.queues_lock_key}:settings:{queue}",))
+            row = conn.execute(q.QUEUE_SETTINGS_FULL, (queue,)).fetchone()
+            current = (
+                None
+                if row is None
+                else QueueSettingsRecord(
+                    queue,
+                    None if row[0] is None else int(row[0]),
+                    None if row[1] is None else int(row[1]),
+                    None if row[2] is None else int(row[2]),
+                    bool(row[3]),
+                    int(row[4]),
+                )
+            )
+            new = settings.merged(queue, current, changes, now_ms)
+            if new is None:
+                conn.execute(q.DELETE_QUEUE_SETTINGS, (queue,))
+            else:
+                conn.execute(
+                    q.UPSERT_QUEUE_SETTINGS,
+                    (queue, new.concurrency, new.rate_limit, new.rate_per_ms, new.paused, now_ms),
+                )
+            return new
+
+        return self.write(work, "queue settings")
+
     def worker_records(self) -> builtins.list[WorkerRecord]:
         return self.read(lambda c: observe.worker_records(c, self._ident))
 
@@ -1232,3 +1510,106 @@ def _where(flt: JobFilter) -> tuple[str, tuple[Any, ...]]:
             parts.append(f"{column} = %s")
             params.append(value)
     return (" WHERE " + " AND ".join(parts) if parts else ""), tuple(params)
+
+
+# As SQLite's (`sqlite/store.py`): candidate rows a keyed claim reads beyond what it may
+# take, and its rounds.
+_KEYED_SLACK = 32
+_KEYED_ROUNDS = 4
+
+
+def _executor(conn: Conn) -> rate.Execute:
+    def ex(sql: str, params: Sequence[Any]) -> list[Any]:
+        cur = conn.execute(sql, params)
+        return cur.fetchall() if cur.description is not None else []
+
+    return ex
+
+
+def _claim_params(req: ClaimRequest, cap: int, limit: int, now_ms: int) -> dict[str, Any]:
+    return {
+        "excluded": list(req.exclude_owners),
+        "queue": req.queue,
+        "now": now_ms,
+        "types": list(req.types),
+        "qcap": cap,
+        "gcap": req.global_cap,
+        "limit": limit,
+        "worker": req.worker_id,
+    }
+
+
+def _claim_answer(
+    rows: list[Any],
+    cap: int,
+    in_queue: int,
+    running: int,
+    global_cap: int,
+    limit: int,
+    wait: int | None,
+) -> ClaimResult:
+    free = cap - in_queue
+    if free <= 0:
+        # `queue_full` stays False here: the confirm delay it triggers in dispatch
+        # (`engine.py`) answers SQLite's refill gaps, which this backend does not have.
+        return ClaimResult([], False, cap=cap)
+    global_free = global_cap - running
+    if global_free <= 0:
+        return ClaimResult([], True, cap=cap)
+    n = min(free, global_free, limit)
+    jobs = [ClaimedJob(*r[5:]) for r in rows if r[5] is not None]
+    # RETURNING order is unspecified; run them in claim order.
+    jobs.sort(key=lambda j: (j.priority, j.scheduled_at, j.id))
+    limited_by_global = global_free < min(free, limit)
+    return ClaimResult(jobs, limited_by_global and len(jobs) == n, rate_wait=wait, cap=cap)
+
+
+def _spread_params(
+    request: SpreadRequest, names: list[str], caps: list[int], now_ms: int
+) -> dict[str, Any]:
+    return {
+        "names": names,
+        "caps": caps,
+        "excluded": list(request.exclude_owners),
+        "now": now_ms,
+        "types": list(request.types),
+        "gcap": request.global_cap,
+        "limit": request.limit,
+        "worker": request.worker_id,
+    }
+
+
+def _spread_answer(rows: list[Any], global_cap: int, *, counted: bool = False) -> ClaimResult:
+    """Rows of CLAIM_SPREAD: total, queue, free, cap shown, paused, rate limit, claimed.
+    `counted`: the caller counted the settings and windows (`_spread_rated`), so the
+    statement's free slots stand as they are."""
+    if not rows:
+        return ClaimResult([], False, free={})
+    running = int(rows[0][0])
+    if running < 0:
+        return ClaimResult([], False, unregistered=True)
+    free: dict[str, int] = {}
+    caps: dict[str, int] = {}
+    paused: list[str] = []
+    waits: dict[str, int] = {}
+    for r in rows:
+        name = str(r[1])
+        caps[name] = int(r[3])
+        if r[4]:
+            paused.append(name)
+        if not counted and (r[4] or r[5] is not None):
+            free[name] = 0
+            if r[5] is not None and not r[4]:
+                waits[name] = 0
+        else:
+            free[name] = int(r[2])
+    jobs = [ClaimedJob(*r[6:]) for r in rows if r[6] is not None]
+    global_free = global_cap - running
+    return ClaimResult(
+        jobs,
+        global_free <= 0 or len(jobs) >= global_free,
+        free=free,
+        caps=caps,
+        paused_queues=tuple(dict.fromkeys(paused)),
+        rate_waits=waits,
+    )

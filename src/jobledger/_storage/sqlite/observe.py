@@ -24,6 +24,7 @@ from jobledger._storage.observe import (
     LeaderLease,
     MetricGroup,
     QueueCounts,
+    QueueSettingsRecord,
     ScheduleRecord,
     StorageFacts,
     WorkerRecord,
@@ -42,6 +43,7 @@ __all__ = [
     "job_metrics",
     "leader_lease",
     "queue_counts",
+    "queue_settings",
     "schedule_records",
     "schema_version",
     "storage_facts",
@@ -137,6 +139,16 @@ def queue_counts(conn: sqlite3.Connection) -> list[QueueCounts]:
         oldest, counts = scanned.get(name, (None, empty))
         out.append(QueueCounts(name, registered.get(name), counts, oldest))
     return out
+
+
+def queue_settings(conn: sqlite3.Connection) -> list[QueueSettingsRecord]:
+    if not _has_table(conn, "queue_settings"):  # a file no worker has migrated yet
+        return []
+    rows = conn.execute(
+        "SELECT queue, concurrency, rate_limit, rate_per_ms, paused, updated_at "
+        "FROM queue_settings ORDER BY queue"
+    ).fetchall()
+    return [QueueSettingsRecord(str(r[0]), r[1], r[2], r[3], bool(r[4]), int(r[5])) for r in rows]
 
 
 def worker_records(conn: sqlite3.Connection) -> list[WorkerRecord]:

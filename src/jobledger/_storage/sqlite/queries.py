@@ -99,6 +99,35 @@ def claim_sql(n_types: int, n_excluded: int = 0) -> str:
     )
 
 
+@functools.cache
+def keyed_candidates_sql(n_types: int, n_excluded: int, n_blocked: int) -> str:
+    """The head of one queue (as `claim_sql` orders it) with each row's rate key, skipping
+    keys whose window is spent (a keyed rate limit's claim picks from these)."""
+    excluded = (
+        f"AND (enqueued_by IS NULL OR enqueued_by NOT IN ({','.join('?' * n_excluded)})) "
+        if n_excluded
+        else ""
+    )
+    blocked = (
+        f"AND coalesce(rate_key, '') NOT IN ({','.join('?' * n_blocked)}) " if n_blocked else ""
+    )
+    return (
+        "SELECT rowid, coalesce(rate_key, '') FROM jobs WHERE status = 'pending' "
+        "AND cancel_requested = 0 AND queue = ? AND scheduled_at <= ? "
+        f"AND type IN ({','.join('?' * n_types)}) {excluded}{blocked}"
+        "ORDER BY priority, scheduled_at, rowid LIMIT ?"
+    )
+
+
+# The rows a keyed claim picked (rowids as a JSON array), in `claim_sql`'s RETURNING shape.
+CLAIM_ROWIDS = (
+    "UPDATE jobs SET status = 'running', worker_id = ?, started_at = ?, updated_at = ? "
+    "WHERE rowid IN (SELECT value FROM json_each(?)) AND +status = 'pending' "
+    "RETURNING rowid, id, type, queue, priority, payload, attempt, max_attempts, timeout_ms, "
+    "metadata, parent_id, schedule_id, scheduled_at, started_at"
+)
+
+
 # Queues per `claim_spread` statement: each is one term of a compound SELECT, within
 # SQLite's default bound on compound terms (500), and a claim asks for fewer slots.
 SPREAD_MAX = 128

@@ -2,7 +2,7 @@
 -- After adding a migration, regenerate it from the repository root with
 --   python -m jobledger._storage.sqlite.migrate \
 --       > src/jobledger/_storage/sqlite/schema.sql
--- user_version = 7
+-- user_version = 8
 
 CREATE INDEX job_schedules_enabled_next_run_idx ON job_schedules (enabled, next_run);
 
@@ -32,6 +32,8 @@ CREATE INDEX jobs_retry_of_idx ON jobs (retry_of) WHERE retry_of IS NOT NULL;
 CREATE INDEX jobs_running_idx ON jobs (queue, worker_id) WHERE status = 'running';
 
 CREATE INDEX jobs_schedule_idx ON jobs (schedule_id, finished_at) WHERE schedule_id IS NOT NULL;
+
+CREATE INDEX rate_log_at_idx ON rate_log (bucket, at, cum);
 
 CREATE TABLE job_attempts (
     job_key     INTEGER NOT NULL,
@@ -100,7 +102,7 @@ CREATE TABLE "jobs" (
     finished_at      INTEGER,
     created_at       INTEGER NOT NULL,
     updated_at       INTEGER NOT NULL
-, retry_of TEXT);
+, retry_of TEXT, rate_key TEXT);
 
 CREATE TABLE leader (
     id          INTEGER PRIMARY KEY CHECK (id = 1),
@@ -122,12 +124,28 @@ CREATE TABLE ownership (
     at_ms  INTEGER NOT NULL
 );
 
+CREATE TABLE queue_settings (
+    queue        TEXT PRIMARY KEY,
+    concurrency  INTEGER,
+    rate_limit   INTEGER,                 -- starts per window, with rate_per_ms
+    rate_per_ms  INTEGER,
+    paused       INTEGER NOT NULL DEFAULT 0,
+    updated_at   INTEGER NOT NULL
+) WITHOUT ROWID;
+
 CREATE TABLE queues (
     seq         INTEGER PRIMARY KEY,
     name        TEXT NOT NULL UNIQUE,
     type        TEXT NOT NULL,
     created_at  INTEGER NOT NULL
 );
+
+CREATE TABLE rate_log (
+    bucket  TEXT NOT NULL,
+    cum     INTEGER NOT NULL,
+    at      INTEGER NOT NULL,
+    PRIMARY KEY (bucket, cum)
+) WITHOUT ROWID;
 
 CREATE TABLE workers (
     id            TEXT PRIMARY KEY,

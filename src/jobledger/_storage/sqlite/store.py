@@ -23,13 +23,13 @@ import sqlite3
 import threading
 import weakref
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from jobledger._core import ids
 from jobledger._storage import layout as L
-from jobledger._storage import tx
+from jobledger._storage import rate, settings, tx
 from jobledger._storage.attempts import with_final_attempt
 from jobledger._storage.interface import (
     APPLIED,
@@ -46,11 +46,13 @@ from jobledger._storage.interface import (
     SpreadRequest,
     fresh_row,
     retry_row,
+    was_inserted,
 )
 from jobledger._storage.observe import (
     JobMetrics,
     LeaderLease,
     QueueCounts,
+    QueueSettingsRecord,
     ScheduleRecord,
     StorageFacts,
     WorkerRecord,
@@ -79,11 +81,33 @@ T = TypeVar("T")
 MIN_SQLITE = (3, 35, 0)
 _LIVE = ("pending", "delayed", "running")
 # Inside the claim: the running rows of its queue and of all queues, in one statement.
-_RUNNING_COUNTS = f"SELECT ({q.COUNT_RUNNING_IN_QUEUE}), ({q.COUNT_RUNNING})"
-# One statement, so one snapshot: the claim's two counts and whether anything is due.
+# The claim's two counts and the queue's settings (DESIGN.md §8.7), one snapshot.
+_RUNNING_COUNTS = (
+    f"SELECT ({q.COUNT_RUNNING_IN_QUEUE}), ({q.COUNT_RUNNING}), s.concurrency, s.paused, "
+    "s.rate_limit, s.rate_per_ms FROM (SELECT 1) LEFT JOIN queue_settings s ON s.queue = ?"
+)
+# One statement, so one snapshot: the claim's two counts, whether anything is due, and
+# the queue's cap override and pause.
 _CLAIM_PRECHECK = (
     f"SELECT ({q.COUNT_RUNNING_IN_QUEUE}), ({q.COUNT_RUNNING}), EXISTS (SELECT 1 FROM jobs "
-    "WHERE status = 'pending' AND cancel_requested = 0 AND queue = ? AND scheduled_at <= ?)"
+    "WHERE status = 'pending' AND cancel_requested = 0 AND queue = ? AND scheduled_at <= ?), "
+    "s.concurrency, s.paused FROM (SELECT 1) LEFT JOIN queue_settings s ON s.queue = ?"
+)
+_SPREAD_SETTINGS = (
+    "SELECT queue, concurrency, paused, rate_limit, rate_per_ms FROM queue_settings "
+    "WHERE queue IN (SELECT value FROM json_each(?))"
+)
+RATE_SQL = rate.RateSql.for_placeholder("?", listed="json_each(?) k")
+_SETTINGS_ROW = (
+    "SELECT concurrency, rate_limit, rate_per_ms, paused, updated_at FROM queue_settings "
+    "WHERE queue = ?"
+)
+_SETTINGS_UPSERT = (
+    "INSERT INTO queue_settings (queue, concurrency, rate_limit, rate_per_ms, paused, "
+    "updated_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (queue) DO UPDATE SET "
+    "concurrency = excluded.concurrency, rate_limit = excluded.rate_limit, "
+    "rate_per_ms = excluded.rate_per_ms, paused = excluded.paused, "
+    "updated_at = excluded.updated_at"
 )
 _TYPE, _QUEUE, _KEY, _PARENT, _CREATED = L.C_TYPE, L.C_QUEUE, L.C_KEY, L.C_PARENT, L.C_CREATED_AT
 _ID, _PAYLOAD = L.C_ID, L.C_PAYLOAD
@@ -281,9 +305,29 @@ class SqliteStore(ScheduleOps, WorkerOps):
         return self.enqueue_rows([fresh_row(job) for job in jobs], conn)
 
     def enqueue_rows(
-        self, rows: Sequence[JobRow], conn: sqlite3.Connection | None = None
+        self,
+        rows: Sequence[JobRow],
+        conn: sqlite3.Connection | None = None,
+        rate_keys: Sequence[str | None] | None = None,
     ) -> list[JobRow]:
-        """`enqueue` of entries already in row form; returns the entry itself when inserted."""
+        """`enqueue` of entries already in row form; returns the entry itself when inserted.
+        `rate_keys`: each entry's keyed rate limit key, written in the same transaction."""
+        if rate_keys is not None:
+            keys = rate_keys
+
+            def work(c: sqlite3.Connection) -> list[JobRow]:
+                out = self._enqueue_in(c, rows)
+                c.executemany(
+                    "UPDATE jobs SET rate_key = ? WHERE id = ?",
+                    [
+                        (key, got[_ID])
+                        for new, got, key in zip(rows, out, keys, strict=True)
+                        if key is not None and was_inserted(new, got)
+                    ],
+                )
+                return out
+
+            return work(conn) if conn is not None else self.write(work, "enqueue")
         if conn is not None:
             return self._enqueue_in(conn, rows)
         if len(rows) == 1:
@@ -381,6 +425,8 @@ class SqliteStore(ScheduleOps, WorkerOps):
         types: tuple[str, ...],
         exclude_owners: tuple[str, ...] = (),
         registered: bool = False,
+        rate: tuple[int, int] | None = None,
+        rate_keyed: bool = False,
     ) -> ClaimResult:
         if not self.memory:
             # Decided from a WAL read, without the write lock, when the claim would take
@@ -392,7 +438,16 @@ class SqliteStore(ScheduleOps, WorkerOps):
             if nothing is not None:
                 return nothing
         request = ClaimRequest(
-            queue, queue_cap, global_cap, limit, worker_id, types, exclude_owners, registered
+            queue,
+            queue_cap,
+            global_cap,
+            limit,
+            worker_id,
+            types,
+            exclude_owners,
+            registered,
+            rate,
+            rate_keyed,
         )
         # The claimed rows become objects after COMMIT: every process waits for the
         # write gate while a transaction is open.
@@ -456,11 +511,15 @@ class SqliteStore(ScheduleOps, WorkerOps):
         self, queue: str, queue_cap: int, global_cap: int, now_ms: int
     ) -> ClaimResult | None:
         """None if a claim may take rows, else the empty answer the claim would give."""
-        in_queue, running, due = self.read(
-            lambda c: c.execute(_CLAIM_PRECHECK, (queue, queue, now_ms)).fetchone()
+        in_queue, running, due, cap, paused = self.read(
+            lambda c: c.execute(_CLAIM_PRECHECK, (queue, queue, now_ms, queue)).fetchone()
         )
+        if paused:
+            return ClaimResult([], False, paused=True)
+        if cap is not None:
+            queue_cap = int(cap)
         if in_queue >= queue_cap:
-            return ClaimResult([], False, queue_full=True)
+            return ClaimResult([], False, queue_full=True, cap=queue_cap)
         if running >= global_cap:
             return ClaimResult([], True)
         return None if due else ClaimResult([], False)
@@ -812,6 +871,38 @@ class SqliteStore(ScheduleOps, WorkerOps):
     def queue_counts(self) -> builtins.list[QueueCounts]:
         return self.read(observe.queue_counts)
 
+    def queue_settings(self) -> builtins.list[QueueSettingsRecord]:
+        return self.read(observe.queue_settings)
+
+    def update_queue_settings(
+        self, queue: str, changes: Mapping[str, Any], now_ms: int
+    ) -> QueueSettingsRecord | None:
+        def work(conn: sqlite3.Connection) -> QueueSettingsRecord | None:
+            row = conn.execute(_SETTINGS_ROW, (queue,)).fetchone()
+            current = (
+                None
+                if row is None
+                else QueueSettingsRecord(queue, row[0], row[1], row[2], bool(row[3]), row[4])
+            )
+            new = settings.merged(queue, current, changes, now_ms)
+            if new is None:
+                conn.execute("DELETE FROM queue_settings WHERE queue = ?", (queue,))
+            else:
+                conn.execute(
+                    _SETTINGS_UPSERT,
+                    (
+                        queue,
+                        new.concurrency,
+                        new.rate_limit,
+                        new.rate_per_ms,
+                        int(new.paused),
+                        now_ms,
+                    ),
+                )
+            return new
+
+        return self.write(work, "queue settings")
+
     def worker_records(self) -> builtins.list[WorkerRecord]:
         return self.read(observe.worker_records)
 
@@ -969,42 +1060,159 @@ def write_attempts(conn: sqlite3.Connection, records: Sequence[tuple[Any, ...]])
         conn.execute(q.INSERT_UNSPENT_ATTEMPT, record)
 
 
+# A claim's rows (made objects after COMMIT), whether the global cap cut it, when its
+# rate window allows the next start (None: not spent) and the cap it counted.
+_Taken = tuple[list[Any], bool, int | None, int]
+
+
 def _claim_work(
     req: ClaimRequest, now_ms: int
-) -> Callable[[sqlite3.Connection], ClaimResult | tuple[list[Any], bool]]:
-    """The claim's statements: the caps counted in SQL, then up to the free slots."""
+) -> Callable[[sqlite3.Connection], ClaimResult | _Taken]:
+    """The claim's statements: the caps, the pause and the rate limit counted in SQL, then
+    up to the free slots."""
     claim_sql = q.claim_sql(len(req.types), len(req.exclude_owners))
 
-    def work(conn: sqlite3.Connection) -> ClaimResult | tuple[list[Any], bool]:
+    def work(conn: sqlite3.Connection) -> ClaimResult | _Taken:
         if (
             req.registered
             and conn.execute(q.WORKER_REGISTERED, (req.worker_id,)).fetchone() is None
         ):
             return ClaimResult([], False, unregistered=True)
-        in_queue, running = conn.execute(_RUNNING_COUNTS, (req.queue,)).fetchone()
-        free = req.queue_cap - in_queue
+        in_queue, running, s_cap, paused, s_rate, s_per = conn.execute(
+            _RUNNING_COUNTS, (req.queue, req.queue)
+        ).fetchone()
+        if paused:
+            return ClaimResult([], False, paused=True)
+        cap = req.queue_cap if s_cap is None else int(s_cap)
+        free = cap - in_queue
         if free <= 0:
-            return ClaimResult([], False, queue_full=True)
+            return ClaimResult([], False, queue_full=True, cap=cap)
         global_free = req.global_cap - running
         if global_free <= 0:
-            return ClaimResult([], True)
+            return ClaimResult([], True, cap=cap)
         n = min(free, global_free, req.limit)
+        limits = req.rate if s_rate is None else (int(s_rate), int(s_per))
+        if limits is not None and req.rate_keyed and s_rate is None:
+            rows, wait = _keyed_take(conn, req, n, limits, now_ms)
+            return rows, False, wait, cap
+        win = None
+        if limits is not None:
+            win = rate.window(_ex(conn), RATE_SQL, req.queue, *limits, now_ms)
+            if win.room <= 0:
+                return ClaimResult([], False, rate_wait=win.wait_until, cap=cap)
         rows = conn.execute(
             claim_sql,
-            (req.worker_id, now_ms, now_ms, req.queue, now_ms, *req.types, *req.exclude_owners, n),
+            (
+                req.worker_id,
+                now_ms,
+                now_ms,
+                req.queue,
+                now_ms,
+                *req.types,
+                *req.exclude_owners,
+                n if win is None else min(n, win.room),
+            ),
         ).fetchall()
+        wait = None
+        if win is not None and limits is not None:
+            rate.record(_ex(conn), RATE_SQL, req.queue, win, len(rows), now_ms)
+            if len(rows) >= win.room and len(rows) < n:
+                # The window is spent: say when the next start is allowed.
+                wait = rate.window(_ex(conn), RATE_SQL, req.queue, *limits, now_ms).wait_until
         limited_by_global = global_free < min(free, req.limit)
-        return rows, limited_by_global and len(rows) == n
+        return rows, limited_by_global and len(rows) == n, wait, cap
 
     return work
 
 
+# Candidate rows a keyed claim reads per round, beyond what it may take: rows of keys
+# whose window is spent are skipped (and their keys left out of the next round).
+_KEYED_SLACK = 32
+_KEYED_ROUNDS = 4
+
+
+def _keyed_take(
+    conn: sqlite3.Connection,
+    req: ClaimRequest,
+    n: int,
+    limits: tuple[int, int],
+    now_ms: int,
+) -> tuple[list[Any], int | None]:
+    """A keyed rate limit's claim: up to `n` rows of the queue's head, in claim order,
+    each while its key's window has room (`_storage/rate.py`, one bucket per key). Keys
+    found spent are left out of the next round's read, so a spent key's backlog at the
+    head does not hide the other keys' rows behind it. Returns the rows and, when a key
+    with rows waiting is spent, the earliest time one of them may start."""
+    limit, per_ms = limits
+    ex = _ex(conn)
+    wins: dict[str, rate.Window] = {}
+    spent: list[str] = []
+    taken: Counter[str] = Counter()
+    picked: list[int] = []
+    seen: set[int] = set()
+    for _ in range(_KEYED_ROUNDS):
+        want = n - len(picked) + _KEYED_SLACK
+        cand = conn.execute(
+            q.keyed_candidates_sql(len(req.types), len(req.exclude_owners), len(spent)),
+            (req.queue, now_ms, *req.types, *req.exclude_owners, *spent, want),
+        ).fetchall()
+        fresh = sorted({key for _, key in cand if key not in wins})
+        if fresh:
+            buckets = {rate.bucket_of(req.queue, key): key for key in fresh}
+            found = rate.windows(
+                ex, RATE_SQL, list(buckets), limit, per_ms, now_ms, json.dumps(list(buckets))
+            )
+            for bucket, w in found.items():
+                wins[buckets[bucket]] = w
+        newly: set[str] = set()
+        for rowid, key in cand:
+            if rowid in seen:
+                continue
+            seen.add(rowid)
+            if taken[key] < wins[key].room:
+                taken[key] += 1
+                picked.append(rowid)
+                if len(picked) >= n:
+                    break
+            elif key not in newly:
+                newly.add(key)
+        spent.extend(k for k in sorted(newly) if k not in spent)
+        if len(picked) >= n or len(cand) < want:
+            break
+    rows = (
+        conn.execute(q.CLAIM_ROWIDS, (req.worker_id, now_ms, now_ms, json.dumps(picked))).fetchall()
+        if picked
+        else []
+    )
+    got = Counter(key for key in taken.elements())
+    rate.record_many(
+        ex,
+        RATE_SQL,
+        {rate.bucket_of(req.queue, k): (wins[k], c) for k, c in got.items()},
+        now_ms,
+    )
+    # Waits: spent keys that have rows waiting, and keys this claim spent.
+    waits = [w.wait_until for k, w in wins.items() if k in spent and w.wait_until is not None]
+    for k, c in got.items():
+        if c >= wins[k].room:
+            after = rate.window(ex, RATE_SQL, rate.bucket_of(req.queue, k), limit, per_ms, now_ms)
+            if after.wait_until is not None:
+                waits.append(after.wait_until)
+    return rows, min(waits) if waits else None
+
+
+def _ex(conn: sqlite3.Connection) -> rate.Execute:
+    return lambda sql, params: conn.execute(sql, params).fetchall()
+
+
 def _spread_work(req: SpreadRequest, now_ms: int) -> Callable[[sqlite3.Connection], ClaimResult]:
     """A claim across queues: every queue's running rows and all running rows counted in
-    one statement, then one UPDATE that takes the rows in turn order (`spread_claim_sql`)
+    one statement, the queues' settings read (a cap override, a pause, a rate limit's
+    window), then one UPDATE that takes the rows in turn order (`spread_claim_sql`)
     within each queue's free slots and the global cap's."""
     names = [name for name, _ in req.queues]
     turn = {name: i for i, name in enumerate(names)}
+    handler_rates = {name: (limit, per) for name, limit, per in req.rates}
 
     def work(conn: sqlite3.Connection) -> ClaimResult:
         if (
@@ -1013,31 +1221,79 @@ def _spread_work(req: SpreadRequest, now_ms: int) -> Callable[[sqlite3.Connectio
         ):
             return ClaimResult([], False, unregistered=True)
         total, *running = conn.execute(q.spread_counts_sql(len(names)), names).fetchone()
-        free = {name: cap - n for (name, cap), n in zip(req.queues, running, strict=True)}
+        caps = dict(req.queues)
+        rates = dict(handler_rates)
+        paused: list[str] = []
+        for name, s_cap, s_paused, s_rate, s_per in conn.execute(
+            _SPREAD_SETTINGS, (json.dumps(names),)
+        ):
+            if s_cap is not None:
+                caps[name] = int(s_cap)
+            if s_rate is not None:
+                rates[name] = (int(s_rate), int(s_per))
+            if s_paused:
+                paused.append(name)
+        free = {name: caps[name] - n for name, n in zip(names, running, strict=True)}
         global_free = req.global_cap - total
         allowance = min(req.limit, global_free)
         if global_free <= 0:
-            return ClaimResult([], True, free=free)
-        asked = [(name, min(f, allowance)) for name, f in free.items() if f > 0]
+            return ClaimResult([], True, free=free, caps=caps, paused_queues=tuple(paused))
+        windows: dict[str, rate.Window] = {}
+        waits: dict[str, int] = {}
+        for name in paused:
+            free[name] = 0
+        for name, limits in rates.items():
+            if free.get(name, 0) <= 0:
+                continue
+            win = rate.window(_ex(conn), RATE_SQL, name, *limits, now_ms)
+            if win.room <= 0 and win.wait_until is not None:
+                waits[name] = win.wait_until
+                free[name] = 0
+            else:
+                windows[name] = win
+        asked = [
+            (name, min(f, allowance, windows[name].room if name in windows else f))
+            for name, f in free.items()
+            if f > 0
+        ]
         if not asked or allowance <= 0:
-            return ClaimResult([], False, free=free)
+            return ClaimResult(
+                [], False, free=free, caps=caps, paused_queues=tuple(paused), rate_waits=waits
+            )
         params: list[Any] = [req.worker_id, now_ms, *req.types, *req.exclude_owners, allowance]
         for name, limit in asked:
             params += (name, limit)
         sql = q.spread_claim_sql(len(asked), len(req.types), len(req.exclude_owners))
         rows = conn.execute(sql, params).fetchall()
+        if windows:
+            taken = Counter(r[3] for r in rows)
+            for name, win in windows.items():
+                got = taken.get(name, 0)
+                rate.record(_ex(conn), RATE_SQL, name, win, got, now_ms)
+                if got and got >= win.room:
+                    after = rate.window(_ex(conn), RATE_SQL, name, *rates[name], now_ms)
+                    if after.wait_until is not None:
+                        waits[name] = after.wait_until
         # RETURNING order is unspecified: queue by queue in turn order, each in claim order.
         rows.sort(key=lambda r: (turn[r[3]], r[4], r[12], r[0]))
         jobs = [ClaimedJob(*r[1:]) for r in rows]
-        return ClaimResult(jobs, len(jobs) >= global_free, free=free)
+        return ClaimResult(
+            jobs,
+            len(jobs) >= global_free,
+            free=free,
+            caps=caps,
+            paused_queues=tuple(paused),
+            rate_waits=waits,
+        )
 
     return work
 
 
-def _claim_result(taken: ClaimResult | tuple[list[Any], bool]) -> ClaimResult:
+def _claim_result(taken: ClaimResult | _Taken) -> ClaimResult:
     if isinstance(taken, ClaimResult):
         return taken
-    rows, global_blocked = taken
+    rows, global_blocked, wait, cap = taken
     # RETURNING order is unspecified; run them in claim order (rowid breaks ties).
     rows.sort(key=lambda r: (r[4], r[12], r[0]))
-    return ClaimResult([ClaimedJob(*r[1:]) for r in rows], global_blocked)
+    jobs = [ClaimedJob(*r[1:]) for r in rows]
+    return ClaimResult(jobs, global_blocked, rate_wait=wait, cap=cap)

@@ -1,0 +1,141 @@
+"""The sliding window of a rate limit, on a backend's `rate_log` table.
+
+Invariant: inside a claim's transaction (SQLite's `BEGIN IMMEDIATE`; on PostgreSQL under
+the queue's advisory lock, which every claim of the queue takes), `window` counts the
+bucket's starts in (now - per, now] exactly, and `record` logs the starts the claim took
+before it commits, so no two claims can both spend the last start of a window. A row is
+`(bucket, cum, at)`: `cum` is the bucket's starts up to and including that claim's, `at`
+its time, never below the previous row's (so `at` grows with `cum` and one index serves
+both questions below). Rows older than the newest one at or before `now - per` are never
+needed again and go as claims record. `cum` counts from the bucket's first row, so a
+window whose base row was deleted (a period made longer since) counts every start the
+log still holds and more: it errs towards fewer starts, never more.
+
+The SQL is each dialect's (`RateSql`); the arithmetic is here, once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["RateSql", "Window", "bucket_of", "record", "record_many", "window", "windows"]
+
+# Between a queue's name and a key in a keyed bucket's name: neither may hold a control
+# character (`_core/limits.py`), so no two (queue, key) pairs share a bucket.
+SEP = "\x1f"
+
+
+def bucket_of(queue: str, key: str | None) -> str:
+    """The bucket of a queue's unkeyed limit (`key` None) or of one key of a keyed one."""
+    return queue if key is None else f"{queue}{SEP}{key}"
+
+
+Execute = Callable[[str, Sequence[Any]], list[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class RateSql:
+    latest: str  # (bucket) -> cum, at of the newest row
+    base: str  # (bucket, t) -> cum of the newest row with at <= t
+    first_after: str  # (bucket, c) -> at of the oldest row with cum > c
+    insert: str  # (bucket, cum, at)
+    prune: str  # (bucket, c): delete rows with cum < c
+    # (buckets, t) -> bucket, newest cum, newest at, cum of the newest row with at <= t,
+    # for many buckets in one statement (keyed limits); each dialect spells the list.
+    many: str = ""
+
+    @classmethod
+    def for_placeholder(cls, ph: str, table: str = "rate_log", listed: str = "") -> RateSql:
+        """`listed`: the FROM item that makes rows `k(value)` of a list parameter."""
+        many = (
+            f"SELECT k.value, (SELECT cum FROM {table} WHERE bucket = k.value ORDER BY cum DESC "
+            f"LIMIT 1), (SELECT at FROM {table} WHERE bucket = k.value ORDER BY cum DESC "
+            f"LIMIT 1), (SELECT cum FROM {table} WHERE bucket = k.value AND at <= {ph} "
+            f"ORDER BY at DESC, cum DESC LIMIT 1) FROM {listed}"
+            if listed
+            else ""
+        )
+        return cls(
+            many=many,
+            latest=f"SELECT cum, at FROM {table} WHERE bucket = {ph} ORDER BY cum DESC LIMIT 1",
+            base=(
+                f"SELECT cum FROM {table} WHERE bucket = {ph} AND at <= {ph} "
+                "ORDER BY at DESC, cum DESC LIMIT 1"
+            ),
+            first_after=(
+                f"SELECT at FROM {table} WHERE bucket = {ph} AND cum > {ph} ORDER BY cum LIMIT 1"
+            ),
+            insert=f"INSERT INTO {table} (bucket, cum, at) VALUES ({ph}, {ph}, {ph})",
+            prune=f"DELETE FROM {table} WHERE bucket = {ph} AND cum < {ph}",
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    room: int  # starts allowed now
+    wait_until: int | None  # when room is 0: the epoch ms the next start is allowed
+    cum: int  # the newest row's cum (0: none)
+    at: int  # the newest row's at
+    base: int  # cum of the newest row at or before now - per (0: none)
+
+
+def window(ex: Execute, sql: RateSql, bucket: str, limit: int, per_ms: int, now_ms: int) -> Window:
+    latest = ex(sql.latest, (bucket,))
+    if not latest:
+        return Window(limit, None, 0, 0, 0)
+    cum, at = int(latest[0][0]), int(latest[0][1])
+    base_rows = ex(sql.base, (bucket, now_ms - per_ms))
+    base = int(base_rows[0][0]) if base_rows else 0
+    room = limit - (cum - base)
+    if room > 0:
+        return Window(room, None, cum, at, base)
+    # The next start is allowed once the oldest start that keeps the window full has
+    # left it: the first row whose cum exceeds cum - limit, `per` after its time.
+    first = ex(sql.first_after, (bucket, cum - limit))
+    wait = int(first[0][0]) + per_ms if first else now_ms + per_ms
+    return Window(0, max(wait, now_ms + 1), cum, at, base)
+
+
+def windows(
+    ex: Execute,
+    sql: RateSql,
+    buckets: Sequence[str],
+    limit: int,
+    per_ms: int,
+    now_ms: int,
+    listed: Any,
+) -> dict[str, Window]:
+    """`window` of many buckets: one statement, then one more per full bucket (for its
+    wait). `listed` is the buckets as the dialect's list parameter."""
+    out: dict[str, Window] = {}
+    for bucket, cum, at, base in ex(sql.many, (now_ms - per_ms, listed)):
+        if cum is None:
+            out[bucket] = Window(limit, None, 0, 0, 0)
+            continue
+        cum, at, base = int(cum), int(at), 0 if base is None else int(base)
+        room = limit - (cum - base)
+        if room > 0:
+            out[bucket] = Window(room, None, cum, at, base)
+            continue
+        first = ex(sql.first_after, (bucket, cum - limit))
+        wait = int(first[0][0]) + per_ms if first else now_ms + per_ms
+        out[bucket] = Window(0, max(wait, now_ms + 1), cum, at, base)
+    return out
+
+
+def record(ex: Execute, sql: RateSql, bucket: str, w: Window, taken: int, now_ms: int) -> None:
+    if taken <= 0:
+        return
+    ex(sql.insert, (bucket, w.cum + taken, max(now_ms, w.at)))
+    if w.base:
+        ex(sql.prune, (bucket, w.base))
+
+
+def record_many(
+    ex: Execute, sql: RateSql, taken: dict[str, tuple[Window, int]], now_ms: int
+) -> None:
+    """`record` for many buckets (their window and the starts the claim took)."""
+    for bucket, (w, n) in taken.items():
+        record(ex, sql, bucket, w, n, now_ms)
