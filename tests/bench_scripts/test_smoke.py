@@ -25,6 +25,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
         ["enqueue.py", "--system", "jobledger", "--mode", "single", "-n", "50"],
         ["claim_scale.py", "--system", "jobledger", "--pending", "400", "-n", "200"],
         ["drain.py", "--system", "jobledger", "-n", "200"],
+        ["flow.py", "-n", "300", "--keys", "10", "--only", "base,rate_high,keyed"],
     ],
     ids=lambda a: "-".join(a[:3]),
 )

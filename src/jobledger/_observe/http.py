@@ -9,7 +9,8 @@ Routes (see `openapi.py` for the schema served at `/openapi.json`):
                                   the terminal snapshot
     GET /api/queues, /api/schedules, /api/workers, /api/health, /metrics, /openapi.json
     GET /, /jobs/{id}             the dashboard (HTML + /static/app.js)
-    POST /api/jobs/{id}/cancel, /api/jobs/{id}/retry, /api/schedules/{id}/run
+    POST /api/jobs/{id}/cancel, /api/jobs/{id}/retry, /api/schedules/{id}/run,
+         /api/queues/{queue}/pause|resume|limits
                                   the actions (with `allow_actions` and the token)
 
 Invariants:
@@ -77,7 +78,7 @@ from jobledger._observe import dashboard, metrics
 from jobledger._observe.openapi import openapi_schema
 from jobledger._observe.read_model import JobQuery, ReadModel, iso, parse_statuses
 from jobledger._runtime.manager import JobManager
-from jobledger._types import JobSnapshot
+from jobledger._types import JobSnapshot, QueueLimits
 from jobledger.errors import JobError, JobNotFound, JobValidationError, StorageError
 
 __all__ = ["DEFAULT_LIMIT", "LOOPBACK_HOSTS", "MAX_LIMIT", "create_app", "parse_job_query"]
@@ -590,8 +591,39 @@ def _action_routes(manager: Callable[[], JobManager], rm: ReadModel) -> list[Rou
         written = await manager().trigger_job_schedule_now_by_id(schedule_id)
         return JSONResponse({"id": schedule_id, "enqueued": bool(written)})
 
+    async def queue_action(request: Request) -> Response:
+        # `{rest:path}`: a queue's name may contain "/", so the action is the last part.
+        queue, _, action = request.path_params["rest"].rpartition("/")
+        if action not in ("pause", "resume", "limits") or not queue:
+            return _error(404, "NOT_FOUND", "POST /api/queues/{queue}/pause|resume|limits")
+        options: dict[str, Any] = {}
+        if action == "limits":
+            try:
+                body = json.loads(await request.body() or b"null")
+            except ValueError as exc:
+                return _error(400, "INVALID_BODY", f"the body is not JSON: {exc}")
+            if not isinstance(body, dict) or set(body) - {"concurrency", "rate_limit"}:
+                return _error(
+                    400,
+                    "INVALID_BODY",
+                    'the body is a JSON object: {"concurrency": 5, "rate_limit": "10/s"}',
+                )
+            options = body
+        m = manager()
+        act: Callable[[], QueueLimits] = {
+            "pause": lambda: m.pause_queue(queue),
+            "resume": lambda: m.resume_queue(queue),
+            "limits": lambda: m.set_queue_limits(queue, **options),
+        }[action]
+        try:
+            limits = await run_in_threadpool(act)
+        except JobValidationError as exc:
+            return _error(400, exc.code, exc.message)
+        return JSONResponse(limits.to_json())
+
     return [
         Route("/api/jobs/{job_id:str}/cancel", cancel, methods=["POST"]),
         Route("/api/jobs/{job_id:str}/retry", retry, methods=["POST"]),
         Route("/api/schedules/{schedule_id:str}/run", run_schedule, methods=["POST"]),
+        Route("/api/queues/{rest:path}", queue_action, methods=["POST"]),
     ]

@@ -109,12 +109,24 @@ _SCHEMAS: dict[str, Any] = {
             "offset": {"type": "integer", "minimum": 0},
         }
     ),
+    "RateLimit": _obj({"limit": _INT, "per": {"type": "number"}, "text": _STR}),
     "Queue": _obj(
         {
             "name": _STR,
             "type": _nullable(_STR),
             "counts": {"type": "object", "additionalProperties": _INT},
             "oldest_pending_at": _nullable(_TIME),
+            "concurrency": _nullable(_INT),
+            "rate_limit": _nullable({"$ref": "#/components/schemas/RateLimit"}),
+            "paused": _BOOL,
+        }
+    ),
+    "QueueLimits": _obj(
+        {
+            "queue": _STR,
+            "concurrency": _nullable(_INT),
+            "rate_limit": _nullable({"$ref": "#/components/schemas/RateLimit"}),
+            "paused": _BOOL,
         }
     ),
     "Schedule": _obj(
@@ -369,6 +381,56 @@ def openapi_schema(*, actions: bool = False) -> dict[str, Any]:
                     "409": _error(
                         "JOB_NOT_RETRYABLE: the job is not completed, failed or cancelled."
                     ),
+                },
+            }
+        }
+        queue_param = {
+            "name": "queue",
+            "in": "path",
+            "required": True,
+            "schema": _STR,
+            "description": "The queue's name (it may contain '/').",
+        }
+        for action, summary in (
+            ("pause", "Stop claims on a queue in every worker"),
+            ("resume", "Let workers claim from a paused queue again"),
+        ):
+            paths[f"/api/queues/{{queue}}/{action}"] = {
+                "post": {
+                    "summary": f"{summary} (needs --allow-actions and the token)",
+                    "operationId": f"{action}Queue",
+                    "parameters": [queue_param],
+                    "responses": {
+                        "200": _json("What is set for the queue now.", _ref("QueueLimits")),
+                        "400": _error("JOB_INVALID_OPTION: not a queue name."),
+                        **_ACTION_REFUSALS,
+                    },
+                }
+            }
+        paths["/api/queues/{queue}/limits"] = {
+            "post": {
+                "summary": "Set a queue's cap and rate limit for every worker (needs "
+                "--allow-actions and the token); a field left out or null is cleared",
+                "operationId": "setQueueLimits",
+                "parameters": [queue_param],
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {
+                            "schema": _obj(
+                                {
+                                    "concurrency": _nullable(_INT),
+                                    "rate_limit": _nullable(_STR),
+                                },
+                                [],
+                            )
+                        }
+                    },
+                },
+                "responses": {
+                    "200": _json("What is set for the queue now.", _ref("QueueLimits")),
+                    "400": _error("INVALID_BODY, or JOB_INVALID_OPTION (a limit out of range)."),
+                    **_ACTION_REFUSALS,
                 },
             }
         }

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from jobledger._core.rate import RateLimit
 from jobledger._storage.interface import JobFilter, Store
 from jobledger._storage.observe import (
     STATUSES,
@@ -175,6 +176,10 @@ class QueueStats:
     type: str | None
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STATUSES, 0))
     oldest_pending_at: int | None = None
+    # What an operator set (`jobs.set_queue_limits`, `pause_queue`); None: not set.
+    concurrency: int | None = None
+    rate_limit: RateLimit | None = None
+    paused: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -182,6 +187,9 @@ class QueueStats:
             "type": self.type,
             "counts": dict(self.counts),
             "oldest_pending_at": iso(self.oldest_pending_at),
+            "concurrency": self.concurrency,
+            "rate_limit": None if self.rate_limit is None else self.rate_limit.to_json(),
+            "paused": self.paused,
         }
 
 
@@ -411,16 +419,30 @@ class ReadModel:
     # -- queues ---------------------------------------------------------------------
 
     def queue_stats(self) -> list[QueueStats]:
-        """Every known queue (from `queues`, plus any queue a row names) with counts."""
-        return [
-            QueueStats(
-                qc.name,
-                qc.type,
-                dict(zip(STATUSES, qc.counts, strict=True)),
-                qc.oldest_pending_at,
+        """Every known queue (from `queues`, plus any queue a row names or that has
+        settings) with counts and what is set for it."""
+        settings = {r.queue: r for r in self.store.queue_settings()}
+        counts = {qc.name: qc for qc in self.store.queue_counts()}
+        out: list[QueueStats] = []
+        for name in sorted(counts.keys() | settings.keys()):
+            qc, st = counts.get(name), settings.get(name)
+            rate = (
+                None
+                if st is None or st.rate_limit is None or st.rate_per_ms is None
+                else RateLimit(st.rate_limit, st.rate_per_ms / 1000)
             )
-            for qc in self.store.queue_counts()
-        ]
+            out.append(
+                QueueStats(
+                    name,
+                    None if qc is None else qc.type,
+                    dict(zip(STATUSES, qc.counts if qc else (0,) * len(STATUSES), strict=True)),
+                    None if qc is None else qc.oldest_pending_at,
+                    None if st is None else st.concurrency,
+                    rate,
+                    False if st is None else st.paused,
+                )
+            )
+        return out
 
     # -- workers and the leader -----------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""`jobledger queues`, `doctor` and `gc`: operating a database."""
+"""`jobledger doctor` and `gc`: operating a database."""
 
 from __future__ import annotations
 
@@ -7,47 +7,19 @@ import time
 from typing import Any, NoReturn
 
 import click
-from rich.table import Table
 from rich.text import Text
 
-from jobledger._observe.read_model import STATUSES, Diagnosis, unlinked_problem
+from jobledger._observe.read_model import Diagnosis, unlinked_problem
 from jobledger._storage import maintenance
 from jobledger._storage.open import is_postgres_url, open_store, redact
 from jobledger.cli._common import EXIT_FAILED, Settings, out, reader
-from jobledger.cli._jobs import status_style
 from jobledger.cli._params import Seconds
 from jobledger.cli._text import cell, dumps, when
 from jobledger.errors import JobError
 
-__all__ = ["doctor", "gc", "queues"]
+__all__ = ["doctor", "gc"]
 
 WEEK = 7 * 24 * 3600
-
-
-@click.command()
-@click.option("--json", "as_json", is_flag=True)
-@click.pass_obj
-def queues(settings: Settings, as_json: bool) -> None:
-    """Queues with job counts by state."""
-    with reader(settings) as rm:
-        stats = rm.queue_stats()
-    if as_json:
-        click.echo(dumps([s.to_json() for s in stats], indent=2))
-        return
-    console = out()
-    if not stats:
-        console.print("no queues yet")
-        return
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    table.add_column("QUEUE", no_wrap=True)
-    table.add_column("TYPE", no_wrap=True)
-    for s in STATUSES:
-        table.add_column(s.upper(), justify="right")
-    table.add_column("OLDEST PENDING", no_wrap=True)
-    for qs in stats:
-        cells = [cell(qs.counts[s], status_style(s) if qs.counts[s] else "dim") for s in STATUSES]
-        table.add_row(cell(qs.name), cell(qs.type or "-"), *cells, cell(when(qs.oldest_pending_at)))
-    console.print(table)
 
 
 def _mib(n: int) -> str:
