@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from jobledger._storage import layout as L
-from jobledger._storage.interface import JobRow
+from jobledger._storage.interface import JobRow, user_key
 from jobledger._storage.records import AttemptRow
 from jobledger._types import AttemptSnapshot, JobErrorInfo, JobSnapshot, JobStatus, LogLine
 from jobledger.clock import from_ms
@@ -91,7 +91,7 @@ def snapshot_from_row(row: JobRow) -> JobSnapshot:
         attempt=row[L.C_ATTEMPT],
         max_attempts=row[L.C_MAX_ATTEMPTS],
         timeout=None if timeout_ms is None else timeout_ms / 1000,
-        idempotency_key=row[L.C_KEY],
+        idempotency_key=user_key(row[L.C_KEY]),
         parent_id=row[L.C_PARENT],
         schedule_id=row[L.C_SCHEDULE],
         metadata=_json(row[L.C_METADATA]) or {},
