@@ -6,6 +6,7 @@ Times are those of the entries: an entry's `created_at` is its enqueue's now.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -217,36 +218,67 @@ def test_inside_a_user_transaction_it_rolls_back_with_it(store: ConformantStore)
     assert col(store.get(first[L.C_ID]), L.C_SCHEDULED_AT) == 7_000
 
 
+def run_writers(stores: list[ConformantStore], writer: Callable[[int], None]) -> None:
+    """`writer(i)` for each store, each in a thread of its own; re-raises what failed."""
+    errors: list[BaseException] = []
+
+    def guarded(i: int) -> None:
+        try:
+            writer(i)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=guarded, args=(i,)) for i in range(len(stores))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+
+
 def test_two_stores_debouncing_one_key_at_once_keep_one_job(backend: Backend) -> None:
     """Two store instances (two connections, as two processes have) in two threads."""
     stores = [backend.store, backend.open_other()]
     n = 40
     barrier = threading.Barrier(len(stores))
     answered: list[set[str]] = [set() for _ in stores]
-    errors: list[BaseException] = []
 
     def writer(i: int) -> None:
-        try:
-            barrier.wait(10)
-            for j in range(n):
-                at = 1_000 + j
-                entry = keyed("d", at, delay=5_000, payload={"w": i, "j": j})
-                row = stores[i].enqueue_keyed([entry], [debounce(5_000)])[0]
-                answered[i].add(row[L.C_ID])
-                entry = keyed("u", at)
-                answered[i].add(stores[i].enqueue_keyed([entry], [unique(5_000)])[0][L.C_ID])
-        except BaseException as exc:
-            errors.append(exc)
+        barrier.wait(10)
+        for j in range(n):
+            at = 1_000 + j
+            entry = keyed("d", at, delay=5_000, payload={"w": i, "j": j})
+            answered[i].add(stores[i].enqueue_keyed([entry], [debounce(5_000)])[0][L.C_ID])
+            entry = keyed("u", at)
+            answered[i].add(stores[i].enqueue_keyed([entry], [unique(5_000)])[0][L.C_ID])
 
-    threads = [threading.Thread(target=writer, args=(i,)) for i in range(len(stores))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert not errors, errors
+    run_writers(stores, writer)
     rows = backend.store.list(JobFilter(), limit=10, offset=0)
     assert sorted(r[L.C_KEY] for r in rows) == ["d", "u"]
     assert answered[0] == answered[1] == {r[L.C_ID] for r in rows}
     debounced = next(r for r in rows if r[L.C_KEY] == "d")
     assert debounced[L.C_STATUS] == "delayed"
     assert debounced[L.C_PAYLOAD] in ('{"w": 0, "j": 39}', '{"w": 1, "j": 39}')
+
+
+def test_two_stores_debouncing_beside_a_running_job_write_one_job(backend: Backend) -> None:
+    """The race for the job beside a running one, once per key, both writers released
+    together each time."""
+    stores = [backend.store, backend.open_other()]
+    keys = [f"r{k}" for k in range(20)]
+    backend.store.enqueue_rows([keyed(k, 500) for k in keys])
+    assert len(claim(backend.store, now=600).jobs) == len(keys)
+    barrier = threading.Barrier(len(stores))
+    answered: list[list[str]] = [[] for _ in stores]
+
+    def writer(i: int) -> None:
+        for k in keys:
+            barrier.wait(10)
+            entry = keyed(k, 1_000, delay=5_000)
+            answered[i].append(stores[i].enqueue_keyed([entry], [debounce(5_000)])[0][L.C_ID])
+
+    run_writers(stores, writer)
+    assert answered[0] == answered[1]
+    waiting = backend.store.list(JobFilter(status=("delayed",)), limit=100, offset=0)
+    assert sorted(str(user_key(r[L.C_KEY])) for r in waiting) == sorted(keys)
+    assert {r[L.C_ID] for r in waiting} == set(answered[0])
