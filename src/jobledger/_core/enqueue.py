@@ -394,7 +394,7 @@ def _keyed(opts: EnqueueOptions, key: str | None, scheduled_at: int, now_ms: int
         return scheduled_at
     if opts.run_at is not None or opts.delay is not None:
         raise JobValidationError(
-            "debounce sets when the job runs: give run_at, delay or debounce, not two",
+            "debounce sets when the job runs: give debounce or run_at/delay, not both",
             code="JOB_INVALID_OPTION",
         )
     return now_ms + _window_ms(opts.debounce)
