@@ -216,3 +216,44 @@ def test_observing_commands_never_create_the_database(cli_on: Cli) -> None:
         assert missing in result.stderr, (args, result.stderr)
     if not is_postgres(cli.db):
         assert not Path(cli.db).exists()
+
+
+def test_enqueue_unique_for_and_debounce_on_every_backend(cli_on: Cli) -> None:
+    cli = cli_on
+    jobs: jl.JobManager = cli.load().jobs
+
+    async def run_keyed() -> jl.JobSnapshot:
+        async with jobs:
+            handle = jobs.enqueue("math.add", {"a": 1, "b": 1}, idempotency_key="u")
+            return await asyncio.wait_for(handle.finished, 20)
+
+    done = asyncio.run(run_keyed())
+    assert done.status == "completed"
+    # Ended a moment ago: inside an hour's window, the same job; a plain key is free.
+    again = cli("jobs", "enqueue", "math.add", "--key", "u", "--unique-for", "3600")
+    assert again.exit_code == 0, again.stderr
+    assert again.stdout.strip() == done.id
+    plain = cli("jobs", "enqueue", "math.add", "--key", "u")
+    assert plain.stdout.strip() != done.id
+
+    one = cli("jobs", "enqueue", "math.add", "--payload", '{"a": 1, "b": 0}', "--key", "d",
+              "--debounce", "600")  # fmt: skip
+    two = cli("jobs", "enqueue", "math.add", "--payload", '{"a": 2, "b": 0}', "--key", "d",
+              "--debounce", "600")  # fmt: skip
+    assert one.exit_code == two.exit_code == 0, two.stderr
+    assert one.stdout == two.stdout
+    shown = json.loads(cli("jobs", "show", one.stdout.strip()).stdout)
+    assert (shown["status"], shown["payload"]) == ("delayed", {"a": 2, "b": 0})
+
+    before = db_rows(cli.db, "SELECT count(*) FROM jobs")
+    for args, message in [
+        (["--debounce", "5"], "JOB_INVALID_OPTION: debounce needs an idempotency_key"),
+        (["--key", "d", "--debounce", "0"], "JOB_INVALID_OPTION: debounce must be"),
+        (["--key", "d", "--debounce", "5", "--unique-for", "5"], "not both"),
+        (["--key", "d", "--debounce", "5", "--delay", "5"], "JOB_INVALID_OPTION"),
+    ]:
+        bad = cli("jobs", "enqueue", "math.add", *args)
+        assert bad.exit_code == 2, args
+        assert message in bad.stderr, bad.stderr
+    assert cli("jobs", "enqueue", "math.add", "--key", "d", "--debounce", "nan").exit_code == 2
+    assert db_rows(cli.db, "SELECT count(*) FROM jobs") == before

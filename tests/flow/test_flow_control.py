@@ -11,7 +11,7 @@ import pytest
 
 import jobledger as jl
 from jobledger.testing import drain
-from tests.conftest import run
+from tests.conftest import db_rows, run
 
 RATED = jl.JobType("flow.rated", int)
 PLAIN = jl.JobType("flow.plain", int)
@@ -272,5 +272,23 @@ def test_a_key_function_that_raises_or_answers_no_key_writes_nothing(db: str) ->
             with pytest.raises(jl.JobError):
                 jobs.enqueue_many(KEYED, [Tenant(tenant="ok", n=1), bad])
         assert jobs.count() == 0
+    finally:
+        run(jobs.stop())
+
+
+def test_a_debounced_job_takes_the_key_of_its_last_payload(db: str) -> None:
+    jobs = jl.JobManager(db)
+
+    @jobs.handler(KEYED, recovery="retry", rate_limit=jl.RateLimit(1, 1, key=lambda p: p.tenant))
+    async def keyed(ctx: jl.JobContext[Tenant]) -> None:
+        return None
+
+    try:
+        first = jobs.enqueue(KEYED, Tenant(tenant="a", n=1), idempotency_key="k", debounce=60)
+        again = jobs.enqueue(KEYED, Tenant(tenant="b", n=2), idempotency_key="k", debounce=60)
+        assert again.id == first.id
+        plain = jobs.enqueue(KEYED, Tenant(tenant="c", n=3))
+        keys: dict[str, str] = dict(db_rows(db, "SELECT id, rate_key FROM jobs"))
+        assert keys == {first.id: "b", plain.id: "c"}
     finally:
         run(jobs.stop())

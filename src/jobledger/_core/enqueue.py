@@ -1,8 +1,13 @@
 """Turning an `enqueue` call into a validated row (or `NewJob`), before anything is written.
 
 Validation order: job type, payload (against its type, then its JSON size), max_attempts,
-timeout, idempotency key, priority, run_at/delay, metadata, queue. Any failure raises a
-`JobValidationError` with its stable code; nothing has been written.
+timeout, idempotency key, priority, run_at/delay, unique_for/debounce, metadata, queue.
+Any failure raises a `JobValidationError` with its stable code; nothing has been written.
+
+`unique_for` and `debounce` cost an enqueue without them two `is None` tests: the row is
+prepared as always, and `key_rule` (called only when one is set) says what the store
+does with the key (`interface.KeyRule`). A debounced row is the row of an enqueue with
+`delay=debounce`.
 """
 
 from __future__ import annotations
@@ -16,11 +21,19 @@ from jobledger._core.backoff import validate_max_attempts
 from jobledger._core.ids import new_id, new_ids
 from jobledger._core.limits import MAX_INT, MAX_MS, bad_name_char, is_finite_number
 from jobledger._core.registry import HandlerSpec, JobType, encode_metadata, validate_timeout
-from jobledger._storage.interface import JobRow, NewJob, new_row
+from jobledger._storage.interface import JobRow, KeyRule, NewJob, new_row
 from jobledger.clock import to_ms
 from jobledger.errors import JobError, JobValidationError
 
-__all__ = ["UNSET", "EnqueueOptions", "JobSpec", "prepare", "prepare_row", "prepare_rows"]
+__all__ = [
+    "UNSET",
+    "EnqueueOptions",
+    "JobSpec",
+    "key_rule",
+    "prepare",
+    "prepare_row",
+    "prepare_rows",
+]
 
 P = TypeVar("P")
 
@@ -45,6 +58,20 @@ class JobSpec(Generic[P]):
     run_at: datetime | None = UNSET
     delay: float | timedelta | None = UNSET
     metadata: Mapping[str, Any] | None = UNSET
+    unique_for: float | timedelta | None = UNSET
+    debounce: float | timedelta | None = UNSET
+
+
+# The `JobSpec` fields an entry may set for itself, over the call's.
+_SPEC_OPTIONS = (
+    "idempotency_key",
+    "priority",
+    "run_at",
+    "delay",
+    "metadata",
+    "unique_for",
+    "debounce",
+)
 
 
 @dataclass(slots=True)
@@ -59,6 +86,8 @@ class EnqueueOptions:
     metadata: Mapping[str, Any] | None = None
     parent_id: str | None = None
     schedule_id: str | None = None
+    unique_for: float | timedelta | None = None
+    debounce: float | timedelta | None = None
 
     def merged(self, spec: JobSpec[Any]) -> EnqueueOptions:
         o = EnqueueOptions(
@@ -72,8 +101,10 @@ class EnqueueOptions:
             metadata=self.metadata,
             parent_id=self.parent_id,
             schedule_id=self.schedule_id,
+            unique_for=self.unique_for,
+            debounce=self.debounce,
         )
-        for name in ("idempotency_key", "priority", "run_at", "delay", "metadata"):
+        for name in _SPEC_OPTIONS:
             value = getattr(spec, name)
             if value is not UNSET:
                 setattr(o, name, value)
@@ -164,6 +195,7 @@ def prepare_rows(
     now_ms: int,
     enqueued_by: str,
     max_payload_bytes: int,
+    rules: dict[int, KeyRule] | None = None,
 ) -> list[JobRow]:
     """`prepare_row` of every entry (payloads or `JobSpec`s); ids in entry order.
 
@@ -171,6 +203,10 @@ def prepare_rows(
     own options are validated once, not per entry; only when they are invalid does each
     entry go through `prepare_row`, so every entry reports the error it always did
     (its payload's first, as validation order says).
+
+    `rules`, when given, gets the `key_rule` of every entry prepared on its own options
+    (a `JobSpec`, or any entry when the call's options are invalid) that has one, by
+    index; the others follow the call's.
     """
     if isinstance(entries, str | bytes) or not isinstance(entries, Sequence):
         raise JobValidationError(
@@ -214,6 +250,10 @@ def prepare_rows(
                         job_id=ids[index],
                     )
                 )
+                if rules is not None and (
+                    entry_opts.unique_for is not None or entry_opts.debounce is not None
+                ):
+                    rules[index] = cast(KeyRule, key_rule(entry_opts))
                 continue
             value, text = encode(entry, max_bytes=max_payload_bytes)
             rows.append(
@@ -288,6 +328,8 @@ def _options(
         scheduled_at = now_ms
     else:
         scheduled_at = _scheduled_at(opts.run_at, opts.delay, now_ms)
+    if opts.unique_for is not None or opts.debounce is not None:
+        scheduled_at = _keyed(opts, key, scheduled_at, now_ms)
     metadata = "{}" if opts.metadata is None else encode_metadata(opts.metadata)
     queue = opts.queue
     if queue is not None and (
@@ -308,6 +350,59 @@ def _options(
         metadata,
         scheduled_at,
     )
+
+
+def key_rule(opts: EnqueueOptions) -> KeyRule | None:
+    """What the store does with the key of an entry whose options were accepted (None:
+    nothing beyond answering a live job)."""
+    if opts.unique_for is not None:
+        return KeyRule("unique_for", _window_ms(opts.unique_for))
+    if opts.debounce is not None:
+        return KeyRule("debounce", _window_ms(opts.debounce))
+    return None
+
+
+def _keyed(opts: EnqueueOptions, key: str | None, scheduled_at: int, now_ms: int) -> int:
+    """Validate `unique_for` and `debounce`; the row's time (a debounced job's is
+    now + debounce)."""
+    for name, value in (("unique_for", opts.unique_for), ("debounce", opts.debounce)):
+        if value is None:
+            continue
+        seconds = value.total_seconds() if isinstance(value, timedelta) else value
+        if not is_finite_number(seconds) or seconds <= 0 or seconds * 1000 > MAX_MS - now_ms:
+            raise JobValidationError(
+                f"{name} must be a number of seconds > 0 that ends before year 10000, "
+                f"not {value!r}",
+                code="JOB_INVALID_OPTION",
+                params={name: repr(value)},
+            )
+    if opts.unique_for is not None and opts.debounce is not None:
+        raise JobValidationError("give unique_for or debounce, not both", code="JOB_INVALID_OPTION")
+    name, value = (
+        ("unique_for", opts.unique_for)
+        if opts.unique_for is not None
+        else ("debounce", opts.debounce)
+    )
+    if key is None:
+        # Both options say what to do with the jobs that hold a key.
+        raise JobValidationError(
+            f"{name} needs an idempotency_key",
+            code="JOB_INVALID_OPTION",
+            params={name: repr(value)},
+        )
+    if opts.debounce is None:
+        return scheduled_at
+    if opts.run_at is not None or opts.delay is not None:
+        raise JobValidationError(
+            "debounce sets when the job runs: give debounce or run_at/delay, not both",
+            code="JOB_INVALID_OPTION",
+        )
+    return now_ms + _window_ms(opts.debounce)
+
+
+def _window_ms(value: float | timedelta) -> int:
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    return max(1, round(seconds * 1000))
 
 
 def _scheduled_at(run_at: datetime | None, delay: float | timedelta | None, now_ms: int) -> int:

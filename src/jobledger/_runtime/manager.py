@@ -35,7 +35,14 @@ from typing import Any, Generic, Literal, TypeAlias, final, overload
 from typing_extensions import TypeVar
 
 from jobledger._core.backoff import RetryPolicy
-from jobledger._core.enqueue import UNSET, EnqueueOptions, JobSpec, prepare_row, prepare_rows
+from jobledger._core.enqueue import (
+    UNSET,
+    EnqueueOptions,
+    JobSpec,
+    key_rule,
+    prepare_row,
+    prepare_rows,
+)
 from jobledger._core.limits import (
     MAX_INT,
     MAX_TIMEOUT_SECONDS,
@@ -73,6 +80,7 @@ from jobledger._storage import layout as L
 from jobledger._storage.interface import (
     JobFilter,
     JobRow,
+    KeyRule,
     NewJob,
     Store,
     fresh_row,
@@ -497,6 +505,8 @@ class JobManager:
         max_attempts: int | None = None,
         metadata: Mapping[str, Any] | None = None,
         parent_id: str | None = None,
+        unique_for: float | timedelta | None = None,
+        debounce: float | timedelta | None = None,
     ) -> JobHandle[R]:
         """Write one job (committed before this returns) and return its handle."""
         opts = EnqueueOptions(
@@ -510,6 +520,10 @@ class JobManager:
             metadata,
             parent_id,
         )
+        if unique_for is not None or debounce is not None:
+            opts.unique_for, opts.debounce = unique_for, debounce
+            jt, new = self._prepare(job_type, payload, opts)
+            return self._enqueue_keyed(jt, [new], [key_rule(opts)], None)[0]
         jt, new = self._prepare(job_type, payload, opts)
         row = self._store.enqueue_rows((new,), rate_keys=self._rate_keys((new,)))[0]
         self._after_one(new, row)
@@ -529,6 +543,8 @@ class JobManager:
         max_attempts: int | None = None,
         metadata: Mapping[str, Any] | None = None,
         parent_id: str | None = None,
+        unique_for: float | timedelta | None = None,
+        debounce: float | timedelta | None = None,
     ) -> list[JobHandle[R]]:
         """Write every entry in one transaction, in order; any invalid entry writes nothing."""
         opts = EnqueueOptions(
@@ -542,7 +558,10 @@ class JobManager:
             metadata,
             parent_id,
         )
+        if unique_for is not None or debounce is not None:
+            opts.unique_for, opts.debounce = unique_for, debounce
         jt, spec = self._resolve(job_type)
+        own_rules: dict[int, KeyRule] = {}
         new = prepare_rows(
             jt,
             spec,
@@ -551,9 +570,16 @@ class JobManager:
             now_ms=self._engine.now_ms(),
             enqueued_by=self.worker_id,
             max_payload_bytes=self.max_payload_bytes,
+            rules=own_rules,
         )
         if not new:
             return []
+        if own_rules or unique_for is not None or debounce is not None:
+            # The call's rule only where an entry took the call's options (valid then).
+            plain = [not isinstance(entry, JobSpec) for entry in payloads]
+            call = key_rule(opts) if any(plain) else None
+            rules = [call if p else own_rules.get(i) for i, p in enumerate(plain)]
+            return self._enqueue_keyed(jt, new, rules, None)
         rows = self._store.enqueue_rows(new, rate_keys=self._rate_keys(new))
         self._after_rows(new, rows)
         return [JobHandle(self._waiter, row, jt) for row in rows]
@@ -592,6 +618,8 @@ class JobManager:
         max_attempts: int | None = None,
         metadata: Mapping[str, Any] | None = None,
         parent_id: str | None = None,
+        unique_for: float | timedelta | None = None,
+        debounce: float | timedelta | None = None,
     ) -> JobHandle[R]:
         """Enqueue inside `tx`: the row commits or rolls back with the caller's writes."""
         self._check_tx(tx)
@@ -606,10 +634,43 @@ class JobManager:
             metadata,
             parent_id,
         )
+        if unique_for is not None or debounce is not None:
+            opts.unique_for, opts.debounce = unique_for, debounce
+            jt, new = self._prepare(job_type, payload, opts)
+            return self._enqueue_keyed(jt, [new], [key_rule(opts)], tx)[0]
         jt, new = self._prepare(job_type, payload, opts)
         row = self._store.enqueue_rows((new,), conn=tx.conn, rate_keys=self._rate_keys((new,)))[0]
         tx.after_commit(lambda: self._after_one(new, row))
         return JobHandle(self._waiter, row, jt)
+
+    def _enqueue_keyed(
+        self,
+        jt: JobType[Any, R],
+        new: builtins.list[JobRow],
+        rules: builtins.list[KeyRule | None],
+        tx: WriteTx | None,
+    ) -> builtins.list[JobHandle[R]]:
+        """Write entries that have a `unique_for` or `debounce` rule (or share a batch with
+        one): `Store.enqueue_keyed`, then what `_after_rows` does after COMMIT."""
+        keys = self._rate_keys(new)
+        if tx is None:
+            rows = self._store.enqueue_keyed(new, rules, rate_keys=keys)
+            self._after_keyed(new, rows, rules)
+        else:
+            rows = self._store.enqueue_keyed(new, rules, conn=tx.conn, rate_keys=keys)
+            tx.after_commit(lambda: self._after_keyed(new, rows, rules))
+        return [JobHandle(self._waiter, row, jt) for row in rows]
+
+    def _after_keyed(
+        self, new: Sequence[JobRow], rows: Sequence[JobRow], rules: Sequence[KeyRule | None]
+    ) -> None:
+        self._after_rows(new, rows)
+        if not self._started or self._stopping:
+            return
+        for entry, row, rule in zip(new, rows, rules, strict=True):
+            if rule is not None and rule.kind == "debounce" and not was_inserted(entry, row):
+                # An existing job, pushed back: it may have been pending until now.
+                self._on_delayed_threadsafe(row[_SCHEDULED_AT])
 
     def _check_tx(self, tx: object) -> None:
         if not isinstance(tx, WriteTx) or tx._store is not self._store or not tx._open:

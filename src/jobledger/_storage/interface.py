@@ -44,12 +44,15 @@ from jobledger._storage.observe import (
 
 __all__ = [
     "APPLIED",
+    "SUCCESSOR_END",
+    "SUCCESSOR_SEP",
     "TERMINAL",
     "ClaimRequest",
     "ClaimResult",
     "ClaimedJob",
     "JobFilter",
     "JobRow",
+    "KeyRule",
     "NewJob",
     "Outcome",
     "OutcomeKind",
@@ -58,8 +61,11 @@ __all__ = [
     "SpreadRequest",
     "Store",
     "fresh_row",
+    "latest_versions",
     "new_row",
     "retry_row",
+    "successor_key",
+    "user_key",
     "was_inserted",
 ]
 
@@ -85,6 +91,57 @@ def was_inserted(entry: JobRow, row: JobRow) -> bool:
     """Whether `enqueue` answered `row` for `entry` by inserting it; otherwise `row` is the
     live job that holds the entry's idempotency key."""
     return row is entry or row[0] == entry[0] or type(row) is Reissued
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRule:
+    """What an entry of `Store.enqueue_keyed` does with the jobs that hold its key,
+    besides answering the live one. `ms` is the window in milliseconds; the entry's
+    `created_at` is the enqueue's now.
+
+    * "unique_for": answer the most recently ended job stored under the key too, when
+      it ended (`finished_at`) at or after `created_at - ms`; insert only without either.
+    * "debounce": when a pending or delayed job holds the key (or is its successor, see
+      `successor_key`), set its payload, status and `scheduled_at` to the entry's and
+      answer it; else insert the entry, under `successor_key` when a running job holds
+      the key.
+    """
+
+    kind: Literal["unique_for", "debounce"]
+    ms: int
+
+
+# A debounced job written while a running job holds its key is stored under
+# `key + SUCCESSOR_SEP + its id`: the partial unique index over live keys stays as it
+# is (one live row per stored key), and no user key can collide, since keys never hold
+# control characters (`_core/limits.py`). Every successor of `key` sorts inside
+# [key, key + SUCCESSOR_END), as does `key` itself and no other user key, so one index
+# range finds them all.
+SUCCESSOR_SEP = "\x1f"
+SUCCESSOR_END = "\x20"
+
+
+def successor_key(key: str, job_id: str) -> str:
+    return f"{key}{SUCCESSOR_SEP}{job_id}"
+
+
+def latest_versions(rows: list[JobRow]) -> list[JobRow]:
+    """`rows` (one per entry of `enqueue_keyed`) with each job's last version in every
+    place: a batch can debounce one key twice."""
+    last: dict[str, JobRow] = {}
+    for row in rows:
+        first = last.get(row[0])
+        last[row[0]] = Reissued(row) if type(first) is Reissued else row
+    if len(last) == len(rows):
+        return rows
+    return [last[row[0]] for row in rows]
+
+
+def user_key(stored: str | None) -> str | None:
+    """The key a caller gave, for a stored key (a successor's reads as its key)."""
+    if stored is None or SUCCESSOR_SEP not in stored:
+        return stored
+    return stored[: stored.index(SUCCESSOR_SEP)]
 
 
 @dataclass(slots=True)
@@ -351,6 +408,24 @@ class Store(Protocol):
         conn: Any | None = None,
         rate_keys: Sequence[str | None] | None = None,
     ) -> list[JobRow]: ...
+    def enqueue_keyed(
+        self,
+        rows: Sequence[JobRow],
+        rules: Sequence[KeyRule | None],
+        conn: Any | None = None,
+        rate_keys: Sequence[str | None] | None = None,
+    ) -> list[JobRow]:
+        """`enqueue_rows` where entry i follows `rules[i]` (None: as `enqueue_rows`), in
+        order, in one transaction; an entry sees what the earlier ones wrote. Every entry
+        with a rule has an idempotency key. Two callers with one key, in any processes,
+        are serialised: each sees what the other committed.
+
+        Per entry, the row as stored: the entry (as with `enqueue_rows`; a successor
+        under its stored key), or the existing job answered (a live or recently ended
+        hit, or the debounced job as updated). Entries answered by one job all carry
+        its last version."""
+        ...
+
     def remember_queues(self, names: Sequence[str]) -> None: ...
     def queues_since(self, seq: int) -> list[tuple[int, str, str]]: ...
     def claim(

@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from jobledger._storage import layout as L
-from jobledger._storage.interface import JobRow
+from jobledger._storage.interface import SUCCESSOR_SEP, JobRow, user_key
 from jobledger._storage.records import AttemptRow
 from jobledger._types import AttemptSnapshot, JobErrorInfo, JobSnapshot, JobStatus, LogLine
 from jobledger.clock import from_ms
@@ -79,6 +79,9 @@ def snapshot_from_row(row: JobRow) -> JobSnapshot:
     created_ms = row[L.C_CREATED_AT]
     created = from_ms(created_ms)
     finished_at = None if finished is None else from_ms(finished)
+    key = row[L.C_KEY]
+    if key is not None and SUCCESSOR_SEP in key:
+        key = user_key(key)
     return JobSnapshot(
         id=row[L.C_ID],
         type=row[L.C_TYPE],
@@ -91,7 +94,7 @@ def snapshot_from_row(row: JobRow) -> JobSnapshot:
         attempt=row[L.C_ATTEMPT],
         max_attempts=row[L.C_MAX_ATTEMPTS],
         timeout=None if timeout_ms is None else timeout_ms / 1000,
-        idempotency_key=row[L.C_KEY],
+        idempotency_key=key,
         parent_id=row[L.C_PARENT],
         schedule_id=row[L.C_SCHEDULE],
         metadata=_json(row[L.C_METADATA]) or {},

@@ -253,12 +253,19 @@ def _enqueue_options(
     queue: str | None,
     max_attempts: int | None,
     metadata: str | None,
+    unique_for: float | None,
+    debounce: float | None,
 ) -> dict[str, Any]:
     options: dict[str, Any] = {"priority": priority}
     if delay is not None:
         options["delay"] = delay
     if key is not None:
         options["idempotency_key"] = key
+    # Checked by `enqueue` itself (a positive number, with --key), as from Python.
+    if unique_for is not None:
+        options["unique_for"] = unique_for
+    if debounce is not None:
+        options["debounce"] = debounce
     if queue is not None:
         options["queue"] = queue
     if max_attempts is not None:
@@ -283,6 +290,18 @@ def _enqueue_options(
     help="Lower runs first.",
 )
 @click.option("--key", default=None, help="Idempotency key.")
+@click.option(
+    "--unique-for",
+    type=Seconds(),
+    default=None,
+    help="With --key: also return the job with this key that ended within these seconds.",
+)
+@click.option(
+    "--debounce",
+    type=Seconds(),
+    default=None,
+    help="With --key: run once, this many seconds after the last enqueue, with its payload.",
+)
 @click.option("--queue", default=None, help="Queue (default: the handler's or the type name).")
 @click.option("--max-attempts", type=bounded_int(1), default=None)
 @click.option("--metadata", default=None, help="A JSON object.")
@@ -305,6 +324,8 @@ def enqueue(
     delay: float | None,
     priority: int,
     key: str | None,
+    unique_for: float | None,
+    debounce: float | None,
     queue: str | None,
     max_attempts: int | None,
     metadata: str | None,
@@ -320,7 +341,9 @@ def enqueue(
     job has it), else JOB_UNKNOWN_TYPE, unless --allow-unknown-type.
     """
     value = parse_json_option("--payload", payload)
-    options = _enqueue_options(delay, priority, key, queue, max_attempts, metadata)
+    options = _enqueue_options(
+        delay, priority, key, queue, max_attempts, metadata, unique_for, debounce
+    )
     if app is None and not allow_unknown_type and not _known_type(settings, job_type):
         # A typo here would otherwise wait forever: nothing would ever claim the row.
         raise JobValidationError(

@@ -116,6 +116,35 @@ class Queries:
     FIND_LIVE_BY_KEY = (
         f"SELECT {JOB_COLUMNS} FROM {{s}}.jobs WHERE idempotency_key = %s AND status IN {_LIVE}"
     )
+    # `unique_for`: the job that ended with the key most recently, when that was at or
+    # after the second parameter (jobs_ended_key_idx).
+    FIND_ENDED_BY_KEY = (
+        f"SELECT {JOB_COLUMNS} FROM {{s}}.jobs WHERE idempotency_key = %s "
+        f"AND status IN {_TERMINAL} AND finished_at >= %s ORDER BY finished_at DESC LIMIT 1"
+    )
+    # ENQUEUE_ONE that also inserts nothing while its snapshot shows a job that ended with
+    # the key at or after %(since)s: one that ended after the store looked for it.
+    ENQUEUE_UNLESS_ENDED = ENQUEUE_ONE.replace(
+        "WHERE %(parent)s::text IS NULL "
+        "OR EXISTS (SELECT 1 FROM {s}.jobs p WHERE p.id = %(parent)s::text) ",
+        "WHERE (%(parent)s::text IS NULL "
+        "OR EXISTS (SELECT 1 FROM {s}.jobs p WHERE p.id = %(parent)s::text)) "
+        "AND NOT EXISTS (SELECT 1 FROM {s}.jobs e WHERE e.idempotency_key = %(key)s::text "
+        f"AND e.status IN {_TERMINAL} AND e.finished_at >= %(since)s::bigint) ",
+    )
+    # `debounce`: the newest waiting job stored under the key or a successor of it (below
+    # %(end)s, `interface.SUCCESSOR_END` after the key; a range of jobs_idempotency_key_uq
+    # under the "C" collation) takes the entry's payload, status and time. Locked first:
+    # a claim that took it meanwhile leaves it out (READ COMMITTED re-checks the status),
+    # and a claim after skips it.
+    DEBOUNCE_WAITING = (
+        "UPDATE {s}.jobs SET payload = %(payload)s, status = %(status)s, "
+        "scheduled_at = %(scheduled_at)s, updated_at = %(created_at)s "
+        "WHERE id = (SELECT id FROM {s}.jobs WHERE idempotency_key >= %(key)s::text "
+        "AND idempotency_key < %(end)s::text AND status IN ('pending', 'delayed') "
+        "ORDER BY id DESC LIMIT 1 FOR UPDATE) AND status IN ('pending', 'delayed') "
+        f"RETURNING {JOB_COLUMNS}"
+    )
     PARENT_EXISTS = "SELECT 1 FROM {s}.jobs WHERE id = %s"
     # Queue rows are numbered in commit order: the store takes `queues_lock_key` (held to
     # COMMIT) first, so a reader that saw seq N never sees a row below N appear later
@@ -580,6 +609,10 @@ class Queries:
         self.global_claim_key = f"jobledger:{self.schema}:claim"
         self.leader_lock_key = f"jobledger:{self.schema}:leader"
         self.retry_lock_key = f"jobledger:{self.schema}:retry"
+
+    def key_lock_key(self, key: str) -> str:
+        """The lock that serialises `unique_for` and `debounce` enqueues of one key."""
+        return f"jobledger:{self.schema}:key:{key}"
 
     def queue_claim_key(self, queue: str) -> str:
         return f"jobledger:{self.schema}:queue:{queue}"

@@ -28,6 +28,12 @@ Concurrency, where SQLite relied on its single writer:
 * Enqueue: `INSERT ... ON CONFLICT (idempotency_key) WHERE <live> DO NOTHING` on the
   partial unique index, so two hosts enqueueing one key concurrently get one row (the
   loser waits for the winner's COMMIT, then returns its row).
+* Unique and debounced enqueues (`enqueue_keyed`) first take a transaction-scoped
+  advisory lock on their key, so two hosts with one key take turns; every statement after
+  it re-checks what a plain enqueue of the key (which takes no lock) may have committed.
+  A debounce locks the waiting row it updates, so a claim skips it or wins it first. A
+  job debounced while a running job holds its key is written under a successor key
+  (`interface.successor_key`), as on SQLite.
 * Multi-row updates (promote, cancel_many, recovery) lock their rows in id order, so they
   never deadlock each other. Durable locks re-check their holder after locking its row.
 * A whole transaction is retried (3 attempts within 1 s) only for serialization failures
@@ -69,18 +75,21 @@ from jobledger._storage import rate, settings
 from jobledger._storage.attempts import with_final_attempt
 from jobledger._storage.interface import (
     APPLIED,
+    SUCCESSOR_END,
     TERMINAL,
     ClaimedJob,
     ClaimRequest,
     ClaimResult,
     JobFilter,
     JobRow,
+    KeyRule,
     NewJob,
     Outcome,
     RetryFilter,
     SpreadRequest,
+    latest_versions,
     retry_row,
-    was_inserted,
+    successor_key,
 )
 from jobledger._storage.observe import (
     JobMetrics,
@@ -471,11 +480,7 @@ class PostgresStore(ScheduleOps, WorkerOps):
 
         def work(c: Conn) -> list[JobRow]:
             out = self._enqueue_in(c, jobs)
-            marks = [
-                (key, got[L.C_ID])
-                for new, got, key in zip(rows, out, keys, strict=True)
-                if key is not None and was_inserted(new, got)
-            ]
+            marks = _rate_key_marks(rows, out, keys)
             if marks:
                 c.cursor().executemany(self.q.SET_RATE_KEY, marks)
             return out
@@ -560,21 +565,112 @@ class PostgresStore(ScheduleOps, WorkerOps):
                 hit = conn.execute(q.FIND_LIVE_BY_KEY, (key,)).fetchone()
                 if hit is not None:
                     return (False, *hit)
-            if (
-                job.parent_id is not None
-                and conn.execute(q.PARENT_EXISTS, (job.parent_id,)).fetchone() is None
-            ):
-                raise JobNotFound(
-                    f"parent job {job.parent_id!r} does not exist",
-                    params={"parent_id": job.parent_id},
-                )
+            self._check_parent(conn, job)
             row = conn.execute(q.ENQUEUE_ONE, _enqueue_params(job)).fetchone()
             if row is not None:
                 return tuple(row)
-        raise WriteTransactionFailed(
-            f"enqueue: idempotency key {job.idempotency_key!r} kept changing owner",
-            params={"label": "enqueue", "idempotency_key": job.idempotency_key},
+        raise _key_kept_changing(job)
+
+    def _check_parent(self, conn: Conn, job: NewJob) -> None:
+        if (
+            job.parent_id is not None
+            and conn.execute(self.q.PARENT_EXISTS, (job.parent_id,)).fetchone() is None
+        ):
+            raise JobNotFound(
+                f"parent job {job.parent_id!r} does not exist",
+                params={"parent_id": job.parent_id},
+            )
+
+    def enqueue_keyed(
+        self,
+        rows: Sequence[JobRow],
+        rules: Sequence[KeyRule | None],
+        conn: Conn | None = None,
+        rate_keys: Sequence[str | None] | None = None,
+    ) -> list[JobRow]:
+        """`enqueue_rows` with a `KeyRule` per entry (see the protocol).
+
+        Every entry with a rule first takes its key's transaction-scoped advisory lock
+        (all of them, in key order, so two batches cannot deadlock), so keyed enqueues of
+        one key run one at a time across hosts, each seeing what the one before committed.
+        A plain enqueue of the key takes no lock: the statements below re-check what it
+        may have committed meanwhile (the unique index still allows one live row per
+        stored key) and look again when it did.
+        """
+        jobs = [_job_of(row) for row in rows]
+
+        def work(c: Conn) -> list[JobRow]:
+            out = self._enqueue_keyed_in(c, jobs, rules)
+            if rate_keys is not None:
+                marks = _rate_key_marks(rows, out, rate_keys)
+                if marks:
+                    c.cursor().executemany(self.q.SET_RATE_KEY, marks)
+            return out
+
+        if conn is not None:
+            return work(conn)
+        return self.write(work, "enqueue")
+
+    def _enqueue_keyed_in(
+        self, conn: Conn, jobs: Sequence[NewJob], rules: Sequence[KeyRule | None]
+    ) -> list[JobRow]:
+        q = self.q
+        keys = sorted(
+            {str(j.idempotency_key) for j, r in zip(jobs, rules, strict=True) if r is not None}
         )
+        with conn.pipeline():
+            for key in keys:
+                conn.execute(q.ADVISORY_XACT_LOCK, (q.key_lock_key(key),))
+        out: list[JobRow] = []
+        for job, rule in zip(jobs, rules, strict=True):
+            if rule is None:
+                out.append(self._enqueue_in(conn, [job])[0])
+            elif rule.kind == "unique_for":
+                out.append(self._unique_for(conn, job, job.created_at - rule.ms))
+            else:
+                out.append(self._debounce(conn, job))
+        return latest_versions(out)
+
+    def _unique_for(self, conn: Conn, job: NewJob, since: int) -> JobRow:
+        q = self.q
+        params = {**_enqueue_params(job), "since": since}
+        for _ in range(5):
+            # The live job, else a new one, unless one ended since `since`.
+            row = conn.execute(q.ENQUEUE_UNLESS_ENDED, params).fetchone()
+            if row is not None:
+                if row[0]:
+                    self._register_queues(conn, [job])
+                return tuple(row[1:])
+            ended = conn.execute(q.FIND_ENDED_BY_KEY, (job.idempotency_key, since)).fetchone()
+            if ended is not None:
+                return tuple(ended)
+            self._check_parent(conn, job)
+        raise _key_kept_changing(job)
+
+    def _debounce(self, conn: Conn, job: NewJob) -> JobRow:
+        q = self.q
+        key = str(job.idempotency_key)
+        params = _enqueue_params(job)
+        update = {**params, "end": key + SUCCESSOR_END}
+        for _ in range(5):
+            with conn.pipeline():
+                updated = conn.execute(q.DEBOUNCE_WAITING, update)
+                live = conn.execute(q.FIND_LIVE_BY_KEY, (key,))
+            hit = updated.fetchone()
+            if hit is not None:
+                return tuple(hit)
+            holder = live.fetchone()
+            if holder is not None and holder[L.C_STATUS] != "running":
+                continue  # a plain enqueue wrote it after the update looked: update it
+            # Running: the new job waits beside it, under a successor key.
+            target = params if holder is None else {**params, "key": successor_key(key, job.id)}
+            row = conn.execute(q.ENQUEUE_ONE, target).fetchone()
+            if row is not None and row[0]:
+                self._register_queues(conn, [job])
+                return tuple(row[1:])
+            if row is None:
+                self._check_parent(conn, job)
+        raise _key_kept_changing(job)
 
     def _register_queues(self, conn: Conn, inserted: Sequence[NewJob]) -> None:
         new: dict[str, NewJob] = {}
@@ -1356,6 +1452,13 @@ class PostgresStore(ScheduleOps, WorkerOps):
         return self.read(observe.storage_facts)
 
 
+def _key_kept_changing(job: NewJob) -> WriteTransactionFailed:
+    return WriteTransactionFailed(
+        f"enqueue: idempotency key {job.idempotency_key!r} kept changing owner",
+        params={"label": "enqueue", "idempotency_key": job.idempotency_key},
+    )
+
+
 def _job_of(row: JobRow) -> NewJob:
     return NewJob(
         id=row[L.C_ID],
@@ -1516,6 +1619,19 @@ def _where(flt: JobFilter) -> tuple[str, tuple[Any, ...]]:
 # take, and its rounds.
 _KEYED_SLACK = 32
 _KEYED_ROUNDS = 4
+
+
+def _rate_key_marks(
+    rows: Sequence[JobRow], out: Sequence[JobRow], keys: Sequence[str | None]
+) -> list[tuple[str, str]]:
+    """(key, id) of each job that now holds an entry's payload: the entry inserted, or a
+    debounced job whose payload it replaced. A job answered unchanged with the same
+    payload has the same key already (the key is a function of the payload)."""
+    return [
+        (key, got[L.C_ID])
+        for new, got, key in zip(rows, out, keys, strict=True)
+        if key is not None and got[L.C_PAYLOAD] == new[L.C_PAYLOAD]
+    ]
 
 
 def _executor(conn: Conn) -> rate.Execute:

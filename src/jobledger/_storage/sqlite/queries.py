@@ -65,6 +65,24 @@ FIND_LIVE_BY_KEY = (
     f"SELECT {JOB_COLUMNS} FROM jobs WHERE idempotency_key = ? "
     "AND (status = 'pending' OR status = 'delayed' OR status = 'running')"
 )
+# `unique_for`: the job that ended with the key most recently, when that was at or
+# after ?2. The status test repeats jobs_ended_key_idx's condition exactly.
+FIND_ENDED_BY_KEY = (
+    f"SELECT {JOB_COLUMNS} FROM jobs WHERE idempotency_key = ? "
+    "AND (status = 'completed' OR status = 'failed' OR status = 'cancelled') "
+    "AND finished_at >= ? ORDER BY finished_at DESC LIMIT 1"
+)
+# `debounce`: the newest waiting job stored under the key ?5 or a successor of it (below
+# ?6, `interface.SUCCESSOR_END` after the key) takes the entry's payload, status and time.
+# One range of jobs_idempotency_key_uq, whose condition the inner test repeats.
+DEBOUNCE_WAITING = (
+    "UPDATE jobs SET payload = ?1, status = ?2, scheduled_at = ?3, updated_at = ?4 "
+    "WHERE rowid = (SELECT rowid FROM jobs WHERE idempotency_key >= ?5 "
+    "AND idempotency_key < ?6 "
+    "AND (status = 'pending' OR status = 'delayed' OR status = 'running') "
+    "AND status <> 'running' ORDER BY rowid DESC LIMIT 1) "
+    f"RETURNING {JOB_COLUMNS}"
+)
 PARENT_EXISTS = "SELECT 1 FROM jobs WHERE rowid = ? AND id = ?"
 REGISTER_QUEUE = "INSERT OR IGNORE INTO queues (name, type, created_at) VALUES (?, ?, ?)"
 QUEUES_SINCE = "SELECT seq, name, type FROM queues WHERE seq > ? ORDER BY seq"

@@ -2,7 +2,7 @@
 -- After adding a migration, regenerate it from the repository root with
 --   python -m jobledger._storage.sqlite.migrate \
 --       > src/jobledger/_storage/sqlite/schema.sql
--- user_version = 8
+-- user_version = 9
 
 CREATE INDEX job_schedules_enabled_next_run_idx ON job_schedules (enabled, next_run);
 
@@ -14,6 +14,10 @@ CREATE INDEX jobs_claim_idx ON jobs (queue, priority, scheduled_at)
     WHERE status = 'pending' AND cancel_requested = 0;
 
 CREATE INDEX jobs_delayed_idx ON jobs (scheduled_at) WHERE status = 'delayed';
+
+CREATE INDEX jobs_ended_key_idx ON jobs (idempotency_key, finished_at)
+    WHERE idempotency_key IS NOT NULL
+        AND (status = 'completed' OR status = 'failed' OR status = 'cancelled');
 
 CREATE INDEX jobs_failed_idx ON jobs (status) WHERE status = 'failed';
 

@@ -9,6 +9,12 @@ Every write goes through `tx.with_write_tx` (BEGIN IMMEDIATE, guarded rollback, 
 transaction retry on BUSY). All operations here are idempotent as whole transactions —
 each re-reads what it needs inside the transaction and is a compare-and-set — so they
 are safe to replay.
+
+Unique and debounced enqueues (`enqueue_keyed`; `interface.KeyRule`) are lookups and
+writes in one such transaction, so the write lock makes them atomic across processes. The
+live-key index stays what it was (one live row per stored key): a job debounced while a
+running job holds its key is written under a successor key (`interface.successor_key`),
+which the debounce lookup finds in the same index range as the key itself.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from jobledger._core import ids
 from jobledger._storage import layout as L
@@ -33,20 +39,23 @@ from jobledger._storage import rate, settings, tx
 from jobledger._storage.attempts import with_final_attempt
 from jobledger._storage.interface import (
     APPLIED,
+    SUCCESSOR_END,
     TERMINAL,
     ClaimedJob,
     ClaimRequest,
     ClaimResult,
     JobFilter,
     JobRow,
+    KeyRule,
     NewJob,
     Outcome,
     Reissued,
     RetryFilter,
     SpreadRequest,
     fresh_row,
+    latest_versions,
     retry_row,
-    was_inserted,
+    successor_key,
 )
 from jobledger._storage.observe import (
     JobMetrics,
@@ -110,7 +119,7 @@ _SETTINGS_UPSERT = (
     "updated_at = excluded.updated_at"
 )
 _TYPE, _QUEUE, _KEY, _PARENT, _CREATED = L.C_TYPE, L.C_QUEUE, L.C_KEY, L.C_PARENT, L.C_CREATED_AT
-_ID, _PAYLOAD = L.C_ID, L.C_PAYLOAD
+_ID, _PAYLOAD, _STATUS, _SCHEDULED_AT = L.C_ID, L.C_PAYLOAD, L.C_STATUS, L.C_SCHEDULED_AT
 # A fresh row's values in `q.INSERT_JOB`'s parameter order after its key, picked in C;
 # all but the id and payload, in `q.insert_shared_sql`'s.
 _insert_params = operator.itemgetter(L.C_ID, L.C_PAYLOAD, *q.SHARED_COLUMNS)
@@ -317,14 +326,7 @@ class SqliteStore(ScheduleOps, WorkerOps):
 
             def work(c: sqlite3.Connection) -> list[JobRow]:
                 out = self._enqueue_in(c, rows)
-                c.executemany(
-                    "UPDATE jobs SET rate_key = ? WHERE id = ?",
-                    [
-                        (key, got[_ID])
-                        for new, got, key in zip(rows, out, keys, strict=True)
-                        if key is not None and was_inserted(new, got)
-                    ],
-                )
+                c.executemany(_SET_RATE_KEY, _rate_key_marks(rows, out, keys))
                 return out
 
             return work(conn) if conn is not None else self.write(work, "enqueue")
@@ -403,6 +405,56 @@ class SqliteStore(ScheduleOps, WorkerOps):
             as_inserted = {id(entry): row for entry, row in zip(inserts, inserted, strict=True)}
             out = [as_inserted.get(id(row), row) for row in out]
         return out
+
+    def enqueue_keyed(
+        self,
+        rows: Sequence[JobRow],
+        rules: Sequence[KeyRule | None],
+        conn: sqlite3.Connection | None = None,
+        rate_keys: Sequence[str | None] | None = None,
+    ) -> list[JobRow]:
+        """`enqueue_rows` with a `KeyRule` per entry (see the protocol). One write
+        transaction holds the database's only write lock, so its lookups and writes are
+        one atomic step against every other process."""
+
+        def work(c: sqlite3.Connection) -> list[JobRow]:
+            out = self._enqueue_keyed_in(c, rows, rules)
+            if rate_keys is not None:
+                c.executemany(_SET_RATE_KEY, _rate_key_marks(rows, out, rate_keys))
+            return out
+
+        if conn is not None:
+            return work(conn)
+        return self.write(work, "enqueue")
+
+    def _enqueue_keyed_in(
+        self, conn: sqlite3.Connection, rows: Sequence[JobRow], rules: Sequence[KeyRule | None]
+    ) -> list[JobRow]:
+        out: list[JobRow] = []
+        for row, rule in zip(rows, rules, strict=True):
+            if rule is None:
+                out.append(self._enqueue_checked(conn, [row])[0])
+            elif rule.kind == "unique_for":
+                key = row[_KEY]
+                hit = conn.execute(q.FIND_LIVE_BY_KEY, (key,)).fetchone()
+                if hit is None:
+                    since = row[_CREATED] - rule.ms
+                    hit = conn.execute(q.FIND_ENDED_BY_KEY, (key, since)).fetchone()
+                out.append(self._enqueue_checked(conn, [row])[0] if hit is None else hit)
+            else:
+                out.append(self._debounce(conn, row))
+        return latest_versions(out)
+
+    def _debounce(self, conn: sqlite3.Connection, row: JobRow) -> JobRow:
+        key = row[_KEY]
+        params = (row[_PAYLOAD], row[_STATUS], row[_SCHEDULED_AT], row[_CREATED])
+        hit = conn.execute(q.DEBOUNCE_WAITING, (*params, key, key + SUCCESSOR_END)).fetchone()
+        if hit is not None:
+            return cast(JobRow, hit)
+        if conn.execute(q.FIND_LIVE_BY_KEY, (key,)).fetchone() is not None:
+            # Running, since no waiting job holds it: the new job waits beside it.
+            row = (*row[:_KEY], successor_key(key, row[_ID]), *row[_KEY + 1 :])
+        return self._enqueue_checked(conn, [row])[0]
 
     def remember_queues(self, names: Iterator[str] | Sequence[str]) -> None:
         """Called after COMMIT: these queues are registered and need no further INSERT."""
@@ -1199,6 +1251,22 @@ def _keyed_take(
             if after.wait_until is not None:
                 waits.append(after.wait_until)
     return rows, min(waits) if waits else None
+
+
+_SET_RATE_KEY = "UPDATE jobs SET rate_key = ? WHERE id = ?"
+
+
+def _rate_key_marks(
+    rows: Sequence[JobRow], out: Sequence[JobRow], keys: Sequence[str | None]
+) -> list[tuple[str, str]]:
+    """(key, id) of each job that now holds an entry's payload: the entry inserted, or a
+    debounced job whose payload it replaced. A job answered unchanged with the same
+    payload has the same key already (the key is a function of the payload)."""
+    return [
+        (key, got[_ID])
+        for new, got, key in zip(rows, out, keys, strict=True)
+        if key is not None and got[_PAYLOAD] == new[_PAYLOAD]
+    ]
 
 
 def _ex(conn: sqlite3.Connection) -> rate.Execute:
