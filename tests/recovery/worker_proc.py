@@ -29,6 +29,8 @@ Modes:
             2 ms, records "<queue>:end:<monotonic>" (the many-queues test).
     cpu     rec.cpu (concurrency from --concurrency): records its run, then computes for
             CPU_MS without awaiting, holding the event loop as real computation does.
+    rated   rec.rated (concurrency 20, a rate limit from --rate, per key `n % 3` with
+            --keyed; without --rate none): records "<key>:<time.time()>" when it starts.
     idle    no jobs; only a started manager (for the leadership tests).
 """
 
@@ -56,6 +58,7 @@ STALE = jl.JobType("rec.stale", int)
 WAITER = jl.JobType("rec.waiter", int)
 KB = jl.JobType("rec.kb", int)
 CPU = jl.JobType("rec.cpu", int)
+RATED = jl.JobType("rec.rated", int)
 CPU_MS = 2.0
 KB_QUEUES = 60
 KB_CONCURRENCY = 2
@@ -185,6 +188,19 @@ def register_cpu(jobs: jl.JobManager, markers: Markers, concurrency: int) -> Non
             pass
 
 
+def register_rated(jobs: jl.JobManager, markers: Markers, rate: str | None, keyed: bool) -> None:
+    limit = None
+    if rate is not None:
+        parsed = jl.RateLimit.parse(rate)
+        limit = jl.RateLimit(
+            parsed.limit, parsed.per, key=(lambda n: str(n % 3)) if keyed else None
+        )
+
+    @jobs.handler(RATED, recovery="retry", concurrency=20, rate_limit=limit)
+    async def rated(ctx: jl.JobContext[int]) -> None:
+        markers.mark(RATED.name, ctx.job_id, ctx.attempt, f"{ctx.payload % 3}:{time.time()}")
+
+
 def write_status(path: str, jobs: jl.JobManager) -> None:
     running = len(jobs._engine.inflight)
     tmp = f"{path}.tmp"
@@ -215,6 +231,8 @@ async def main(args: argparse.Namespace) -> int:
         register_lock(jobs, markers, f"{args.markers}.go")
     elif args.mode == "spread":
         register_spread(jobs, markers)
+    elif args.mode == "rated":
+        register_rated(jobs, markers, args.rate, args.keyed)
     elif args.mode == "cpu":
         register_cpu(jobs, markers, args.concurrency)
     elif args.mode != "idle":
@@ -240,7 +258,7 @@ async def main(args: argparse.Namespace) -> int:
 def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="worker_proc")
     p.add_argument("db")
-    p.add_argument("mode", choices=("block", "work", "lock", "spread", "cpu", "idle"))
+    p.add_argument("mode", choices=("block", "work", "lock", "spread", "cpu", "rated", "idle"))
     p.add_argument("--markers", required=True)
     p.add_argument("--status", default=None)
     p.add_argument("--worker-id", default=None)
@@ -250,6 +268,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--worker-timeout", type=float, default=600.0)
     p.add_argument("--heartbeat", type=float, default=5.0)
     p.add_argument("--leader-ttl", type=float, default=15.0)
+    p.add_argument("--rate", default=None)
+    p.add_argument("--keyed", action="store_true")
     return p.parse_args(argv)
 
 

@@ -134,8 +134,16 @@ def record(ex: Execute, sql: RateSql, bucket: str, w: Window, taken: int, now_ms
 
 
 def record_many(
-    ex: Execute, sql: RateSql, taken: dict[str, tuple[Window, int]], now_ms: int
+    exmany: Callable[[str, list[tuple[Any, ...]]], object],
+    sql: RateSql,
+    taken: dict[str, tuple[Window, int]],
+    now_ms: int,
 ) -> None:
-    """`record` for many buckets (their window and the starts the claim took)."""
-    for bucket, (w, n) in taken.items():
-        record(ex, sql, bucket, w, n, now_ms)
+    """`record` for many buckets (their window and the starts the claim took), as one
+    batch of inserts and one of deletes (`exmany`: the dialect's executemany)."""
+    rows = [(b, w.cum + n, max(now_ms, w.at)) for b, (w, n) in taken.items() if n > 0]
+    if rows:
+        exmany(sql.insert, rows)
+    prune = [(b, w.base) for b, (w, n) in taken.items() if n > 0 and w.base]
+    if prune:
+        exmany(sql.prune, prune)

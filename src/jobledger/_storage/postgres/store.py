@@ -861,7 +861,7 @@ class PostgresStore(ScheduleOps, WorkerOps):
                 break
         rows = ex(q.CLAIM_IDS, (req.worker_id, now_ms, now_ms, picked)) if picked else []
         rate.record_many(
-            ex,
+            conn.cursor().executemany,
             self._rate_sql,
             {rate.bucket_of(req.queue, k): (wins[k], c) for k, c in taken.items()},
             now_ms,

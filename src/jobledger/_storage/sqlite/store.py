@@ -1238,7 +1238,7 @@ def _keyed_take(
     )
     got = Counter(key for key in taken.elements())
     rate.record_many(
-        ex,
+        conn.executemany,
         RATE_SQL,
         {rate.bucket_of(req.queue, k): (wins[k], c) for k, c in got.items()},
         now_ms,
