@@ -27,6 +27,9 @@ __all__ = ["RateSql", "Window", "bucket_of", "record", "record_many", "window", 
 SEP = "\x1f"
 
 
+PRUNE_EVERY = 32
+
+
 def bucket_of(queue: str, key: str | None) -> str:
     """The bucket of a queue's unkeyed limit (`key` None) or of one key of a keyed one."""
     return queue if key is None else f"{queue}{SEP}{key}"
@@ -144,6 +147,12 @@ def record_many(
     rows = [(b, w.cum + n, max(now_ms, w.at)) for b, (w, n) in taken.items() if n > 0]
     if rows:
         exmany(sql.insert, rows)
-    prune = [(b, w.base) for b, (w, n) in taken.items() if n > 0 and w.base]
+    # Rows older than a bucket's base are never read again, but deleting them on every
+    # claim cost as much as logging: they go once every PRUNE_EVERY starts of the bucket.
+    prune = [
+        (b, w.base)
+        for b, (w, n) in taken.items()
+        if n > 0 and w.base and (w.cum + n) // PRUNE_EVERY != w.cum // PRUNE_EVERY
+    ]
     if prune:
         exmany(sql.prune, prune)
