@@ -5,9 +5,10 @@ the queue's advisory lock, which every claim of the queue takes), `window` count
 bucket's starts in (now - per, now] exactly, and `record` logs the starts the claim took
 before it commits, so no two claims can both spend the last start of a window. A row is
 `(bucket, cum, at)`: `cum` is the bucket's starts up to and including that claim's, `at`
-its time, never below the previous row's (so `at` grows with `cum` and one index serves
-both questions below). Rows older than the newest one at or before `now - per` are never
-needed again and go as claims record. `cum` counts from the bucket's first row, so a
+its time, never below the previous row's (so `at` grows with `cum`, and the one B-tree
+keyed (bucket, at, cum) answers both "the newest row" and "the newest row at or before
+t"). Rows older than the newest one at or before `now - per` are never needed again;
+a claim deletes them once every PRUNE_EVERY starts of the bucket. `cum` counts from the bucket's first row, so a
 window whose base row was deleted (a period made longer since) counts every start the
 log still holds and more: it errs towards fewer starts, never more.
 
@@ -44,7 +45,7 @@ class RateSql:
     base: str  # (bucket, t) -> cum of the newest row with at <= t
     first_after: str  # (bucket, c) -> at of the oldest row with cum > c
     insert: str  # (bucket, cum, at)
-    prune: str  # (bucket, c): delete rows with cum < c
+    prune: str  # (bucket, t, c): delete rows with at <= t and cum < c
     # (buckets, t) -> bucket, newest cum, newest at, cum of the newest row with at <= t,
     # for many buckets in one statement (keyed limits); each dialect spells the list.
     many: str = ""
@@ -53,25 +54,31 @@ class RateSql:
     def for_placeholder(cls, ph: str, table: str = "rate_log", listed: str = "") -> RateSql:
         """`listed`: the FROM item that makes rows `k(value)` of a list parameter."""
         many = (
-            f"SELECT k.value, (SELECT cum FROM {table} WHERE bucket = k.value ORDER BY cum DESC "
-            f"LIMIT 1), (SELECT at FROM {table} WHERE bucket = k.value ORDER BY cum DESC "
-            f"LIMIT 1), (SELECT cum FROM {table} WHERE bucket = k.value AND at <= {ph} "
-            f"ORDER BY at DESC, cum DESC LIMIT 1) FROM {listed}"
+            f"SELECT k.value, (SELECT cum FROM {table} WHERE bucket = k.value "
+            f"ORDER BY at DESC, cum DESC LIMIT 1), (SELECT at FROM {table} WHERE bucket = "
+            f"k.value ORDER BY at DESC, cum DESC LIMIT 1), (SELECT cum FROM {table} WHERE "
+            f"bucket = k.value AND at <= {ph} ORDER BY at DESC, cum DESC LIMIT 1) FROM {listed}"
             if listed
             else ""
         )
         return cls(
             many=many,
-            latest=f"SELECT cum, at FROM {table} WHERE bucket = {ph} ORDER BY cum DESC LIMIT 1",
+            latest=(
+                f"SELECT cum, at FROM {table} WHERE bucket = {ph} "
+                "ORDER BY at DESC, cum DESC LIMIT 1"
+            ),
             base=(
                 f"SELECT cum FROM {table} WHERE bucket = {ph} AND at <= {ph} "
                 "ORDER BY at DESC, cum DESC LIMIT 1"
             ),
+            # Rows older than the window's base are pruned, so this scans the window's.
             first_after=(
-                f"SELECT at FROM {table} WHERE bucket = {ph} AND cum > {ph} ORDER BY cum LIMIT 1"
+                f"SELECT at FROM {table} WHERE bucket = {ph} AND cum > {ph} "
+                "ORDER BY at, cum LIMIT 1"
             ),
             insert=f"INSERT INTO {table} (bucket, cum, at) VALUES ({ph}, {ph}, {ph})",
-            prune=f"DELETE FROM {table} WHERE bucket = {ph} AND cum < {ph}",
+            # Bounded by `at` too, so the delete reads only the rows it removes.
+            prune=f"DELETE FROM {table} WHERE bucket = {ph} AND at <= {ph} AND cum < {ph}",
         )
 
 
@@ -82,23 +89,24 @@ class Window:
     cum: int  # the newest row's cum (0: none)
     at: int  # the newest row's at
     base: int  # cum of the newest row at or before now - per (0: none)
+    edge: int = 0  # now - per: the base row's at is at or before it
 
 
 def window(ex: Execute, sql: RateSql, bucket: str, limit: int, per_ms: int, now_ms: int) -> Window:
     latest = ex(sql.latest, (bucket,))
     if not latest:
-        return Window(limit, None, 0, 0, 0)
+        return Window(limit, None, 0, 0, 0, now_ms - per_ms)
     cum, at = int(latest[0][0]), int(latest[0][1])
     base_rows = ex(sql.base, (bucket, now_ms - per_ms))
     base = int(base_rows[0][0]) if base_rows else 0
     room = limit - (cum - base)
     if room > 0:
-        return Window(room, None, cum, at, base)
+        return Window(room, None, cum, at, base, now_ms - per_ms)
     # The next start is allowed once the oldest start that keeps the window full has
     # left it: the first row whose cum exceeds cum - limit, `per` after its time.
     first = ex(sql.first_after, (bucket, cum - limit))
     wait = int(first[0][0]) + per_ms if first else now_ms + per_ms
-    return Window(0, max(wait, now_ms + 1), cum, at, base)
+    return Window(0, max(wait, now_ms + 1), cum, at, base, now_ms - per_ms)
 
 
 def windows(
@@ -115,16 +123,16 @@ def windows(
     out: dict[str, Window] = {}
     for bucket, cum, at, base in ex(sql.many, (now_ms - per_ms, listed)):
         if cum is None:
-            out[bucket] = Window(limit, None, 0, 0, 0)
+            out[bucket] = Window(limit, None, 0, 0, 0, now_ms - per_ms)
             continue
         cum, at, base = int(cum), int(at), 0 if base is None else int(base)
         room = limit - (cum - base)
         if room > 0:
-            out[bucket] = Window(room, None, cum, at, base)
+            out[bucket] = Window(room, None, cum, at, base, now_ms - per_ms)
             continue
         first = ex(sql.first_after, (bucket, cum - limit))
         wait = int(first[0][0]) + per_ms if first else now_ms + per_ms
-        out[bucket] = Window(0, max(wait, now_ms + 1), cum, at, base)
+        out[bucket] = Window(0, max(wait, now_ms + 1), cum, at, base, now_ms - per_ms)
     return out
 
 
@@ -132,8 +140,8 @@ def record(ex: Execute, sql: RateSql, bucket: str, w: Window, taken: int, now_ms
     if taken <= 0:
         return
     ex(sql.insert, (bucket, w.cum + taken, max(now_ms, w.at)))
-    if w.base:
-        ex(sql.prune, (bucket, w.base))
+    if w.base and (w.cum + taken) // PRUNE_EVERY != w.cum // PRUNE_EVERY:
+        ex(sql.prune, (bucket, w.edge, w.base))
 
 
 def record_many(
@@ -150,7 +158,7 @@ def record_many(
     # Rows older than a bucket's base are never read again, but deleting them on every
     # claim cost as much as logging: they go once every PRUNE_EVERY starts of the bucket.
     prune = [
-        (b, w.base)
+        (b, w.edge, w.base)
         for b, (w, n) in taken.items()
         if n > 0 and w.base and (w.cum + n) // PRUNE_EVERY != w.cum // PRUNE_EVERY
     ]

@@ -37,8 +37,6 @@ CREATE INDEX jobs_running_idx ON jobs (queue, worker_id) WHERE status = 'running
 
 CREATE INDEX jobs_schedule_idx ON jobs (schedule_id, finished_at) WHERE schedule_id IS NOT NULL;
 
-CREATE INDEX rate_log_at_idx ON rate_log (bucket, at, cum);
-
 CREATE TABLE job_attempts (
     job_key     INTEGER NOT NULL,
     n           INTEGER NOT NULL,
@@ -148,7 +146,8 @@ CREATE TABLE rate_log (
     bucket  TEXT NOT NULL,
     cum     INTEGER NOT NULL,
     at      INTEGER NOT NULL,
-    PRIMARY KEY (bucket, cum)
+    -- One B-tree: `at` grows with `cum`, so (at, cum) order is cum order too.
+    PRIMARY KEY (bucket, at, cum)
 ) WITHOUT ROWID;
 
 CREATE TABLE workers (

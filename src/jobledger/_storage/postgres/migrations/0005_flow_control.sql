@@ -13,10 +13,8 @@ CREATE TABLE rate_log (
     bucket  text COLLATE "C" NOT NULL,
     cum     bigint NOT NULL,
     at      bigint NOT NULL,
-    PRIMARY KEY (bucket, cum)
+    PRIMARY KEY (bucket, at, cum)
 );
-
-CREATE INDEX rate_log_at_idx ON rate_log (bucket, at, cum);
 
 -- A keyed rate limit's key; the SQLite migration's column (see there).
 ALTER TABLE jobs ADD COLUMN rate_key text COLLATE "C";

@@ -21,10 +21,9 @@ CREATE TABLE rate_log (
     bucket  TEXT NOT NULL,
     cum     INTEGER NOT NULL,
     at      INTEGER NOT NULL,
-    PRIMARY KEY (bucket, cum)
+    -- One B-tree: `at` grows with `cum`, so (at, cum) order is cum order too.
+    PRIMARY KEY (bucket, at, cum)
 ) WITHOUT ROWID;
-
-CREATE INDEX rate_log_at_idx ON rate_log (bucket, at, cum);
 
 -- A keyed rate limit's key (`jl.RateLimit(..., key=fn)`), computed from the payload where
 -- the job is enqueued; NULL for every other row (and for a job a producer without the
