@@ -8,9 +8,10 @@ before it commits, so no two claims can both spend the last start of a window. A
 its time, never below the previous row's (so `at` grows with `cum`, and the one B-tree
 keyed (bucket, at, cum) answers both "the newest row" and "the newest row at or before
 t"). Rows older than the newest one at or before `now - per` are never needed again;
-a claim deletes them once every PRUNE_EVERY starts of the bucket. `cum` counts from the bucket's first row, so a
-window whose base row was deleted (a period made longer since) counts every start the
-log still holds and more: it errs towards fewer starts, never more.
+a claim deletes them once every PRUNE_EVERY starts of the bucket. `cum` counts from the
+bucket's first row, so a window whose base row was deleted (a period made longer since)
+counts every start the log still holds and more: it errs towards fewer starts, never
+more.
 
 The SQL is each dialect's (`RateSql`); the arithmetic is here, once.
 """
