@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import defaultdict
 
 import pydantic
 import pytest
@@ -292,3 +293,74 @@ def test_a_debounced_job_takes_the_key_of_its_last_payload(db: str) -> None:
         assert keys == {first.id: "b", plain.id: "c"}
     finally:
         run(jobs.stop())
+
+
+SPREAD = jl.JobType("flow.spread", int)
+
+
+def test_settings_hold_in_spread_claims_while_the_global_cap_binds(db: str) -> None:
+    """Ten queues of cap 5 under a global cap of 10 (so claims go across queues): q0's
+    cap is lowered to 1, q1 is paused, q2 is limited to 2 starts per 300 ms."""
+
+    async def main() -> tuple[dict[str, int], dict[str, list[float]], list[str]]:
+        running: dict[str, int] = defaultdict(int)
+        peak: dict[str, int] = defaultdict(int)
+        starts: dict[str, list[float]] = defaultdict(list)
+        jobs = jl.JobManager(db, startup_delay=0, poll_interval=0.02, global_max_concurrency=10)
+
+        @jobs.handler(SPREAD, recovery="retry", concurrency=5, queue=lambda n: f"q{n % 10}")
+        async def spread(ctx: jl.JobContext[int]) -> None:
+            running[ctx.queue] += 1
+            peak[ctx.queue] = max(peak[ctx.queue], running[ctx.queue])
+            await asyncio.sleep(0.005)
+            running[ctx.queue] -= 1
+
+        jobs.set_queue_limits("q0", concurrency=1)
+        jobs.pause_queue("q1")
+        jobs.set_queue_limits("q2", rate_limit="2/300ms")
+        handles = jobs.enqueue_many(SPREAD, list(range(100)))
+        async with jobs:
+            others = [h for h in handles if h.snapshot.queue != "q1"]
+            for h in others:
+                snap = await asyncio.wait_for(h.finished, 30)
+                assert snap.started_at is not None
+                starts[snap.queue].append(snap.started_at.timestamp())
+            left = [_status(jobs, h.id) for h in handles if h.snapshot.queue == "q1"]
+        return peak, starts, left
+
+    peak, starts, left = run(main())
+    assert peak["q0"] == 1
+    assert all(peak[f"q{i}"] <= 5 for i in range(10))
+    assert sum(len(v) for v in starts.values()) == 90
+    assert _max_in_window(starts["q2"], 0.3) <= 2
+    assert left == ["pending"] * 10
+
+
+def test_a_handler_rate_limit_holds_per_queue_in_spread_claims(db: str) -> None:
+    async def main() -> dict[str, list[float]]:
+        starts: dict[str, list[float]] = defaultdict(list)
+        jobs = jl.JobManager(db, startup_delay=0, poll_interval=0.02, global_max_concurrency=4)
+
+        @jobs.handler(
+            SPREAD,
+            recovery="retry",
+            concurrency=4,
+            queue=lambda n: f"r{n % 6}",
+            rate_limit=jl.RateLimit(3, 0.3),
+        )
+        async def spread(ctx: jl.JobContext[int]) -> None:
+            await asyncio.sleep(0.01)
+
+        handles = jobs.enqueue_many(SPREAD, list(range(36)))
+        async with jobs:
+            for h in handles:
+                snap = await asyncio.wait_for(h.finished, 30)
+                assert snap.started_at is not None
+                starts[snap.queue].append(snap.started_at.timestamp())
+        return starts
+
+    starts = run(main())
+    assert sorted(starts) == [f"r{i}" for i in range(6)]
+    for queue, times in starts.items():
+        assert len(times) == 6, queue
+        assert _max_in_window(times, 0.3) <= 3, (queue, sorted(times))
