@@ -836,19 +836,21 @@ class PostgresStore(ScheduleOps, WorkerOps):
                     want,
                 ),
             )
-            fresh = sorted({str(key) for _, key in cand if key not in wins})
-            if fresh:
-                buckets = {rate.bucket_of(req.queue, key): key for key in fresh}
-                found = rate.windows(
-                    ex, self._rate_sql, list(buckets), limit, per_ms, now_ms, list(buckets)
-                )
-                for bucket, w in found.items():
-                    wins[buckets[bucket]] = w
             newly: set[str] = set()
-            for job_id, key in cand:
+            for i, (job_id, key) in enumerate(cand):
                 if job_id in seen:
                     continue
                 seen.add(job_id)
+                if key not in wins:
+                    # As on SQLite: the windows of the keys this claim may still take.
+                    ahead = cand[i : i + n - len(picked)]
+                    fresh = sorted({str(k) for _, k in ahead if k not in wins})
+                    buckets = {rate.bucket_of(req.queue, k): k for k in fresh}
+                    found = rate.windows(
+                        ex, self._rate_sql, list(buckets), limit, per_ms, now_ms, list(buckets)
+                    )
+                    for bucket, w in found.items():
+                        wins[buckets[bucket]] = w
                 if taken[key] < wins[key].room:
                     taken[key] += 1
                     picked.append(job_id)

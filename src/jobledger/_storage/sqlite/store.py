@@ -1208,19 +1208,22 @@ def _keyed_take(
             q.keyed_candidates_sql(len(req.types), len(req.exclude_owners), len(spent)),
             (req.queue, now_ms, *req.types, *req.exclude_owners, *spent, want),
         ).fetchall()
-        fresh = sorted({key for _, key in cand if key not in wins})
-        if fresh:
-            buckets = {rate.bucket_of(req.queue, key): key for key in fresh}
-            found = rate.windows(
-                ex, RATE_SQL, list(buckets), limit, per_ms, now_ms, json.dumps(list(buckets))
-            )
-            for bucket, w in found.items():
-                wins[buckets[bucket]] = w
         newly: set[str] = set()
-        for rowid, key in cand:
+        for i, (rowid, key) in enumerate(cand):
             if rowid in seen:
                 continue
             seen.add(rowid)
+            if key not in wins:
+                # The windows of the keys among the rows this claim may still take from
+                # here, in one statement: not those of every row read (the slack).
+                ahead = cand[i : i + n - len(picked)]
+                fresh = sorted({k for _, k in ahead if k not in wins})
+                buckets = {rate.bucket_of(req.queue, k): k for k in fresh}
+                found = rate.windows(
+                    ex, RATE_SQL, list(buckets), limit, per_ms, now_ms, json.dumps(list(buckets))
+                )
+                for bucket, w in found.items():
+                    wins[buckets[bucket]] = w
             if taken[key] < wins[key].room:
                 taken[key] += 1
                 picked.append(rowid)
