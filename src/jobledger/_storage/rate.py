@@ -22,7 +22,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["RateSql", "Window", "bucket_of", "record", "record_many", "window", "windows"]
+from jobledger._storage import layout as L
+
+__all__ = [
+    "KeyedPick",
+    "RateSql",
+    "Window",
+    "bucket_of",
+    "keyed_wait",
+    "pick_keyed",
+    "rate_key_marks",
+    "record",
+    "record_many",
+    "window",
+    "windows",
+]
 
 # Between a queue's name and a key in a keyed bucket's name: neither may hold a control
 # character (`_core/limits.py`), so no two (queue, key) pairs share a bucket.
@@ -165,3 +179,87 @@ def record_many(
     ]
     if prune:
         exmany(sql.prune, prune)
+
+
+# Candidate rows a keyed claim reads per round, beyond what it may take: rows of keys
+# whose window is spent are skipped (and their keys left out of the next round).
+KEYED_SLACK = 32
+KEYED_ROUNDS = 4
+
+
+@dataclass(frozen=True, slots=True)
+class KeyedPick:
+    ids: list[Any]  # the rows to claim, in claim order
+    # Each key's window as read, and the starts taken from it.
+    wins: dict[str, Window]
+    taken: dict[str, int]
+    spent: list[str]  # keys found with rows waiting and no room
+
+
+def pick_keyed(
+    candidates: Callable[[list[str], int], list[Any]],
+    read_windows: Callable[[list[str]], dict[str, Window]],
+    n: int,
+) -> KeyedPick:
+    """A keyed rate limit's choice, once for both backends: up to `n` rows of the queue's
+    head in claim order, each while its key's window has room. `candidates(spent,
+    want)` reads up to `want` head rows `(id, key)` whose key is not in `spent`, so a
+    spent key's backlog at the head does not hide the other keys' rows behind it;
+    `read_windows(keys)` reads those keys' windows (one statement). Windows are read only
+    for the keys of rows the claim may still take, not for every row read ahead."""
+    wins: dict[str, Window] = {}
+    spent: list[str] = []
+    taken: dict[str, int] = {}
+    picked: list[Any] = []
+    seen: set[Any] = set()
+    for _ in range(KEYED_ROUNDS):
+        want = n - len(picked) + KEYED_SLACK
+        cand = candidates(spent, want)
+        newly: set[str] = set()
+        for i, (row_id, key) in enumerate(cand):
+            if row_id in seen:
+                continue
+            seen.add(row_id)
+            if key not in wins:
+                ahead = cand[i : i + n - len(picked)]
+                wins.update(read_windows(sorted({k for _, k in ahead if k not in wins})))
+            got = taken.get(key, 0)
+            if got < wins[key].room:
+                taken[key] = got + 1
+                picked.append(row_id)
+                if len(picked) >= n:
+                    break
+            else:
+                newly.add(key)
+        spent.extend(k for k in sorted(newly) if k not in spent)
+        if len(picked) >= n or len(cand) < want:
+            break
+    return KeyedPick(picked, wins, taken, spent)
+
+
+def keyed_wait(
+    ex: Execute, sql: RateSql, queue: str, pick: KeyedPick, limits: tuple[int, int], now_ms: int
+) -> int | None:
+    """After a keyed claim recorded its starts: the earliest time a key with rows waiting
+    (spent before, or spent by this claim) may start again; None: none waits."""
+    waits = [w.wait_until for k, w in pick.wins.items() if k in pick.spent and w.wait_until]
+    for k, c in pick.taken.items():
+        if c >= pick.wins[k].room:
+            after = window(ex, sql, bucket_of(queue, k), *limits, now_ms)
+            if after.wait_until is not None:
+                waits.append(after.wait_until)
+    return min(waits) if waits else None
+
+
+def rate_key_marks(
+    rows: Sequence[Any], out: Sequence[Any], keys: Sequence[str | None]
+) -> list[tuple[str, str]]:
+    """(key, id) of each job that now holds an entry's payload after an enqueue: the
+    entry inserted, or a debounced job whose payload it replaced. A job answered
+    unchanged with the same payload has the same key already (the key is a function of
+    the payload)."""
+    return [
+        (key, got[L.C_ID])
+        for new, got, key in zip(rows, out, keys, strict=True)
+        if key is not None and got[L.C_PAYLOAD] == new[L.C_PAYLOAD]
+    ]

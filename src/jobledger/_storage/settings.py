@@ -4,14 +4,25 @@ transaction, so two changes to different fields from two processes both hold."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from jobledger._storage.observe import QueueSettingsRecord
 
-__all__ = ["FIELDS", "merged"]
+__all__ = ["FIELDS", "merged", "record_of"]
 
 FIELDS = ("concurrency", "rate_limit", "rate_per_ms", "paused")
+
+
+def record_of(queue: str, row: Sequence[Any]) -> QueueSettingsRecord:
+    """The record of a row `(concurrency, rate_limit, rate_per_ms, paused, updated_at)`,
+    as every backend selects them."""
+    conc, limit, per, paused, updated = row
+
+    def opt(v: Any) -> int | None:
+        return None if v is None else int(v)
+
+    return QueueSettingsRecord(queue, opt(conc), opt(limit), opt(per), bool(paused), int(updated))
 
 
 def merged(

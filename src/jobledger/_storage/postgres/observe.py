@@ -26,6 +26,7 @@ from jobledger._storage.observe import (
     WorkerRecord,
 )
 from jobledger._storage.postgres.migrate import SCHEMA_VERSION
+from jobledger._storage.settings import record_of
 
 __all__ = [
     "count_finished_before",
@@ -89,17 +90,7 @@ def queue_settings(conn: Conn, s: str) -> list[QueueSettingsRecord]:
         "SELECT queue, concurrency, rate_limit, rate_per_ms, paused, updated_at "
         f"FROM {s}.queue_settings ORDER BY queue"
     ).fetchall()
-    return [
-        QueueSettingsRecord(
-            str(r[0]),
-            None if r[1] is None else int(r[1]),
-            None if r[2] is None else int(r[2]),
-            None if r[3] is None else int(r[3]),
-            bool(r[4]),
-            int(r[5]),
-        )
-        for r in rows
-    ]
+    return [record_of(str(r[0]), r[1:]) for r in rows]
 
 
 def queue_counts(conn: Conn, s: str) -> list[QueueCounts]:

@@ -480,7 +480,7 @@ class PostgresStore(ScheduleOps, WorkerOps):
 
         def work(c: Conn) -> list[JobRow]:
             out = self._enqueue_in(c, jobs)
-            marks = _rate_key_marks(rows, out, keys)
+            marks = rate.rate_key_marks(rows, out, keys)
             if marks:
                 c.cursor().executemany(self.q.SET_RATE_KEY, marks)
             return out
@@ -602,7 +602,7 @@ class PostgresStore(ScheduleOps, WorkerOps):
         def work(c: Conn) -> list[JobRow]:
             out = self._enqueue_keyed_in(c, jobs, rules)
             if rate_keys is not None:
-                marks = _rate_key_marks(rows, out, rate_keys)
+                marks = rate.rate_key_marks(rows, out, rate_keys)
                 if marks:
                     c.cursor().executemany(self.q.SET_RATE_KEY, marks)
             return out
@@ -802,12 +802,11 @@ class PostgresStore(ScheduleOps, WorkerOps):
     def _keyed_take(
         self, conn: Conn, req: ClaimRequest, cap: int, limits: tuple[int, int], now_ms: int
     ) -> ClaimResult:
-        """A keyed rate limit's claim, as SQLite's `_keyed_take` (see there): rows of the
+        """A keyed rate limit's claim (`rate.pick_keyed`, as on SQLite): rows of the
         queue's head in claim order, each while its key's window has room, keys found
         spent left out of the next round; under the queue's advisory lock."""
         q = self.q
         ex = _executor(conn)
-        limit, per_ms = limits
         in_queue, running, registered = ex(q.KEYED_COUNTS, (req.queue, req.worker_id))[0]
         if req.registered and not registered:
             return ClaimResult([], False, unregistered=True)
@@ -818,71 +817,32 @@ class PostgresStore(ScheduleOps, WorkerOps):
         if global_free <= 0:
             return ClaimResult([], True, cap=cap)
         n = min(free, global_free, req.limit)
-        wins: dict[str, rate.Window] = {}
-        spent: list[str] = []
-        taken: Counter[str] = Counter()
-        picked: list[str] = []
-        seen: set[str] = set()
-        for _ in range(_KEYED_ROUNDS):
-            want = n - len(picked) + _KEYED_SLACK
-            cand = ex(
-                q.KEYED_CANDIDATES,
-                (
-                    req.queue,
-                    now_ms,
-                    list(req.types),
-                    list(req.exclude_owners),
-                    spent,
-                    want,
-                ),
-            )
-            newly: set[str] = set()
-            for i, (job_id, key) in enumerate(cand):
-                if job_id in seen:
-                    continue
-                seen.add(job_id)
-                if key not in wins:
-                    # As on SQLite: the windows of the keys this claim may still take.
-                    ahead = cand[i : i + n - len(picked)]
-                    fresh = sorted({str(k) for _, k in ahead if k not in wins})
-                    buckets = {rate.bucket_of(req.queue, k): k for k in fresh}
-                    found = rate.windows(
-                        ex, self._rate_sql, list(buckets), limit, per_ms, now_ms, list(buckets)
-                    )
-                    for bucket, w in found.items():
-                        wins[buckets[bucket]] = w
-                if taken[key] < wins[key].room:
-                    taken[key] += 1
-                    picked.append(job_id)
-                    if len(picked) >= n:
-                        break
-                else:
-                    newly.add(key)
-            spent.extend(k for k in sorted(newly) if k not in spent)
-            if len(picked) >= n or len(cand) < want:
-                break
-        rows = ex(q.CLAIM_IDS, (req.worker_id, now_ms, now_ms, picked)) if picked else []
+
+        def candidates(spent: list[str], want: int) -> list[Any]:
+            params = (req.queue, now_ms, list(req.types), list(req.exclude_owners), spent, want)
+            return ex(q.KEYED_CANDIDATES, params)
+
+        def read_windows(keys: list[str]) -> dict[str, rate.Window]:
+            buckets = {rate.bucket_of(req.queue, k): k for k in keys}
+            found = rate.windows(ex, self._rate_sql, list(buckets), *limits, now_ms, list(buckets))
+            return {buckets[b]: w for b, w in found.items()}
+
+        pick = rate.pick_keyed(candidates, read_windows, n)
+        rows = ex(q.CLAIM_IDS, (req.worker_id, now_ms, now_ms, pick.ids)) if pick.ids else []
         rate.record_many(
             conn.cursor().executemany,
             self._rate_sql,
-            {rate.bucket_of(req.queue, k): (wins[k], c) for k, c in taken.items()},
+            {rate.bucket_of(req.queue, k): (pick.wins[k], c) for k, c in pick.taken.items()},
             now_ms,
         )
-        waits = [w.wait_until for k, w in wins.items() if k in spent and w.wait_until is not None]
-        for k, c in taken.items():
-            if c >= wins[k].room:
-                after = rate.window(
-                    ex, self._rate_sql, rate.bucket_of(req.queue, k), limit, per_ms, now_ms
-                )
-                if after.wait_until is not None:
-                    waits.append(after.wait_until)
+        wait = rate.keyed_wait(ex, self._rate_sql, req.queue, pick, limits, now_ms)
         jobs = [ClaimedJob(*r) for r in rows]
         jobs.sort(key=lambda j: (j.priority, j.scheduled_at, j.id))
         limited_by_global = global_free < min(free, req.limit)
         return ClaimResult(
             jobs,
             limited_by_global and len(jobs) == n,
-            rate_wait=min(waits) if waits else None,
+            rate_wait=wait,
             cap=cap,
         )
 
@@ -1408,18 +1368,7 @@ class PostgresStore(ScheduleOps, WorkerOps):
         def work(conn: Conn) -> QueueSettingsRecord | None:
             conn.execute(q.ADVISORY_XACT_LOCK, (f"{q.queues_lock_key}:settings:{queue}",))
             row = conn.execute(q.QUEUE_SETTINGS_FULL, (queue,)).fetchone()
-            current = (
-                None
-                if row is None
-                else QueueSettingsRecord(
-                    queue,
-                    None if row[0] is None else int(row[0]),
-                    None if row[1] is None else int(row[1]),
-                    None if row[2] is None else int(row[2]),
-                    bool(row[3]),
-                    int(row[4]),
-                )
-            )
+            current = None if row is None else settings.record_of(queue, row)
             new = settings.merged(queue, current, changes, now_ms)
             if new is None:
                 conn.execute(q.DELETE_QUEUE_SETTINGS, (queue,))
@@ -1615,25 +1564,6 @@ def _where(flt: JobFilter) -> tuple[str, tuple[Any, ...]]:
             parts.append(f"{column} = %s")
             params.append(value)
     return (" WHERE " + " AND ".join(parts) if parts else ""), tuple(params)
-
-
-# As SQLite's (`sqlite/store.py`): candidate rows a keyed claim reads beyond what it may
-# take, and its rounds.
-_KEYED_SLACK = 32
-_KEYED_ROUNDS = 4
-
-
-def _rate_key_marks(
-    rows: Sequence[JobRow], out: Sequence[JobRow], keys: Sequence[str | None]
-) -> list[tuple[str, str]]:
-    """(key, id) of each job that now holds an entry's payload: the entry inserted, or a
-    debounced job whose payload it replaced. A job answered unchanged with the same
-    payload has the same key already (the key is a function of the payload)."""
-    return [
-        (key, got[L.C_ID])
-        for new, got, key in zip(rows, out, keys, strict=True)
-        if key is not None and got[L.C_PAYLOAD] == new[L.C_PAYLOAD]
-    ]
 
 
 def _executor(conn: Conn) -> rate.Execute:

@@ -326,7 +326,7 @@ class SqliteStore(ScheduleOps, WorkerOps):
 
             def work(c: sqlite3.Connection) -> list[JobRow]:
                 out = self._enqueue_in(c, rows)
-                c.executemany(_SET_RATE_KEY, _rate_key_marks(rows, out, keys))
+                c.executemany(_SET_RATE_KEY, rate.rate_key_marks(rows, out, keys))
                 return out
 
             return work(conn) if conn is not None else self.write(work, "enqueue")
@@ -420,7 +420,7 @@ class SqliteStore(ScheduleOps, WorkerOps):
         def work(c: sqlite3.Connection) -> list[JobRow]:
             out = self._enqueue_keyed_in(c, rows, rules)
             if rate_keys is not None:
-                c.executemany(_SET_RATE_KEY, _rate_key_marks(rows, out, rate_keys))
+                c.executemany(_SET_RATE_KEY, rate.rate_key_marks(rows, out, rate_keys))
             return out
 
         if conn is not None:
@@ -931,11 +931,7 @@ class SqliteStore(ScheduleOps, WorkerOps):
     ) -> QueueSettingsRecord | None:
         def work(conn: sqlite3.Connection) -> QueueSettingsRecord | None:
             row = conn.execute(_SETTINGS_ROW, (queue,)).fetchone()
-            current = (
-                None
-                if row is None
-                else QueueSettingsRecord(queue, row[0], row[1], row[2], bool(row[3]), row[4])
-            )
+            current = None if row is None else settings.record_of(queue, row)
             new = settings.merged(queue, current, changes, now_ms)
             if new is None:
                 conn.execute("DELETE FROM queue_settings WHERE queue = ?", (queue,))
@@ -1177,12 +1173,6 @@ def _claim_work(
     return work
 
 
-# Candidate rows a keyed claim reads per round, beyond what it may take: rows of keys
-# whose window is spent are skipped (and their keys left out of the next round).
-_KEYED_SLACK = 32
-_KEYED_ROUNDS = 4
-
-
 def _keyed_take(
     conn: sqlite3.Connection,
     req: ClaimRequest,
@@ -1190,86 +1180,40 @@ def _keyed_take(
     limits: tuple[int, int],
     now_ms: int,
 ) -> tuple[list[Any], int | None]:
-    """A keyed rate limit's claim: up to `n` rows of the queue's head, in claim order,
-    each while its key's window has room (`_storage/rate.py`, one bucket per key). Keys
-    found spent are left out of the next round's read, so a spent key's backlog at the
-    head does not hide the other keys' rows behind it. Returns the rows and, when a key
-    with rows waiting is spent, the earliest time one of them may start."""
-    limit, per_ms = limits
+    """A keyed rate limit's claim (`rate.pick_keyed`, one bucket per key): the rows and,
+    when a key with rows waiting is spent, the earliest time one of them may start."""
     ex = _ex(conn)
-    wins: dict[str, rate.Window] = {}
-    spent: list[str] = []
-    taken: Counter[str] = Counter()
-    picked: list[int] = []
-    seen: set[int] = set()
-    for _ in range(_KEYED_ROUNDS):
-        want = n - len(picked) + _KEYED_SLACK
-        cand = conn.execute(
-            q.keyed_candidates_sql(len(req.types), len(req.exclude_owners), len(spent)),
-            (req.queue, now_ms, *req.types, *req.exclude_owners, *spent, want),
-        ).fetchall()
-        newly: set[str] = set()
-        for i, (rowid, key) in enumerate(cand):
-            if rowid in seen:
-                continue
-            seen.add(rowid)
-            if key not in wins:
-                # The windows of the keys among the rows this claim may still take from
-                # here, in one statement: not those of every row read (the slack).
-                ahead = cand[i : i + n - len(picked)]
-                fresh = sorted({k for _, k in ahead if k not in wins})
-                buckets = {rate.bucket_of(req.queue, k): k for k in fresh}
-                found = rate.windows(
-                    ex, RATE_SQL, list(buckets), limit, per_ms, now_ms, json.dumps(list(buckets))
-                )
-                for bucket, w in found.items():
-                    wins[buckets[bucket]] = w
-            if taken[key] < wins[key].room:
-                taken[key] += 1
-                picked.append(rowid)
-                if len(picked) >= n:
-                    break
-            elif key not in newly:
-                newly.add(key)
-        spent.extend(k for k in sorted(newly) if k not in spent)
-        if len(picked) >= n or len(cand) < want:
-            break
+
+    def candidates(spent: list[str], want: int) -> list[Any]:
+        sql = q.keyed_candidates_sql(len(req.types), len(req.exclude_owners), len(spent))
+        params = (req.queue, now_ms, *req.types, *req.exclude_owners, *spent, want)
+        return conn.execute(sql, params).fetchall()
+
+    def read_windows(keys: list[str]) -> dict[str, rate.Window]:
+        buckets = {rate.bucket_of(req.queue, k): k for k in keys}
+        found = rate.windows(
+            ex, RATE_SQL, list(buckets), *limits, now_ms, json.dumps(list(buckets))
+        )
+        return {buckets[b]: w for b, w in found.items()}
+
+    pick = rate.pick_keyed(candidates, read_windows, n)
     rows = (
-        conn.execute(q.CLAIM_ROWIDS, (req.worker_id, now_ms, now_ms, json.dumps(picked))).fetchall()
-        if picked
+        conn.execute(
+            q.CLAIM_ROWIDS, (req.worker_id, now_ms, now_ms, json.dumps(pick.ids))
+        ).fetchall()
+        if pick.ids
         else []
     )
-    got = Counter(key for key in taken.elements())
     rate.record_many(
         conn.executemany,
         RATE_SQL,
-        {rate.bucket_of(req.queue, k): (wins[k], c) for k, c in got.items()},
+        {rate.bucket_of(req.queue, k): (pick.wins[k], c) for k, c in pick.taken.items()},
         now_ms,
     )
-    # Waits: spent keys that have rows waiting, and keys this claim spent.
-    waits = [w.wait_until for k, w in wins.items() if k in spent and w.wait_until is not None]
-    for k, c in got.items():
-        if c >= wins[k].room:
-            after = rate.window(ex, RATE_SQL, rate.bucket_of(req.queue, k), limit, per_ms, now_ms)
-            if after.wait_until is not None:
-                waits.append(after.wait_until)
-    return rows, min(waits) if waits else None
+    return rows, rate.keyed_wait(ex, RATE_SQL, req.queue, pick, limits, now_ms)
 
 
 _SET_RATE_KEY = "UPDATE jobs SET rate_key = ? WHERE id = ?"
-
-
-def _rate_key_marks(
-    rows: Sequence[JobRow], out: Sequence[JobRow], keys: Sequence[str | None]
-) -> list[tuple[str, str]]:
-    """(key, id) of each job that now holds an entry's payload: the entry inserted, or a
-    debounced job whose payload it replaced. A job answered unchanged with the same
-    payload has the same key already (the key is a function of the payload)."""
-    return [
-        (key, got[_ID])
-        for new, got, key in zip(rows, out, keys, strict=True)
-        if key is not None and got[_PAYLOAD] == new[_PAYLOAD]
-    ]
 
 
 def _ex(conn: sqlite3.Connection) -> rate.Execute:
