@@ -18,7 +18,7 @@ from typing import Any
 
 from jobledger.errors import JobValidationError
 
-__all__ = ["MAX_PERIOD_S", "RateLimit", "parse_rate"]
+__all__ = ["MAX_PERIOD_S", "RateLimit", "parse_rate", "stored_rate"]
 
 MAX_PERIOD_S = 366 * 24 * 3600.0  # a year and a day: beyond it a limit is a typo
 MAX_LIMIT = 1_000_000_000
@@ -87,6 +87,11 @@ class RateLimit:
 
     def to_json(self) -> dict[str, object]:
         return {"limit": self.limit, "per": self.per, "text": str(self)}
+
+
+def stored_rate(limit: int | None, per_ms: int | None) -> RateLimit | None:
+    """The limit a `queue_settings` row holds (None: none set)."""
+    return None if limit is None or per_ms is None else RateLimit(limit, per_ms / 1000)
 
 
 def parse_rate(text: object) -> RateLimit:

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from jobledger._core.rate import RateLimit
+from jobledger._core.rate import RateLimit, stored_rate
 from jobledger._storage.interface import JobFilter, Store
 from jobledger._storage.observe import (
     STATUSES,
@@ -45,6 +45,7 @@ from jobledger._storage.observe import (
 )
 from jobledger._storage.open import is_postgres_url, open_store, redact
 from jobledger._storage.rows import attempt_snapshot, snapshot_from_row
+from jobledger._storage.settings import by_queue
 from jobledger._types import AttemptSnapshot, JobSnapshot
 from jobledger.clock import Clock, SystemClock, from_ms
 
@@ -421,28 +422,18 @@ class ReadModel:
     def queue_stats(self) -> list[QueueStats]:
         """Every known queue (from `queues`, plus any queue a row names or that has
         settings) with counts and what is set for it."""
-        settings = {r.queue: r for r in self.store.queue_settings()}
-        counts = {qc.name: qc for qc in self.store.queue_counts()}
-        out: list[QueueStats] = []
-        for name in sorted(counts.keys() | settings.keys()):
-            qc, st = counts.get(name), settings.get(name)
-            rate = (
-                None
-                if st is None or st.rate_limit is None or st.rate_per_ms is None
-                else RateLimit(st.rate_limit, st.rate_per_ms / 1000)
+        return [
+            QueueStats(
+                name,
+                None if qc is None else qc.type,
+                dict(zip(STATUSES, qc.counts if qc else (0,) * len(STATUSES), strict=True)),
+                None if qc is None else qc.oldest_pending_at,
+                None if st is None else st.concurrency,
+                None if st is None else stored_rate(st.rate_limit, st.rate_per_ms),
+                False if st is None else st.paused,
             )
-            out.append(
-                QueueStats(
-                    name,
-                    None if qc is None else qc.type,
-                    dict(zip(STATUSES, qc.counts if qc else (0,) * len(STATUSES), strict=True)),
-                    None if qc is None else qc.oldest_pending_at,
-                    None if st is None else st.concurrency,
-                    rate,
-                    False if st is None else st.paused,
-                )
-            )
-        return out
+            for name, qc, st in by_queue(self.store.queue_counts(), self.store.queue_settings())
+        ]
 
     # -- workers and the leader -----------------------------------------------------
 

@@ -51,7 +51,7 @@ from jobledger._core.limits import (
     has_surrogate,
     is_finite_number,
 )
-from jobledger._core.rate import RateLimit, parse_rate
+from jobledger._core.rate import RateLimit, parse_rate, stored_rate
 from jobledger._core.registry import (
     MAX_PAYLOAD_BYTES,
     HandlerSpec,
@@ -89,6 +89,7 @@ from jobledger._storage.interface import (
 from jobledger._storage.observe import STATUSES, QueueSettingsRecord
 from jobledger._storage.open import Synchronous, open_store
 from jobledger._storage.rows import attempt_snapshot, error_to_json, snapshot_from_row
+from jobledger._storage.settings import by_queue
 from jobledger._types import (
     AttemptSnapshot,
     CancelManyResult,
@@ -854,23 +855,19 @@ class JobManager:
     def list_queues(self) -> builtins.list[QueueInfo]:
         """Every queue (registered, named by a row, or with settings): jobs per status,
         the oldest pending job's time and what is set for it, by name."""
-        settings = {r.queue: r for r in self._store.queue_settings()}
-        counts = {c.name: c for c in self._store.queue_counts()}
-        out: builtins.list[QueueInfo] = []
-        for name in sorted(counts.keys() | settings.keys()):
-            c = counts.get(name)
-            out.append(
-                QueueInfo(
-                    name,
-                    None if c is None else c.type,
-                    dict(zip(STATUSES, c.counts if c else (0,) * len(STATUSES), strict=True)),
-                    None
-                    if c is None or c.oldest_pending_at is None
-                    else datetime.fromtimestamp(c.oldest_pending_at / 1000, UTC),
-                    _limits(name, settings.get(name)),
-                )
+        rows = by_queue(self._store.queue_counts(), self._store.queue_settings())
+        return [
+            QueueInfo(
+                name,
+                None if c is None else c.type,
+                dict(zip(STATUSES, c.counts if c else (0,) * len(STATUSES), strict=True)),
+                None
+                if c is None or c.oldest_pending_at is None
+                else datetime.fromtimestamp(c.oldest_pending_at / 1000, UTC),
+                _limits(name, record),
             )
-        return out
+            for name, c, record in rows
+        ]
 
     def _change_queue(self, queue: str, changes: dict[str, Any]) -> QueueLimits:
         queue = _check_queue(queue)
@@ -1584,9 +1581,5 @@ def _check_queue(queue: object) -> str:
 def _limits(queue: str, record: QueueSettingsRecord | None) -> QueueLimits:
     if record is None:
         return QueueLimits(queue, None, None, False)
-    rate = (
-        None
-        if record.rate_limit is None or record.rate_per_ms is None
-        else RateLimit(record.rate_limit, record.rate_per_ms / 1000)
-    )
+    rate = stored_rate(record.rate_limit, record.rate_per_ms)
     return QueueLimits(queue, record.concurrency, rate, record.paused)

@@ -282,14 +282,11 @@ class ClaimResult:
     # from one that was full or was not reached.
     free: dict[str, int] | None = None
     # Flow control read in the claim's transaction (`queue_settings`, DESIGN.md §8.7):
-    # nothing taken because the queue is paused; its rate limit's window is full until
-    # this epoch ms; the queue's cap as the claim counted it (an operator's override, or
-    # the asked cap). `claim_spread` answers them per queue in `paused_queues`,
-    # `rate_waits` and `caps`.
-    paused: bool = False
+    # the queue's rate limit window is full until this epoch ms; the queue's cap as the
+    # claim counted it (an operator's override, or the asked cap). `claim_spread`
+    # answers them per queue in `rate_waits` and `caps`. A paused queue takes nothing.
     rate_wait: int | None = None
     cap: int | None = None
-    paused_queues: tuple[str, ...] = ()
     rate_waits: dict[str, int] | None = None
     caps: dict[str, int] | None = None
 

@@ -18,7 +18,7 @@ The SQL is each dialect's (`RateSql`); the arithmetic is here, once.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +27,7 @@ from jobledger._storage import layout as L
 __all__ = [
     "KeyedPick",
     "RateSql",
+    "SpreadWindows",
     "Window",
     "bucket_of",
     "keyed_wait",
@@ -34,6 +35,8 @@ __all__ = [
     "rate_key_marks",
     "record",
     "record_many",
+    "record_spread",
+    "spread_windows",
     "window",
     "windows",
 ]
@@ -263,3 +266,55 @@ def rate_key_marks(
         for new, got, key in zip(rows, out, keys, strict=True)
         if key is not None and got[L.C_PAYLOAD] == new[L.C_PAYLOAD]
     ]
+
+
+@dataclass(slots=True)
+class SpreadWindows:
+    """A spread claim's rate limits, counted before its statement: what each asked queue
+    may take (its free slots; 0 when paused or its window is spent; at most its window's
+    room), the windows read, and when each spent queue may start again."""
+
+    may: dict[str, int]
+    windows: dict[str, Window]
+    waits: dict[str, int]
+    rates: dict[str, tuple[int, int]]
+
+
+def spread_windows(
+    ex: Execute,
+    sql: RateSql,
+    free: dict[str, int],
+    paused: Collection[str],
+    rates: dict[str, tuple[int, int]],
+    now_ms: int,
+) -> SpreadWindows:
+    may: dict[str, int] = {}
+    windows: dict[str, Window] = {}
+    waits: dict[str, int] = {}
+    for name, f in free.items():
+        if name in paused:
+            f = 0
+        elif name in rates and f > 0:
+            win = window(ex, sql, name, *rates[name], now_ms)
+            if win.room <= 0 and win.wait_until is not None:
+                waits[name] = win.wait_until
+                f = 0
+            else:
+                windows[name] = win
+                f = min(f, win.room)
+        may[name] = max(f, 0)
+    return SpreadWindows(may, windows, waits, rates)
+
+
+def record_spread(
+    ex: Execute, sql: RateSql, plan: SpreadWindows, taken: Mapping[str, int], now_ms: int
+) -> None:
+    """Log the starts a spread claim took per rate-limited queue; a queue it spent gets
+    its wait in `plan.waits`."""
+    for name, win in plan.windows.items():
+        got = taken.get(name, 0)
+        record(ex, sql, name, win, got, now_ms)
+        if got and got >= win.room:
+            after = window(ex, sql, name, *plan.rates[name], now_ms)
+            if after.wait_until is not None:
+                plan.waits[name] = after.wait_until

@@ -4,12 +4,12 @@ transaction, so two changes to different fields from two processes both hold."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from jobledger._storage.observe import QueueSettingsRecord
+from jobledger._storage.observe import QueueCounts, QueueSettingsRecord
 
-__all__ = ["FIELDS", "merged", "record_of"]
+__all__ = ["FIELDS", "by_queue", "merged", "overlay", "record_of"]
 
 FIELDS = ("concurrency", "rate_limit", "rate_per_ms", "paused")
 
@@ -23,6 +23,34 @@ def record_of(queue: str, row: Sequence[Any]) -> QueueSettingsRecord:
         return None if v is None else int(v)
 
     return QueueSettingsRecord(queue, opt(conc), opt(limit), opt(per), bool(paused), int(updated))
+
+
+def by_queue(
+    counts: Iterable[QueueCounts], records: Iterable[QueueSettingsRecord]
+) -> list[tuple[str, QueueCounts | None, QueueSettingsRecord | None]]:
+    """Every queue that has counts or settings, by name, with each (None: none)."""
+    by_count = {c.name: c for c in counts}
+    by_setting = {r.queue: r for r in records}
+    return [
+        (name, by_count.get(name), by_setting.get(name))
+        for name in sorted(by_count.keys() | by_setting.keys())
+    ]
+
+
+def overlay(
+    caps: dict[str, int], rates: dict[str, tuple[int, int]], rows: Iterable[Sequence[Any]]
+) -> list[str]:
+    """Apply settings rows `(queue, concurrency, paused, rate_limit, rate_per_ms)` over
+    the handlers' caps and rates (in place); returns the paused queues."""
+    paused: list[str] = []
+    for name, cap, is_paused, limit, per in rows:
+        if cap is not None:
+            caps[name] = int(cap)
+        if limit is not None:
+            rates[name] = (int(limit), int(per))
+        if is_paused:
+            paused.append(name)
+    return paused
 
 
 def merged(

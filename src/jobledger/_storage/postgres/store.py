@@ -738,7 +738,7 @@ class PostgresStore(ScheduleOps, WorkerOps):
         if running < 0:
             return ClaimResult([], False, unregistered=True)
         if paused:
-            return ClaimResult([], False, paused=True)
+            return ClaimResult([], False)  # claims wait for resume_queue
         if s_rate is not None:
             # A rate limit set for the queue: nothing was taken; claim it counting the window.
             self._rated.add(queue)
@@ -774,7 +774,7 @@ class PostgresStore(ScheduleOps, WorkerOps):
             if s_rate is None:
                 self._rated.discard(req.queue)
             if paused:
-                return ClaimResult([], False, paused=True)
+                return ClaimResult([], False)
             cap = req.queue_cap if s_cap is None else int(s_cap)
             limits = req.rate if s_rate is None else (int(s_rate), int(s_per))
             if limits is not None and req.rate_keyed and s_rate is None:
@@ -919,48 +919,22 @@ class PostgresStore(ScheduleOps, WorkerOps):
             ex = _executor(conn)
             caps = dict(request.queues)
             rates = dict(handler_rates)
-            paused: list[str] = []
-            for name, s_cap, s_paused, s_rate, s_per in ex(q.QUEUE_SETTINGS_MANY, (names,)):
-                if s_cap is not None:
-                    caps[name] = int(s_cap)
-                if s_rate is not None:
-                    rates[name] = (int(s_rate), int(s_per))
-                if s_paused:
-                    paused.append(name)
+            paused = settings.overlay(caps, rates, ex(q.QUEUE_SETTINGS_MANY, (names,)))
             for name in names:
                 if name not in rates:
                     self._rated.discard(name)
             running = dict(ex(q.RUNNING_BY_QUEUE, (names,)))
-            asked_caps: list[int] = []
-            windows: dict[str, rate.Window] = {}
-            waits: dict[str, int] = {}
-            for name in names:
-                in_q = int(running.get(name, 0))
-                free = caps[name] - in_q
-                if name in paused:
-                    free = 0
-                elif name in rates and free > 0:
-                    win = rate.window(ex, self._rate_sql, name, *rates[name], now_ms)
-                    if win.room <= 0 and win.wait_until is not None:
-                        waits[name] = win.wait_until
-                        free = 0
-                    else:
-                        windows[name] = win
-                        free = min(free, win.room)
-                asked_caps.append(in_q + max(free, 0))
+            in_q = {name: int(running.get(name, 0)) for name in names}
+            free = {name: caps[name] - in_q[name] for name in names}
+            plan = rate.spread_windows(ex, self._rate_sql, free, paused, rates, now_ms)
+            # Caps that leave each queue exactly what it may take.
+            asked_caps = [in_q[name] + plan.may[name] for name in names]
             rows = ex(sql, _spread_params(request, names, asked_caps, now_ms))  # type: ignore[arg-type]
             taken = Counter(str(r[6 + 2]) for r in rows if r[6] is not None)
-            for name, win in windows.items():
-                got = taken.get(name, 0)
-                rate.record(ex, self._rate_sql, name, win, got, now_ms)
-                if got and got >= win.room:
-                    after = rate.window(ex, self._rate_sql, name, *rates[name], now_ms)
-                    if after.wait_until is not None:
-                        waits[name] = after.wait_until
+            rate.record_spread(ex, self._rate_sql, plan, taken, now_ms)
             result = _spread_answer(rows, request.global_cap, counted=True)
             result.caps = caps
-            result.paused_queues = tuple(paused)
-            result.rate_waits = waits
+            result.rate_waits = plan.waits
             return result
 
         return self._tx(work, "claim")
@@ -1638,13 +1612,10 @@ def _spread_answer(rows: list[Any], global_cap: int, *, counted: bool = False) -
         return ClaimResult([], False, unregistered=True)
     free: dict[str, int] = {}
     caps: dict[str, int] = {}
-    paused: list[str] = []
     waits: dict[str, int] = {}
     for r in rows:
         name = str(r[1])
         caps[name] = int(r[3])
-        if r[4]:
-            paused.append(name)
         if not counted and (r[4] or r[5] is not None):
             free[name] = 0
             if r[5] is not None and not r[4]:
@@ -1658,6 +1629,5 @@ def _spread_answer(rows: list[Any], global_cap: int, *, counted: bool = False) -
         global_free <= 0 or len(jobs) >= global_free,
         free=free,
         caps=caps,
-        paused_queues=tuple(dict.fromkeys(paused)),
         rate_waits=waits,
     )

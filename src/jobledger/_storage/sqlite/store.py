@@ -567,7 +567,7 @@ class SqliteStore(ScheduleOps, WorkerOps):
             lambda c: c.execute(_CLAIM_PRECHECK, (queue, queue, now_ms, queue)).fetchone()
         )
         if paused:
-            return ClaimResult([], False, paused=True)
+            return ClaimResult([], False)
         if cap is not None:
             queue_cap = int(cap)
         if in_queue >= queue_cap:
@@ -1130,7 +1130,7 @@ def _claim_work(
             _RUNNING_COUNTS, (req.queue, req.queue)
         ).fetchone()
         if paused:
-            return ClaimResult([], False, paused=True)
+            return ClaimResult([], False)  # claims wait for resume_queue
         cap = req.queue_cap if s_cap is None else int(s_cap)
         free = cap - in_queue
         if free <= 0:
@@ -1238,67 +1238,32 @@ def _spread_work(req: SpreadRequest, now_ms: int) -> Callable[[sqlite3.Connectio
         total, *running = conn.execute(q.spread_counts_sql(len(names)), names).fetchone()
         caps = dict(req.queues)
         rates = dict(handler_rates)
-        paused: list[str] = []
-        for name, s_cap, s_paused, s_rate, s_per in conn.execute(
-            _SPREAD_SETTINGS, (json.dumps(names),)
-        ):
-            if s_cap is not None:
-                caps[name] = int(s_cap)
-            if s_rate is not None:
-                rates[name] = (int(s_rate), int(s_per))
-            if s_paused:
-                paused.append(name)
+        paused = settings.overlay(caps, rates, conn.execute(_SPREAD_SETTINGS, (json.dumps(names),)))
         free = {name: caps[name] - n for name, n in zip(names, running, strict=True)}
         global_free = req.global_cap - total
         allowance = min(req.limit, global_free)
         if global_free <= 0:
-            return ClaimResult([], True, free=free, caps=caps, paused_queues=tuple(paused))
-        windows: dict[str, rate.Window] = {}
-        waits: dict[str, int] = {}
-        for name in paused:
-            free[name] = 0
-        for name, limits in rates.items():
-            if free.get(name, 0) <= 0:
-                continue
-            win = rate.window(_ex(conn), RATE_SQL, name, *limits, now_ms)
-            if win.room <= 0 and win.wait_until is not None:
-                waits[name] = win.wait_until
-                free[name] = 0
-            else:
-                windows[name] = win
-        asked = [
-            (name, min(f, allowance, windows[name].room if name in windows else f))
-            for name, f in free.items()
-            if f > 0
-        ]
+            return ClaimResult([], True, free=free, caps=caps)
+        plan = rate.spread_windows(_ex(conn), RATE_SQL, free, paused, rates, now_ms)
+        asked = [(name, min(m, allowance)) for name, m in plan.may.items() if m > 0]
         if not asked or allowance <= 0:
-            return ClaimResult(
-                [], False, free=free, caps=caps, paused_queues=tuple(paused), rate_waits=waits
-            )
+            return ClaimResult([], False, free=plan.may, caps=caps, rate_waits=plan.waits)
         params: list[Any] = [req.worker_id, now_ms, *req.types, *req.exclude_owners, allowance]
         for name, limit in asked:
             params += (name, limit)
         sql = q.spread_claim_sql(len(asked), len(req.types), len(req.exclude_owners))
         rows = conn.execute(sql, params).fetchall()
-        if windows:
-            taken = Counter(r[3] for r in rows)
-            for name, win in windows.items():
-                got = taken.get(name, 0)
-                rate.record(_ex(conn), RATE_SQL, name, win, got, now_ms)
-                if got and got >= win.room:
-                    after = rate.window(_ex(conn), RATE_SQL, name, *rates[name], now_ms)
-                    if after.wait_until is not None:
-                        waits[name] = after.wait_until
+        if plan.windows:
+            rate.record_spread(_ex(conn), RATE_SQL, plan, Counter(r[3] for r in rows), now_ms)
         # RETURNING order is unspecified: queue by queue in turn order, each in claim order.
         rows.sort(key=lambda r: (turn[r[3]], r[4], r[12], r[0]))
         jobs = [ClaimedJob(*r[1:]) for r in rows]
         return ClaimResult(
             jobs,
             len(jobs) >= global_free,
-            free=free,
+            free=plan.may,
             caps=caps,
-            paused_queues=tuple(paused),
-            rate_waits=waits,
+            rate_waits=plan.waits,
         )
 
     return work
