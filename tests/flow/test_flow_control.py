@@ -4,6 +4,7 @@ by an operator, and queue pauses, on a real SQLite file and a real PostgreSQL sc
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections import defaultdict
 
@@ -251,6 +252,84 @@ def test_a_keyed_rate_limit_gives_each_key_its_own_window(db: str) -> None:
     # The keys are independent: the first window saw every tenant's first two.
     everything = sorted(t for times in starts.values() for t in times)
     assert _max_in_window(everything, 0.29) >= 4
+
+
+def test_a_keyed_limit_counts_starts_taken_while_the_queue_had_room_for_all(db: str) -> None:
+    """A keyed claim takes the head without reading the keys' windows while the queue's
+    own bucket has room for all it may take (`_storage/rate.py`: `record_total`), and
+    folds those starts into the keys' windows once it has not (`fold`): a key's window
+    counts every start, from either kind of claim. 60 jobs per tenant, 30 per key per
+    half second, 20 slots: the first claim takes 20 unread, the next ones must count
+    them, or a tenant would start 40 in its first half second."""
+
+    async def main() -> dict[str, list[float]]:
+        claimed: dict[str, list[float]] = {}
+        jobs = jl.JobManager(db, startup_delay=0, poll_interval=0.02)
+
+        @jobs.handler(
+            KEYED,
+            recovery="retry",
+            concurrency=20,
+            rate_limit=jl.RateLimit(30, 0.5, key=lambda p: p.tenant),
+        )
+        async def keyed(ctx: jl.JobContext[Tenant]) -> None:
+            pass
+
+        async with jobs:
+            handles = jobs.enqueue_many(
+                KEYED, [Tenant(tenant=t, n=i) for i in range(60) for t in ("a", "b")]
+            )
+            for h in handles:
+                snap = await asyncio.wait_for(h.finished, 30)
+                assert snap.status == "completed"
+                assert snap.started_at is not None
+                tenant = snap.payload["tenant"]
+                claimed.setdefault(tenant, []).append(snap.started_at.timestamp())
+        return claimed
+
+    claimed = run(main())
+    assert sorted(claimed) == ["a", "b"]
+    for tenant, times in claimed.items():
+        assert len(times) == 60, tenant
+        assert _max_in_window(times, 0.5) <= 30, tenant
+    # Both tenants ran side by side (the limit is per key, not for the queue).
+    assert _max_in_window([t for ts in claimed.values() for t in ts], 0.5) > 30
+
+
+def test_a_keyed_claim_far_under_the_limit_logs_only_the_queues_row(db: str) -> None:
+    """While the queue's bucket has room for every claim, no key's bucket is read or
+    written: the claims' rows in `rate_log` are the queue's, each with its starts per
+    key, and they add up to every start."""
+
+    async def main() -> None:
+        jobs = jl.JobManager(db, startup_delay=0, poll_interval=0.02)
+
+        @jobs.handler(
+            KEYED,
+            recovery="retry",
+            concurrency=10,
+            rate_limit=jl.RateLimit(1000, 60, key=lambda p: p.tenant),
+        )
+        async def keyed(ctx: jl.JobContext[Tenant]) -> None:
+            pass
+
+        async with jobs:
+            handles = jobs.enqueue_many(
+                KEYED, [Tenant(tenant=t, n=i) for i in range(20) for t in ("a", "b", "c")]
+            )
+            for h in handles:
+                assert (await asyncio.wait_for(h.finished, 30)).status == "completed"
+
+    run(main())
+    rows = db_rows(db, "SELECT bucket, cum, keys FROM rate_log ORDER BY at, cum")
+    assert rows
+    assert {r[0] for r in rows} == {KEYED.name}
+    per_key: dict[str, int] = defaultdict(int)
+    for _, _, keys in rows:
+        for key, n in json.loads(keys).items():
+            per_key[key] += n
+    assert dict(per_key) == {"a": 20, "b": 20, "c": 20}
+    assert max(r[1] for r in rows) == 60
 
 
 def test_a_key_function_that_raises_or_answers_no_key_writes_nothing(db: str) -> None:

@@ -13,11 +13,19 @@ bucket's first row, so a window whose base row was deleted (a period made longer
 counts every start the log still holds and more: it errs towards fewer starts, never
 more.
 
+A keyed limit's queue also keeps its own bucket (the queue's name), which counts every
+start of the queue, so no key's window holds more than the queue's: while the queue's
+window has room for all a claim may take, the claim reads no key's window and writes no
+key's row, its starts per key left in the queue's row (`keys`, unfolded). A claim that
+must read the keys' windows first folds the unfolded starts inside the window into the
+keys' buckets (`fold`), so each key's window counts its starts from both kinds of claim.
+
 The SQL is each dialect's (`RateSql`); the arithmetic is here, once.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,12 +38,14 @@ __all__ = [
     "SpreadWindows",
     "Window",
     "bucket_of",
+    "fold",
     "keyed_wait",
     "pick_keyed",
     "rate_key_marks",
     "record",
     "record_many",
     "record_spread",
+    "record_total",
     "spread_windows",
     "window",
     "windows",
@@ -67,9 +77,20 @@ class RateSql:
     # (buckets, t) -> bucket, newest cum, newest at, cum of the newest row with at <= t,
     # for many buckets in one statement (keyed limits); each dialect spells the list.
     many: str = ""
+    # (bucket, cum, at, keys): a keyed queue's own row with each key's starts unfolded
+    insert_keys: str = ""
+    # (bucket, t) -> at, keys of the unfolded rows after t, oldest first
+    unfolded: str = ""
+    # (bucket, t): the rows `unfolded` read are folded
+    mark_folded: str = ""
 
     @classmethod
-    def for_placeholder(cls, ph: str, table: str = "rate_log", listed: str = "") -> RateSql:
+    def for_placeholder(
+        cls,
+        ph: str,
+        table: str = "rate_log",
+        listed: str = "",
+    ) -> RateSql:
         """`listed`: the FROM item that makes rows `k(value)` of a list parameter."""
         many = (
             f"SELECT k.value, (SELECT cum FROM {table} WHERE bucket = k.value "
@@ -81,6 +102,17 @@ class RateSql:
         )
         return cls(
             many=many,
+            insert_keys=(
+                f"INSERT INTO {table} (bucket, cum, at, keys) VALUES ({ph}, {ph}, {ph}, {ph})"
+            ),
+            unfolded=(
+                f"SELECT at, keys FROM {table} WHERE bucket = {ph} AND at > {ph} "
+                "AND keys IS NOT NULL ORDER BY at, cum"
+            ),
+            mark_folded=(
+                f"UPDATE {table} SET keys = NULL WHERE bucket = {ph} AND at > {ph} "
+                "AND keys IS NOT NULL"
+            ),
             latest=(
                 f"SELECT cum, at FROM {table} WHERE bucket = {ph} "
                 "ORDER BY at DESC, cum DESC LIMIT 1"
@@ -110,7 +142,17 @@ class Window:
     edge: int = 0  # now - per: the base row's at is at or before it
 
 
-def window(ex: Execute, sql: RateSql, bucket: str, limit: int, per_ms: int, now_ms: int) -> Window:
+def window(
+    ex: Execute,
+    sql: RateSql,
+    bucket: str,
+    limit: int,
+    per_ms: int,
+    now_ms: int,
+    *,
+    wait: bool = True,
+) -> Window:
+    """The bucket's window; `wait` False: a spent one's `wait_until` is not read (None)."""
     latest = ex(sql.latest, (bucket,))
     if not latest:
         return Window(limit, None, 0, 0, 0, now_ms - per_ms)
@@ -118,13 +160,13 @@ def window(ex: Execute, sql: RateSql, bucket: str, limit: int, per_ms: int, now_
     base_rows = ex(sql.base, (bucket, now_ms - per_ms))
     base = int(base_rows[0][0]) if base_rows else 0
     room = limit - (cum - base)
-    if room > 0:
+    if room > 0 or not wait:
         return Window(room, None, cum, at, base, now_ms - per_ms)
     # The next start is allowed once the oldest start that keeps the window full has
     # left it: the first row whose cum exceeds cum - limit, `per` after its time.
     first = ex(sql.first_after, (bucket, cum - limit))
-    wait = int(first[0][0]) + per_ms if first else now_ms + per_ms
-    return Window(0, max(wait, now_ms + 1), cum, at, base, now_ms - per_ms)
+    until = int(first[0][0]) + per_ms if first else now_ms + per_ms
+    return Window(0, max(until, now_ms + 1), cum, at, base, now_ms - per_ms)
 
 
 def windows(
@@ -182,6 +224,54 @@ def record_many(
     ]
     if prune:
         exmany(sql.prune, prune)
+
+
+def record_total(
+    ex: Execute, sql: RateSql, queue: str, w: Window, keys: Sequence[str], now_ms: int
+) -> None:
+    """`record` of a keyed queue's own bucket for a claim that took rows of `keys` (one
+    per row) without reading their windows: the row holds each key's starts, unfolded
+    (`fold` moves them into the keys' buckets when a claim next reads those)."""
+    if not keys:
+        return
+    counts: dict[str, int] = {}
+    for key in keys:
+        counts[key] = counts.get(key, 0) + 1
+    ex(sql.insert_keys, (queue, w.cum + len(keys), max(now_ms, w.at), json.dumps(counts)))
+    if w.base and (w.cum + len(keys)) // PRUNE_EVERY != w.cum // PRUNE_EVERY:
+        ex(sql.prune, (queue, w.edge, w.base))
+
+
+def fold(
+    ex: Execute,
+    exmany: Callable[[str, list[tuple[Any, ...]]], object],
+    sql: RateSql,
+    queue: str,
+    per_ms: int,
+    now_ms: int,
+    listed: Callable[[list[str]], Any],
+) -> None:
+    """Move the keyed queue's unfolded starts inside the window into their keys' buckets,
+    oldest first, each at its own time or its bucket's newest if later (a row never goes
+    before its bucket's newest: it would count longer, never shorter). Starts at or
+    before the window's edge stay out: no later window reaches them while `per` holds."""
+    edge = now_ms - per_ms
+    rows = ex(sql.unfolded, (queue, edge))
+    if not rows:
+        return
+    seq = [
+        (bucket_of(queue, k), int(n), int(at)) for at, ks in rows for k, n in json.loads(ks).items()
+    ]
+    heads: dict[str, tuple[int, int]] = {}
+    for bucket, cum, at, _ in ex(sql.many, (edge, listed(sorted({b for b, _, _ in seq})))):
+        heads[bucket] = (0, 0) if cum is None else (int(cum), int(at))
+    out: list[tuple[Any, ...]] = []
+    for bucket, n, at in seq:
+        cum, head_at = heads[bucket]
+        heads[bucket] = (cum + n, max(at, head_at))
+        out.append((bucket, *heads[bucket]))
+    exmany(sql.insert, out)
+    ex(sql.mark_folded, (queue, edge))
 
 
 # Candidate rows a keyed claim reads per round, beyond what it may take: rows of keys

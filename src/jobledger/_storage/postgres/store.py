@@ -802,8 +802,9 @@ class PostgresStore(ScheduleOps, WorkerOps):
     def _keyed_take(
         self, conn: Conn, req: ClaimRequest, cap: int, limits: tuple[int, int], now_ms: int
     ) -> ClaimResult:
-        """A keyed rate limit's claim (`rate.pick_keyed`, as on SQLite): rows of the
-        queue's head in claim order, each while its key's window has room, keys found
+        """A keyed rate limit's claim, as on SQLite (`SqliteStore`'s `_keyed_take`):
+        the queue's head while the queue's own bucket has room for all it may take,
+        otherwise rows in claim order, each while its key's window has room, keys found
         spent left out of the next round; under the queue's advisory lock."""
         q = self.q
         ex = _executor(conn)
@@ -827,15 +828,26 @@ class PostgresStore(ScheduleOps, WorkerOps):
             found = rate.windows(ex, self._rate_sql, list(buckets), *limits, now_ms, list(buckets))
             return {buckets[b]: w for b, w in found.items()}
 
-        pick = rate.pick_keyed(candidates, read_windows, n)
-        rows = ex(q.CLAIM_IDS, (req.worker_id, now_ms, now_ms, pick.ids)) if pick.ids else []
-        rate.record_many(
-            conn.cursor().executemany,
-            self._rate_sql,
-            {rate.bucket_of(req.queue, k): (pick.wins[k], c) for k, c in pick.taken.items()},
-            now_ms,
-        )
-        wait = rate.keyed_wait(ex, self._rate_sql, req.queue, pick, limits, now_ms)
+        sql = self._rate_sql
+        total = rate.window(ex, sql, req.queue, *limits, now_ms, wait=False)
+        wait = None
+        if total.room >= n:  # as on SQLite: no key can have less room than the queue
+            head = dict(candidates([], n))
+            rows = ex(q.CLAIM_IDS, (req.worker_id, now_ms, now_ms, list(head))) if head else []
+            rate.record_total(ex, sql, req.queue, total, [head[r[0]] for r in rows], now_ms)
+        else:
+            exmany = conn.cursor().executemany
+            rate.fold(ex, exmany, sql, req.queue, limits[1], now_ms, lambda b: b)
+            pick = rate.pick_keyed(candidates, read_windows, n)
+            rows = ex(q.CLAIM_IDS, (req.worker_id, now_ms, now_ms, pick.ids)) if pick.ids else []
+            rate.record_many(
+                exmany,
+                sql,
+                {rate.bucket_of(req.queue, k): (pick.wins[k], c) for k, c in pick.taken.items()},
+                now_ms,
+            )
+            rate.record(ex, sql, req.queue, total, len(rows), now_ms)
+            wait = rate.keyed_wait(ex, sql, req.queue, pick, limits, now_ms)
         jobs = [ClaimedJob(*r) for r in rows]
         jobs.sort(key=lambda j: (j.priority, j.scheduled_at, j.id))
         limited_by_global = global_free < min(free, req.limit)

@@ -92,8 +92,9 @@ COUNT_RUNNING = "SELECT count(*) FROM jobs WHERE status = 'running'"
 
 
 @functools.cache
-def claim_sql(n_types: int, n_excluded: int = 0) -> str:
-    """Claim up to `?` rows of one queue, restricted to the job types this worker runs.
+def claim_sql(n_types: int, n_excluded: int = 0, keyed: bool = False) -> str:
+    """Claim up to `?` rows of one queue, restricted to the job types this worker runs;
+    `keyed`: each row's rate key follows its columns.
 
     The outer compare-and-set is spelled `+status`: the unary plus keeps the planner from
     driving the UPDATE through an index on status (every pending row, O(backlog) per
@@ -113,7 +114,7 @@ def claim_sql(n_types: int, n_excluded: int = 0) -> str:
         "ORDER BY priority, scheduled_at, rowid "
         "LIMIT ?) AND +status = 'pending' RETURNING rowid, id, type, queue, priority, "
         "payload, attempt, max_attempts, timeout_ms, metadata, parent_id, schedule_id, "
-        "scheduled_at, started_at"
+        "scheduled_at, started_at" + (", coalesce(rate_key, '')" if keyed else "")
     )
 
 

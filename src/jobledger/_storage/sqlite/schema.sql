@@ -2,7 +2,7 @@
 -- After adding a migration, regenerate it from the repository root with
 --   python -m jobledger._storage.sqlite.migrate \
 --       > src/jobledger/_storage/sqlite/schema.sql
--- user_version = 9
+-- user_version = 10
 
 CREATE INDEX job_schedules_enabled_next_run_idx ON job_schedules (enabled, next_run);
 
@@ -145,7 +145,7 @@ CREATE TABLE queues (
 CREATE TABLE rate_log (
     bucket  TEXT NOT NULL,
     cum     INTEGER NOT NULL,
-    at      INTEGER NOT NULL,
+    at      INTEGER NOT NULL, keys TEXT,
     -- One B-tree: `at` grows with `cum`, so (at, cum) order is cum order too.
     PRIMARY KEY (bucket, at, cum)
 ) WITHOUT ROWID;

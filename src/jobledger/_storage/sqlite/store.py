@@ -1180,9 +1180,21 @@ def _keyed_take(
     limits: tuple[int, int],
     now_ms: int,
 ) -> tuple[list[Any], int | None]:
-    """A keyed rate limit's claim (`rate.pick_keyed`, one bucket per key): the rows and,
-    when a key with rows waiting is spent, the earliest time one of them may start."""
+    """A keyed rate limit's claim: the rows and, when a key with rows waiting is spent,
+    the earliest time one of them may start. The queue's own bucket counts every start
+    of the queue: while it has room for all `n`, so has every key's, and the claim takes
+    the head as an unkeyed one does, its keys' starts left in the queue's row
+    (`rate.record_total`); otherwise it folds those into the keys' buckets and picks row
+    by row (`rate.pick_keyed`, one bucket per key)."""
     ex = _ex(conn)
+    total = rate.window(ex, RATE_SQL, req.queue, *limits, now_ms, wait=False)
+    if total.room >= n:
+        sql = q.claim_sql(len(req.types), len(req.exclude_owners), keyed=True)
+        params = (req.worker_id, now_ms, now_ms, req.queue, now_ms, *req.types)
+        got = conn.execute(sql, (*params, *req.exclude_owners, n)).fetchall()
+        rate.record_total(ex, RATE_SQL, req.queue, total, [r[-1] for r in got], now_ms)
+        return [r[:-1] for r in got], None
+    rate.fold(ex, conn.executemany, RATE_SQL, req.queue, limits[1], now_ms, json.dumps)
 
     def candidates(spent: list[str], want: int) -> list[Any]:
         sql = q.keyed_candidates_sql(len(req.types), len(req.exclude_owners), len(spent))
@@ -1210,6 +1222,7 @@ def _keyed_take(
         {rate.bucket_of(req.queue, k): (pick.wins[k], c) for k, c in pick.taken.items()},
         now_ms,
     )
+    rate.record(ex, RATE_SQL, req.queue, total, len(rows), now_ms)
     return rows, rate.keyed_wait(ex, RATE_SQL, req.queue, pick, limits, now_ms)
 
 
