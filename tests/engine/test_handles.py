@@ -121,3 +121,41 @@ def test_snapshots_do_not_share_their_empty_metadata(db: str) -> None:
     assert first.output is None
     assert first.metadata == second.metadata == {}
     assert first.metadata is not second.metadata
+
+
+def test_finished_on_a_running_loop_is_a_future_and_without_one_waits_when_awaited(
+    db: str,
+) -> None:
+    """On a running loop `finished` is a future itself, so a `gather` of many handles
+    wraps none of them in a Task; made before the loop runs (`run_until_complete`), it
+    is a coroutine that waits once awaited. Both resolve with the terminal row."""
+    jobs = make_manager(db)
+
+    @jobs.handler(ITEM, recovery="retry")
+    async def work(ctx: jl.JobContext[Item]) -> int:
+        return ctx.payload.n
+
+    async def main() -> list[jl.JobSnapshot]:
+        async with jobs:
+            handles = jobs.enqueue_many(ITEM, [Item(n=n) for n in range(30)])
+            waits = [h.finished for h in handles]
+            assert all(isinstance(w, asyncio.Future) for w in waits)
+            tasks = len(asyncio.all_tasks())
+            gathered = asyncio.gather(*waits)
+            assert len(asyncio.all_tasks()) == tasks  # no Task per handle
+            return list(await gathered)
+
+    assert [s.output for s in run(main())] == list(range(30))
+
+    later = make_manager(db)
+    later.handler(ITEM, recovery="retry")(work)
+    handle = later.enqueue(ITEM, Item(n=7))
+    waiting = handle.finished  # no running loop: waits once awaited
+    assert not isinstance(waiting, asyncio.Future)
+
+    async def run_it() -> jl.JobSnapshot:
+        async with later:
+            return await waiting
+
+    snap = run(run_it())
+    assert (snap.status, snap.output) == ("completed", 7)

@@ -14,7 +14,7 @@ type registered in its manager, if any: without one the result is the JSON value
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Generator
+from collections.abc import Awaitable, Callable
 from typing import Any, Generic, cast
 
 from typing_extensions import TypeVar
@@ -52,8 +52,21 @@ class JobHandle(Generic[R]):
         return self._snapshot
 
     @property
-    def finished(self) -> _Finished:
-        return _Finished(self)
+    def finished(self) -> Awaitable[JobSnapshot]:
+        """The terminal snapshot, awaitable. On a running loop it is a new future itself,
+        not an awaitable around one, so `asyncio.gather` of many handles adds a callback
+        to each instead of wrapping each in a Task (bench/handles.py); without one (say
+        `loop.run_until_complete(handle.finished)`) a coroutine that waits once awaited.
+        Each access is its own: cancelling one (`asyncio.wait_for`'s timeout) leaves the
+        rest."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return self._finished_later()
+        return self._wait(self.id)
+
+    async def _finished_later(self) -> JobSnapshot:
+        return await self._wait(self.id)
 
     async def result(self) -> R:
         """The job's output as `R`, once the job is terminal; JOB_NOT_COMPLETED (with
@@ -68,18 +81,3 @@ class JobHandle(Generic[R]):
 
     def __repr__(self) -> str:
         return f"JobHandle(id={self.id!r})"
-
-
-class _Finished:
-    """Awaitable for a handle's terminal snapshot."""
-
-    __slots__ = ("_handle",)
-
-    def __init__(self, handle: JobHandle[Any]) -> None:
-        self._handle = handle
-
-    def __await__(self) -> Generator[Any, None, JobSnapshot]:
-        # The future's own iterator, no coroutine around it: one frame less per handle
-        # in a `gather` of thousands (bench/handles.py).
-        handle = self._handle
-        return handle._wait(handle.id).__await__()
