@@ -8,6 +8,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+import pytest
+
 import jobledger as jl
 from tests.conftest import db_rows
 from tests.recovery import Child, arun, read_markers, spawn, status_counts, wait_for
@@ -83,32 +85,38 @@ def test_a_rate_limit_holds_over_two_processes(db: str, tmp_path: Path) -> None:
         _stop(children)
 
 
-def test_a_keyed_limit_holds_per_key_over_two_processes(db: str, tmp_path: Path) -> None:
-    args = ("--rate", "2/300ms", "--keyed")
+# (limit, per ms, jobs per key). 2 per 300 ms: every claim reads the keys' windows. 30
+# per 500 ms with 20 slots a process: a claim the queue's own window has room for takes
+# the head unread, and the other process's next claim must count those starts
+# (`_storage/rate.py`: `record_total`, `fold`).
+@pytest.mark.parametrize(("limit", "per_ms", "per_key"), [(2, 300, 6), (30, 500, 60)])
+def test_a_keyed_limit_holds_per_key_over_two_processes(
+    db: str, tmp_path: Path, limit: int, per_ms: int, per_key: int
+) -> None:
+    args = ("--rate", f"{limit}/{per_ms}ms", "--keyed")
     children = [spawn(db, "rated", tmp_path, f"w{i}", *args) for i in range(2)]
     # The producer computes the keys: it registers the same handler (never started).
     producer = jl.JobManager(db)
+    rule = jl.RateLimit(limit, per_ms / 1000, key=lambda n: str(n % 3))
 
-    @producer.handler(
-        RATED, recovery="retry", rate_limit=jl.RateLimit(2, 0.3, key=lambda n: str(n % 3))
-    )
+    @producer.handler(RATED, recovery="retry", rate_limit=rule)
     async def rated(ctx: jl.JobContext[int]) -> None:
         return None
 
     try:
         for child in children:
             child.wait_started()
-        producer.enqueue_many(RATED, list(range(18)))
-        _drain(db, 18)
+        producer.enqueue_many(RATED, list(range(3 * per_key)))
+        _drain(db, 3 * per_key)
         by_key = _row_starts(db)
         assert sorted(by_key) == ["0", "1", "2"]
         for key, starts in by_key.items():
-            assert len(starts) == 6, key
-            assert _max_in_window(starts, 300) <= 2, (key, sorted(starts))
+            assert len(starts) == per_key, key
+            assert _max_in_window(starts, per_ms) <= limit, (key, sorted(starts))
         everything = [s for starts in by_key.values() for s in starts]
-        assert _max_in_window(everything, 300) > 2  # the keys are independent
+        assert _max_in_window(everything, per_ms) > limit  # the keys are independent
         for key, starts in _handler_starts(children).items():
-            assert _max_in_window(starts, 300 - LAG_MS) <= 2, (key, sorted(starts))
+            assert _max_in_window(starts, per_ms - LAG_MS) <= limit, (key, sorted(starts))
     finally:
         arun(producer.stop)
         _stop(children)
