@@ -6,6 +6,7 @@ Defensive on purpose: a stored `error` that is not the expected object becomes
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import datetime
 from typing import Any
@@ -72,6 +73,15 @@ def _time(ms: int, same_ms: int, same: datetime) -> datetime:
     return same if ms == same_ms else from_ms(ms)
 
 
+# A snapshot's slots are set directly, in field order: a frozen dataclass's `__init__`
+# goes through `object.__setattr__` once per field, half of a snapshot's cost, and one
+# is made for every handle a finalize resolves (bench/handles.py).
+# tests/unit/test_rows.py checks the order against `dataclasses.fields`.
+_SETTERS = tuple(getattr(JobSnapshot, f.name).__set__ for f in dataclasses.fields(JobSnapshot))
+_new = object.__new__
+_STATUS = {s.value: s for s in JobStatus}
+
+
 def snapshot_from_row(row: JobRow) -> JobSnapshot:
     timeout_ms = row[L.C_TIMEOUT]
     started = row[L.C_STARTED_AT]
@@ -82,38 +92,42 @@ def snapshot_from_row(row: JobRow) -> JobSnapshot:
     key = row[L.C_KEY]
     if key is not None and SUCCESSOR_SEP in key:
         key = user_key(key)
-    return JobSnapshot(
-        id=row[L.C_ID],
-        type=row[L.C_TYPE],
-        status=JobStatus(row[L.C_STATUS]),
-        queue=row[L.C_QUEUE],
-        priority=row[L.C_PRIORITY],
-        payload=_json(row[L.C_PAYLOAD]),
-        output=_json(row[L.C_OUTPUT]),
-        error=error_from_json(row[L.C_ERROR]),
-        attempt=row[L.C_ATTEMPT],
-        max_attempts=row[L.C_MAX_ATTEMPTS],
-        timeout=None if timeout_ms is None else timeout_ms / 1000,
-        idempotency_key=key,
-        parent_id=row[L.C_PARENT],
-        schedule_id=row[L.C_SCHEDULE],
-        metadata=_json(row[L.C_METADATA]) or {},
-        progress=row[L.C_PROGRESS],
-        progress_detail=row[L.C_PROGRESS_DETAIL],
-        cancel_requested=bool(row[L.C_CANCEL]),
-        worker_id=row[L.C_WORKER],
-        scheduled_at=_time(row[L.C_SCHEDULED_AT], created_ms, created),
-        started_at=None if started is None else from_ms(started),
-        finished_at=finished_at,
-        created_at=created,
-        updated_at=(
+    values = (
+        row[L.C_ID],  # id
+        row[L.C_TYPE],  # type
+        _STATUS[row[L.C_STATUS]],  # status
+        row[L.C_QUEUE],  # queue
+        row[L.C_PRIORITY],  # priority
+        _json(row[L.C_PAYLOAD]),  # payload
+        _json(row[L.C_OUTPUT]),  # output
+        error_from_json(row[L.C_ERROR]),  # error
+        row[L.C_ATTEMPT],  # attempt
+        row[L.C_MAX_ATTEMPTS],  # max_attempts
+        None if timeout_ms is None else timeout_ms / 1000,  # timeout
+        key,  # idempotency_key
+        row[L.C_PARENT],  # parent_id
+        row[L.C_SCHEDULE],  # schedule_id
+        _json(row[L.C_METADATA]) or {},  # metadata
+        row[L.C_PROGRESS],  # progress
+        row[L.C_PROGRESS_DETAIL],  # progress_detail
+        bool(row[L.C_CANCEL]),  # cancel_requested
+        row[L.C_WORKER],  # worker_id
+        _time(row[L.C_SCHEDULED_AT], created_ms, created),  # scheduled_at
+        None if started is None else from_ms(started),  # started_at
+        finished_at,  # finished_at
+        created,  # created_at
+        (  # updated_at
             from_ms(row[L.C_UPDATED_AT])
             if finished_at is None
             else _time(row[L.C_UPDATED_AT], finished, finished_at)
         ),
-        enqueued_by=row[L.C_ENQUEUED_BY],
-        retry_of=row[L.C_RETRY_OF],
+        row[L.C_ENQUEUED_BY],  # enqueued_by
+        row[L.C_RETRY_OF],  # retry_of
     )
+    snap: JobSnapshot = _new(JobSnapshot)
+    for put, value in zip(_SETTERS, values, strict=True):
+        put(snap, value)
+    return snap
 
 
 def lost_error(worker_id: str) -> str:

@@ -1,0 +1,89 @@
+"""`snapshot_from_row` (src/jobledger/_storage/rows.py) sets a snapshot's slots directly,
+in field order: the snapshot it makes must equal the one the dataclass's own `__init__`
+makes from the same row, field by field, whatever the row holds."""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+
+from jobledger._storage import layout as L
+from jobledger._storage.rows import snapshot_from_row
+from jobledger._types import JobSnapshot, JobStatus
+from jobledger.clock import from_ms
+
+
+def _row(**values: object) -> tuple[object, ...]:
+    row: list[object] = [None] * (L.C_RETRY_OF + 1)
+    base = {
+        L.C_ID: "01a232ca-7a53-80d1-b052-33868f5ef298",
+        L.C_TYPE: "t",
+        L.C_STATUS: "failed",
+        L.C_QUEUE: "q",
+        L.C_PRIORITY: 3,
+        L.C_PAYLOAD: '{"a": 1}',
+        L.C_OUTPUT: "[1, 2]",
+        L.C_ERROR: '{"code": "E", "message": "m", "retryable": false, "params": {"x": 1}}',
+        L.C_ATTEMPT: 2,
+        L.C_MAX_ATTEMPTS: 5,
+        L.C_TIMEOUT: 1500,
+        L.C_KEY: "k",
+        L.C_PARENT: "p",
+        L.C_SCHEDULE: "s",
+        L.C_METADATA: '{"m": true}',
+        L.C_PROGRESS: 0.5,
+        L.C_PROGRESS_DETAIL: "half",
+        L.C_CANCEL: 1,
+        L.C_WORKER: "w",
+        L.C_SCHEDULED_AT: 1_000,
+        L.C_STARTED_AT: 2_000,
+        L.C_FINISHED_AT: 3_000,
+        L.C_CREATED_AT: 500,
+        L.C_UPDATED_AT: 3_500,
+        L.C_ENQUEUED_BY: "e",
+        L.C_RETRY_OF: "r",
+    }
+    base.update({getattr(L, k): v for k, v in values.items()})
+    for index, value in base.items():
+        row[index] = value
+    return tuple(row)
+
+
+def _expected(row: tuple[object, ...]) -> JobSnapshot:
+    """The same values through the dataclass's `__init__` (the order of the columns is
+    `test_every_field_holds_its_column`'s: each column there holds a distinct value)."""
+    made = snapshot_from_row(row)
+    return JobSnapshot(**{f.name: getattr(made, f.name) for f in dataclasses.fields(made)})
+
+
+def test_every_field_holds_its_column() -> None:
+    snap = snapshot_from_row(_row())
+    assert snap.id == "01a232ca-7a53-80d1-b052-33868f5ef298"
+    assert (snap.type, snap.status, snap.queue, snap.priority) == ("t", JobStatus.FAILED, "q", 3)
+    assert (snap.payload, snap.output, snap.metadata) == ({"a": 1}, [1, 2], {"m": True})
+    assert snap.error is not None
+    assert (snap.error.code, snap.error.params) == ("E", {"x": 1})
+    assert (snap.attempt, snap.max_attempts, snap.timeout) == (2, 5, 1.5)
+    assert (snap.idempotency_key, snap.parent_id, snap.schedule_id) == ("k", "p", "s")
+    assert (snap.progress, snap.progress_detail, snap.cancel_requested) == (0.5, "half", True)
+    assert (snap.worker_id, snap.enqueued_by, snap.retry_of) == ("w", "e", "r")
+    assert snap.scheduled_at == from_ms(1_000)
+    assert snap.started_at == from_ms(2_000)
+    assert snap.finished_at == from_ms(3_000)
+    assert snap.created_at == from_ms(500)
+    assert snap.updated_at == from_ms(3_500)
+
+
+def test_it_equals_the_dataclass_made_snapshot_and_behaves_as_one() -> None:
+    for row in (
+        _row(),
+        _row(C_STATUS="pending", C_FINISHED_AT=None, C_STARTED_AT=None, C_ERROR=None),
+        _row(C_TIMEOUT=None, C_METADATA="{}", C_PAYLOAD="{}", C_OUTPUT="null"),
+    ):
+        snap = snapshot_from_row(row)
+        assert type(snap) is JobSnapshot
+        assert snap == _expected(row)
+        assert hash(snap.id) == hash(_expected(row).id)
+        assert pickle.loads(pickle.dumps(snap)) == snap
+        assert dataclasses.replace(snap, priority=9).priority == 9
+        assert repr(snap) == repr(_expected(row))
