@@ -536,3 +536,18 @@ def test_an_observer_reads_a_file_from_before_attempts_and_retry_of(db: str) -> 
         assert conn.execute("PRAGMA user_version").fetchone() == (5,)
     finally:
         conn.close()
+
+
+def test_a_keyed_fold_reads_only_the_unfolded_rows(db: str) -> None:
+    """A fold's read and its mark go through the partial index of unfolded rows, not
+    over every row of the queue's window (`_storage/rate.py`: `fold`)."""
+    from jobledger._storage.sqlite.store import RATE_SQL
+
+    migrate(db)
+    conn = _open(db)
+    try:
+        for sql in (RATE_SQL.unfolded, RATE_SQL.mark_folded):
+            plan = " ".join(r[3] for r in conn.execute(f"EXPLAIN QUERY PLAN {sql}", ("q", 0)))
+            assert "rate_log_unfolded_idx" in plan, (sql, plan)
+    finally:
+        conn.close()

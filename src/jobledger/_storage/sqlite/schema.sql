@@ -37,6 +37,8 @@ CREATE INDEX jobs_running_idx ON jobs (queue, worker_id) WHERE status = 'running
 
 CREATE INDEX jobs_schedule_idx ON jobs (schedule_id, finished_at) WHERE schedule_id IS NOT NULL;
 
+CREATE INDEX rate_log_unfolded_idx ON rate_log (bucket, at) WHERE keys IS NOT NULL;
+
 CREATE TABLE job_attempts (
     job_key     INTEGER NOT NULL,
     n           INTEGER NOT NULL,
