@@ -86,12 +86,12 @@ class RateSql:
 
     @classmethod
     def for_placeholder(
-        cls,
-        ph: str,
-        table: str = "rate_log",
-        listed: str = "",
+        cls, ph: str, table: str = "rate_log", listed: str = "", unfolded_hint: str = ""
     ) -> RateSql:
-        """`listed`: the FROM item that makes rows `k(value)` of a list parameter."""
+        """`listed`: the FROM item that makes rows `k(value)` of a list parameter;
+        `unfolded_hint`: what follows the table's name where a fold reads and marks its
+        rows (SQLite's `INDEXED BY`: see the partial index of migration 0010)."""
+        unfolded_from = f"{table} {unfolded_hint}".rstrip()
         many = (
             f"SELECT k.value, (SELECT cum FROM {table} WHERE bucket = k.value "
             f"ORDER BY at DESC, cum DESC LIMIT 1), (SELECT at FROM {table} WHERE bucket = "
@@ -106,11 +106,11 @@ class RateSql:
                 f"INSERT INTO {table} (bucket, cum, at, keys) VALUES ({ph}, {ph}, {ph}, {ph})"
             ),
             unfolded=(
-                f"SELECT at, keys FROM {table} WHERE bucket = {ph} AND at > {ph} "
+                f"SELECT at, keys FROM {unfolded_from} WHERE bucket = {ph} AND at > {ph} "
                 "AND keys IS NOT NULL ORDER BY at, cum"
             ),
             mark_folded=(
-                f"UPDATE {table} SET keys = NULL WHERE bucket = {ph} AND at > {ph} "
+                f"UPDATE {unfolded_from} SET keys = NULL WHERE bucket = {ph} AND at > {ph} "
                 "AND keys IS NOT NULL"
             ),
             latest=(
@@ -196,10 +196,23 @@ def windows(
     return out
 
 
-def record(ex: Execute, sql: RateSql, bucket: str, w: Window, taken: int, now_ms: int) -> None:
+def record(
+    ex: Execute,
+    sql: RateSql,
+    bucket: str,
+    w: Window,
+    taken: int,
+    now_ms: int,
+    keys: str | None = None,
+) -> None:
+    """Log `taken` starts in the bucket whose window `w` is; `keys`: a keyed queue's
+    starts per key, as JSON, left unfolded in its own row (`record_total`)."""
     if taken <= 0:
         return
-    ex(sql.insert, (bucket, w.cum + taken, max(now_ms, w.at)))
+    if keys is None:
+        ex(sql.insert, (bucket, w.cum + taken, max(now_ms, w.at)))
+    else:
+        ex(sql.insert_keys, (bucket, w.cum + taken, max(now_ms, w.at), keys))
     if w.base and (w.cum + taken) // PRUNE_EVERY != w.cum // PRUNE_EVERY:
         ex(sql.prune, (bucket, w.edge, w.base))
 
@@ -232,14 +245,10 @@ def record_total(
     """`record` of a keyed queue's own bucket for a claim that took rows of `keys` (one
     per row) without reading their windows: the row holds each key's starts, unfolded
     (`fold` moves them into the keys' buckets when a claim next reads those)."""
-    if not keys:
-        return
     counts: dict[str, int] = {}
     for key in keys:
         counts[key] = counts.get(key, 0) + 1
-    ex(sql.insert_keys, (queue, w.cum + len(keys), max(now_ms, w.at), json.dumps(counts)))
-    if w.base and (w.cum + len(keys)) // PRUNE_EVERY != w.cum // PRUNE_EVERY:
-        ex(sql.prune, (queue, w.edge, w.base))
+    record(ex, sql, queue, w, len(keys), now_ms, json.dumps(counts))
 
 
 def fold(

@@ -20,7 +20,6 @@ which the debounce lookup finds in the same index range as the key itself.
 from __future__ import annotations
 
 import builtins
-import dataclasses
 import itertools
 import json
 import logging
@@ -107,17 +106,10 @@ _SPREAD_SETTINGS = (
     "SELECT queue, concurrency, paused, rate_limit, rate_per_ms FROM queue_settings "
     "WHERE queue IN (SELECT value FROM json_each(?))"
 )
-_RATE_SQL = rate.RateSql.for_placeholder("?", listed="json_each(?) k")
-# Without statistics the planner walks a fold's rows by the primary key, over every row
-# of the queue's window, folded or not: the partial index holds the unfolded alone.
-RATE_SQL = dataclasses.replace(
-    _RATE_SQL,
-    unfolded=_RATE_SQL.unfolded.replace(
-        "FROM rate_log", "FROM rate_log INDEXED BY rate_log_unfolded_idx"
-    ),
-    mark_folded=_RATE_SQL.mark_folded.replace(
-        "UPDATE rate_log", "UPDATE rate_log INDEXED BY rate_log_unfolded_idx"
-    ),
+# Without statistics the planner would walk a fold's rows by the primary key, over every
+# row of the queue's window, folded or not: the partial index holds the unfolded alone.
+RATE_SQL = rate.RateSql.for_placeholder(
+    "?", listed="json_each(?) k", unfolded_hint="INDEXED BY rate_log_unfolded_idx"
 )
 _SETTINGS_ROW = (
     "SELECT concurrency, rate_limit, rate_per_ms, paused, updated_at FROM queue_settings "
