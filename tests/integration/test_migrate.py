@@ -45,6 +45,7 @@ from tests.integration import _procs, v7_id
 WAIT = _procs.WAIT
 TABLES = {
     "job_attempts",
+    "job_deps",
     "job_schedules",
     "job_totals",
     "jobs",
@@ -55,6 +56,7 @@ TABLES = {
     "queues",
     "rate_log",
     "workers",
+    "workflows",
 }
 
 

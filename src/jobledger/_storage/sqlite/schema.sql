@@ -2,7 +2,9 @@
 -- After adding a migration, regenerate it from the repository root with
 --   python -m jobledger._storage.sqlite.migrate \
 --       > src/jobledger/_storage/sqlite/schema.sql
--- user_version = 10
+-- user_version = 11
+
+CREATE INDEX job_deps_job_idx ON job_deps (job_id);
 
 CREATE INDEX job_schedules_enabled_next_run_idx ON job_schedules (enabled, next_run);
 
@@ -37,6 +39,8 @@ CREATE INDEX jobs_running_idx ON jobs (queue, worker_id) WHERE status = 'running
 
 CREATE INDEX jobs_schedule_idx ON jobs (schedule_id, finished_at) WHERE schedule_id IS NOT NULL;
 
+CREATE INDEX jobs_workflow_idx ON jobs (workflow_id) WHERE workflow_id IS NOT NULL;
+
 CREATE TABLE job_attempts (
     job_key     INTEGER NOT NULL,
     n           INTEGER NOT NULL,
@@ -48,6 +52,13 @@ CREATE TABLE job_attempts (
     error       TEXT,                        -- JobErrorInfo JSON, with its traceback
     logs        TEXT,                        -- JSON [[at_ms, level, message], ...]
     PRIMARY KEY (job_key, n)
+) WITHOUT ROWID;
+
+CREATE TABLE job_deps (
+    upstream_id  TEXT NOT NULL,
+    job_id       TEXT NOT NULL,
+    policy       TEXT NOT NULL CHECK (policy = 'cancel' OR policy = 'run'),
+    PRIMARY KEY (upstream_id, job_id)
 ) WITHOUT ROWID;
 
 CREATE TABLE job_schedules (
@@ -76,11 +87,12 @@ CREATE TABLE job_totals (
 ) WITHOUT ROWID;
 
 CREATE TABLE "jobs" (
-    id               TEXT NOT NULL,                 -- rowid = ids.row_key(id); see above
+    id               TEXT NOT NULL,                 -- rowid = ids.row_key(id); migration 4
     type             TEXT NOT NULL,
     status           TEXT NOT NULL CHECK (status = 'pending' OR status = 'delayed'
                         OR status = 'running' OR status = 'completed'
-                        OR status = 'failed' OR status = 'cancelled'),
+                        OR status = 'failed' OR status = 'cancelled'
+                        OR status = 'waiting'),
     queue            TEXT NOT NULL,
     priority         INTEGER NOT NULL DEFAULT 0,
     payload          TEXT NOT NULL,
@@ -103,8 +115,13 @@ CREATE TABLE "jobs" (
     started_at       INTEGER,
     finished_at      INTEGER,
     created_at       INTEGER NOT NULL,
-    updated_at       INTEGER NOT NULL
-, retry_of TEXT, rate_key TEXT);
+    updated_at       INTEGER NOT NULL,
+    retry_of         TEXT,
+    rate_key         TEXT,
+    workflow_id      TEXT,
+    step             TEXT,
+    upstream_left    INTEGER
+);
 
 CREATE TABLE leader (
     id          INTEGER PRIMARY KEY CHECK (id = 1),
@@ -160,9 +177,21 @@ CREATE TABLE workers (
     stopped_at    INTEGER
 );
 
+CREATE TABLE workflows (
+    id          TEXT PRIMARY KEY,
+    name        TEXT NOT NULL,
+    created_at  INTEGER NOT NULL
+);
+
 CREATE TRIGGER jobs_collect_attempts AFTER DELETE ON jobs
 BEGIN
     DELETE FROM job_attempts WHERE job_key = old.rowid;
+END;
+
+CREATE TRIGGER jobs_collect_deps AFTER DELETE ON jobs
+WHEN old.workflow_id IS NOT NULL
+BEGIN
+    DELETE FROM job_deps WHERE job_id = old.id OR upstream_id = old.id;
 END;
 
 CREATE TRIGGER jobs_collect_totals AFTER DELETE ON jobs
