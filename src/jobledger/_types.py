@@ -51,6 +51,9 @@ class JobStatus(StrEnum):
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    # A workflow step whose upstream jobs have not all finished (issue 23): no slot,
+    # never claimed. Last, so the positions of the six statuses before it do not move.
+    WAITING = "waiting"
 
     @property
     def is_terminal(self) -> bool:

@@ -25,7 +25,7 @@ _ANY: dict[str, Any] = {"nullable": True}
 _OK = {"type": "string", "enum": ["ok"]}
 _STATUS = {
     "type": "string",
-    "enum": ["pending", "delayed", "running", "completed", "failed", "cancelled"],
+    "enum": ["pending", "delayed", "running", "completed", "failed", "cancelled", "waiting"],
 }
 
 

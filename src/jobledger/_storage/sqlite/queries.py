@@ -355,7 +355,9 @@ def retry_matching_sql(statuses: tuple[str, ...], queue: bool, type_name: bool) 
     return f"SELECT {JOB_COLUMNS} FROM jobs WHERE {' AND '.join(parts)} ORDER BY rowid LIMIT ?"
 
 
-_STATUSES = frozenset(("pending", "delayed", "running", "completed", "failed", "cancelled"))
+_STATUSES = frozenset(
+    ("pending", "delayed", "running", "completed", "failed", "cancelled", "waiting")
+)
 # Statuses with a partial index of their own; a listing of only these reads those indexes
 # (few rows, sorted) instead of walking every row. `failed` and `cancelled` are indexed
 # by status alone, so their entries are in rowid order and a listing needs no sort.
