@@ -99,6 +99,8 @@ _SCHEMAS: dict[str, Any] = {
             "created_at": _TIME,
             "updated_at": _TIME,
             "retry_of": _nullable(_STR),
+            "workflow_id": _nullable(_STR),
+            "step": _nullable(_STR),
         }
     ),
     "JobPage": _obj(

@@ -4,7 +4,7 @@
 --       > src/jobledger/_storage/sqlite/schema.sql
 -- user_version = 11
 
-CREATE INDEX job_deps_job_idx ON job_deps (job_id);
+CREATE INDEX job_deps_job_idx ON job_deps (job_key);
 
 CREATE INDEX job_schedules_enabled_next_run_idx ON job_schedules (enabled, next_run);
 
@@ -55,10 +55,11 @@ CREATE TABLE job_attempts (
 ) WITHOUT ROWID;
 
 CREATE TABLE job_deps (
-    upstream_id  TEXT NOT NULL,
-    job_id       TEXT NOT NULL,
-    policy       TEXT NOT NULL CHECK (policy = 'cancel' OR policy = 'run'),
-    PRIMARY KEY (upstream_id, job_id)
+    upstream_key  INTEGER NOT NULL,               -- the upstream job's rowid
+    job_key       INTEGER NOT NULL,               -- the downstream (waiting) job's rowid
+    policy        TEXT NOT NULL CHECK (policy = 'cancel' OR policy = 'run'),
+    many          INTEGER NOT NULL DEFAULT 0,     -- 1: the upstream step is an add_many
+    PRIMARY KEY (upstream_key, job_key)
 ) WITHOUT ROWID;
 
 CREATE TABLE job_schedules (
@@ -191,7 +192,8 @@ END;
 CREATE TRIGGER jobs_collect_deps AFTER DELETE ON jobs
 WHEN old.workflow_id IS NOT NULL
 BEGIN
-    DELETE FROM job_deps WHERE job_id = old.id OR upstream_id = old.id;
+    DELETE FROM job_deps WHERE job_key = old.rowid;
+    DELETE FROM job_deps WHERE upstream_key = old.rowid;
 END;
 
 CREATE TRIGGER jobs_collect_totals AFTER DELETE ON jobs
@@ -216,4 +218,69 @@ BEGIN
         (job_key, n, attempt, worker_id, started_at, finished_at, outcome, error)
     VALUES (new.rowid, old.attempt, old.attempt, old.worker_id, old.started_at,
         new.updated_at, 'retry', new.error);
+END;
+
+CREATE TRIGGER jobs_release_downstream AFTER UPDATE OF status ON jobs
+WHEN new.workflow_id IS NOT NULL AND old.status <> new.status
+    AND (new.status = 'completed' OR new.status = 'failed' OR new.status = 'cancelled')
+BEGIN
+    UPDATE jobs SET
+        upstream_left = upstream_left - (
+            SELECT count(*) FROM job_deps d WHERE d.job_key = jobs.rowid AND d.upstream_key IN (
+                SELECT new.rowid UNION ALL SELECT key FROM (
+                    WITH RECURSIVE doomed(key) AS (
+                        SELECT d.job_key FROM job_deps d WHERE d.upstream_key = new.rowid
+                            AND d.policy = 'cancel' AND new.status <> 'completed'
+                        UNION
+                        SELECT d.job_key FROM job_deps d JOIN doomed ON d.upstream_key = doomed.key
+                            WHERE d.policy = 'cancel'
+                    ) SELECT key FROM doomed))),
+        updated_at = new.updated_at
+    WHERE rowid IN (
+        SELECT d.job_key FROM job_deps d WHERE d.upstream_key IN (
+            SELECT new.rowid UNION ALL SELECT key FROM (
+                WITH RECURSIVE doomed(key) AS (
+                    SELECT d.job_key FROM job_deps d WHERE d.upstream_key = new.rowid
+                        AND d.policy = 'cancel' AND new.status <> 'completed'
+                    UNION
+                    SELECT d.job_key FROM job_deps d JOIN doomed ON d.upstream_key = doomed.key
+                        WHERE d.policy = 'cancel'
+                ) SELECT key FROM doomed)))
+        AND rowid NOT IN (
+            WITH RECURSIVE doomed(key) AS (
+                SELECT d.job_key FROM job_deps d WHERE d.upstream_key = new.rowid
+                    AND d.policy = 'cancel' AND new.status <> 'completed'
+                UNION
+                SELECT d.job_key FROM job_deps d JOIN doomed ON d.upstream_key = doomed.key
+                    WHERE d.policy = 'cancel'
+            ) SELECT key FROM doomed)
+        AND status = 'waiting';
+    UPDATE jobs SET status = 'pending', updated_at = new.updated_at
+    WHERE rowid IN (SELECT d.job_key FROM job_deps d WHERE d.upstream_key = new.rowid)
+        AND status = 'waiting' AND upstream_left <= 0;
+    UPDATE jobs SET status = 'pending', updated_at = new.updated_at
+    WHERE new.status <> 'completed' AND status = 'waiting' AND upstream_left <= 0
+        AND rowid IN (SELECT d.job_key FROM job_deps d WHERE d.upstream_key IN (
+            WITH RECURSIVE doomed(key) AS (
+                SELECT d.job_key FROM job_deps d WHERE d.upstream_key = new.rowid
+                    AND d.policy = 'cancel'
+                UNION
+                SELECT d.job_key FROM job_deps d JOIN doomed ON d.upstream_key = doomed.key
+                    WHERE d.policy = 'cancel'
+            ) SELECT key FROM doomed));
+    UPDATE jobs SET status = 'cancelled', finished_at = new.updated_at,
+        updated_at = new.updated_at, upstream_left = 0,
+        error = json_object('code', 'JOB_CANCELLED',
+            'message', 'an upstream job of this workflow step ended ' || new.status,
+            'retryable', json('false'),
+            'params', json_object('reason', 'upstream', 'upstream_id', new.id,
+                'upstream_status', new.status))
+    WHERE new.status <> 'completed' AND status = 'waiting' AND rowid IN (
+        WITH RECURSIVE doomed(key) AS (
+            SELECT d.job_key FROM job_deps d WHERE d.upstream_key = new.rowid
+                AND d.policy = 'cancel'
+            UNION
+            SELECT d.job_key FROM job_deps d JOIN doomed ON d.upstream_key = doomed.key
+                WHERE d.policy = 'cancel'
+        ) SELECT key FROM doomed);
 END;

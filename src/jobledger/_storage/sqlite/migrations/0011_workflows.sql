@@ -7,11 +7,14 @@
 --   finalize of its last upstream job moves it to `pending` in the same transaction.
 -- * `workflow_id` and `step` name the row's workflow and step (NULL on every job that
 --   is not in one); `upstream_left` counts its upstream jobs not yet finished (NULL
---   outside a workflow). Only a finalize of a row with `workflow_id` set looks at
---   `job_deps`, so ordinary jobs pay nothing on the hot path.
--- * `job_deps` holds one edge per (upstream job, downstream job), with the downstream
---   step's `on_upstream_failure` policy ('cancel' or 'run'); its key leads with the
---   upstream job, which is how a finalize reads it.
+--   outside a workflow). Only a write that ends a row with `workflow_id` set looks at
+--   `job_deps`; ordinary jobs pay one NULL test in the trigger's WHEN.
+-- * `job_deps` holds one edge per (upstream job, downstream job), by rowid (a lookup by
+--   rowid needs no index, migration 4), with the downstream step's
+--   `on_upstream_failure` policy ('cancel' or 'run'); its key leads with the upstream
+--   job, which is how the release reads it.
+-- * The release is a trigger (`jobs_release_downstream`, below), so every write that
+--   ends a workflow job releases or cancels its downstream jobs in its own transaction.
 -- * `workflows` names each graph.
 --
 -- SQLite cannot change a CHECK in place, so the table is rebuilt as in migration 3
@@ -116,15 +119,89 @@ CREATE TABLE workflows (
     created_at  INTEGER NOT NULL
 );
 CREATE TABLE job_deps (
-    upstream_id  TEXT NOT NULL,
-    job_id       TEXT NOT NULL,
-    policy       TEXT NOT NULL CHECK (policy = 'cancel' OR policy = 'run'),
-    PRIMARY KEY (upstream_id, job_id)
+    upstream_key  INTEGER NOT NULL,               -- the upstream job's rowid
+    job_key       INTEGER NOT NULL,               -- the downstream (waiting) job's rowid
+    policy        TEXT NOT NULL CHECK (policy = 'cancel' OR policy = 'run'),
+    many          INTEGER NOT NULL DEFAULT 0,     -- 1: the upstream step is an add_many
+    PRIMARY KEY (upstream_key, job_key)
 ) WITHOUT ROWID;
-CREATE INDEX job_deps_job_idx ON job_deps (job_id);
+CREATE INDEX job_deps_job_idx ON job_deps (job_key);
 -- A collected workflow job takes its edges with it (only rows of a workflow have any).
 CREATE TRIGGER jobs_collect_deps AFTER DELETE ON jobs
 WHEN old.workflow_id IS NOT NULL
 BEGIN
-    DELETE FROM job_deps WHERE job_id = old.id OR upstream_id = old.id;
+    DELETE FROM job_deps WHERE job_key = old.rowid;
+    DELETE FROM job_deps WHERE upstream_key = old.rowid;
+END;
+-- The release, in the transaction of whatever write ended a workflow job (a finalize,
+-- a cancel, a recovery): its waiting downstream jobs take one upstream job off
+-- `upstream_left`, and those reaching 0 become `pending`. When it ended `failed` or
+-- `cancelled`, the downstream jobs whose step's policy is 'cancel' are cancelled, and
+-- with them, transitively, theirs (`doomed`, a recursive query: SQLite does not fire a
+-- trigger from its own body, so the whole closure is taken here at once); the jobs
+-- downstream of a doomed one with the policy 'run' count it as finished.
+-- Rows outside a workflow fail the WHEN at once: an ordinary finalize runs none of it.
+CREATE TRIGGER jobs_release_downstream AFTER UPDATE OF status ON jobs
+WHEN new.workflow_id IS NOT NULL AND old.status <> new.status
+    AND (new.status = 'completed' OR new.status = 'failed' OR new.status = 'cancelled')
+BEGIN
+    UPDATE jobs SET
+        upstream_left = upstream_left - (
+            SELECT count(*) FROM job_deps d WHERE d.job_key = jobs.rowid AND d.upstream_key IN (
+                SELECT new.rowid UNION ALL SELECT key FROM (
+                    WITH RECURSIVE doomed(key) AS (
+                        SELECT d.job_key FROM job_deps d WHERE d.upstream_key = new.rowid
+                            AND d.policy = 'cancel' AND new.status <> 'completed'
+                        UNION
+                        SELECT d.job_key FROM job_deps d JOIN doomed ON d.upstream_key = doomed.key
+                            WHERE d.policy = 'cancel'
+                    ) SELECT key FROM doomed))),
+        updated_at = new.updated_at
+    WHERE rowid IN (
+        SELECT d.job_key FROM job_deps d WHERE d.upstream_key IN (
+            SELECT new.rowid UNION ALL SELECT key FROM (
+                WITH RECURSIVE doomed(key) AS (
+                    SELECT d.job_key FROM job_deps d WHERE d.upstream_key = new.rowid
+                        AND d.policy = 'cancel' AND new.status <> 'completed'
+                    UNION
+                    SELECT d.job_key FROM job_deps d JOIN doomed ON d.upstream_key = doomed.key
+                        WHERE d.policy = 'cancel'
+                ) SELECT key FROM doomed)))
+        AND rowid NOT IN (
+            WITH RECURSIVE doomed(key) AS (
+                SELECT d.job_key FROM job_deps d WHERE d.upstream_key = new.rowid
+                    AND d.policy = 'cancel' AND new.status <> 'completed'
+                UNION
+                SELECT d.job_key FROM job_deps d JOIN doomed ON d.upstream_key = doomed.key
+                    WHERE d.policy = 'cancel'
+            ) SELECT key FROM doomed)
+        AND status = 'waiting';
+    UPDATE jobs SET status = 'pending', updated_at = new.updated_at
+    WHERE rowid IN (SELECT d.job_key FROM job_deps d WHERE d.upstream_key = new.rowid)
+        AND status = 'waiting' AND upstream_left <= 0;
+    UPDATE jobs SET status = 'pending', updated_at = new.updated_at
+    WHERE new.status <> 'completed' AND status = 'waiting' AND upstream_left <= 0
+        AND rowid IN (SELECT d.job_key FROM job_deps d WHERE d.upstream_key IN (
+            WITH RECURSIVE doomed(key) AS (
+                SELECT d.job_key FROM job_deps d WHERE d.upstream_key = new.rowid
+                    AND d.policy = 'cancel'
+                UNION
+                SELECT d.job_key FROM job_deps d JOIN doomed ON d.upstream_key = doomed.key
+                    WHERE d.policy = 'cancel'
+            ) SELECT key FROM doomed));
+    UPDATE jobs SET status = 'cancelled', finished_at = new.updated_at,
+        updated_at = new.updated_at, upstream_left = 0,
+        error = json_object('code', 'JOB_CANCELLED',
+            'message', 'an upstream job of this workflow step ended ' || new.status,
+            'retryable', json('false'),
+            'params', json_object('reason', 'upstream', 'upstream_id', new.id,
+                'upstream_status', new.status))
+    WHERE new.status <> 'completed' AND status = 'waiting' AND rowid IN (
+        WITH RECURSIVE doomed(key) AS (
+            SELECT d.job_key FROM job_deps d WHERE d.upstream_key = new.rowid
+                AND d.policy = 'cancel'
+            UNION
+            SELECT d.job_key FROM job_deps d JOIN doomed ON d.upstream_key = doomed.key
+                WHERE d.policy = 'cancel'
+        ) SELECT key FROM doomed);
 END;
