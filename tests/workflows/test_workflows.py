@@ -259,3 +259,56 @@ def test_cancel_of_a_waiting_step_cancels_its_downstream_steps(db: str) -> None:
         assert (await h.jobs["c"][0].finished).status == "cancelled"
 
     run(main())
+
+
+FLAKY = jl.JobType("wf.flaky", N)
+
+
+def test_a_retried_step_releases_its_downstream_only_when_it_completes(db: str) -> None:
+    jobs = manager(db)
+    tries: list[int] = []
+
+    @jobs.handler(
+        FLAKY,
+        recovery="retry",
+        retry=jl.RetryPolicy(max_attempts=3, backoff="fixed", base_delay=0.001),
+    )
+    async def flaky(ctx: jl.JobContext[N]) -> int:
+        tries.append(ctx.attempt)
+        if ctx.attempt == 0:
+            raise RuntimeError("once")
+        return 7
+
+    async def main() -> jl.WorkflowSnapshot:
+        async with jobs:
+            wf = jobs.workflow("retry")
+            first = wf.add(FLAKY, N(), name="first")
+            wf.add(ADD, N(), name="then", after=[first])
+            return await wf.enqueue().finished
+
+    done = run(main())
+    assert tries == [0, 1]
+    got = {j.step: j for j in done.jobs}
+    assert got["first"].attempt == 1
+    assert got["then"].output == 8
+    assert done.status == "completed"
+
+
+def test_a_workflow_a_producer_wrote_runs_on_another_manager(db: str) -> None:
+    producer = make_manager(db)  # a web app: enqueues, never starts
+    worker = manager(db)
+
+    async def main() -> jl.WorkflowSnapshot:
+        async with worker:
+            wf = producer.workflow("remote")
+            parts = wf.add_many(ADD, [N(n=1), N(n=2)], name="parts")
+            wf.add(SUM, N(), name="join", after=[parts])
+            return await wf.enqueue().finished
+
+    done = run(main())
+    assert done.steps()["join"][0].output == 5
+    # The edges of collected jobs go with them.
+    assert db_one(db, "SELECT count(*) FROM job_deps") == 2
+    worker_store = make_manager(db)
+    assert worker_store._store.gc(10**15) == 3
+    assert db_one(db, "SELECT count(*) FROM job_deps") == 0
