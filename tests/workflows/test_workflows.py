@@ -310,5 +310,8 @@ def test_a_workflow_a_producer_wrote_runs_on_another_manager(db: str) -> None:
     # The edges of collected jobs go with them.
     assert db_one(db, "SELECT count(*) FROM job_deps") == 2
     worker_store = make_manager(db)
+    assert db_one(db, "SELECT count(*) FROM workflows") == 1
     assert worker_store._store.gc(10**15) == 3
     assert db_one(db, "SELECT count(*) FROM job_deps") == 0
+    assert db_one(db, "SELECT count(*) FROM workflows") == 0
+    assert worker_store.get_workflow(done.id) is None

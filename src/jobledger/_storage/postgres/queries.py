@@ -498,6 +498,11 @@ class Queries:
         "error = %s WHERE workflow_id = %s AND status = %s "
         f"RETURNING {JOB_COLUMNS}"
     )
+    # As on SQLite: workflows whose every job was collected.
+    GC_WORKFLOWS = (
+        "DELETE FROM {s}.workflows w WHERE NOT EXISTS "
+        "(SELECT 1 FROM {s}.jobs j WHERE j.workflow_id = w.id)"
+    )
     GC_TERMINAL = (
         "DELETE FROM {s}.jobs WHERE id = ANY(ARRAY(SELECT id FROM {s}.jobs "
         "WHERE finished_at IS NOT NULL "

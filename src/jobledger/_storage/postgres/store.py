@@ -1378,6 +1378,8 @@ class PostgresStore(ScheduleOps, WorkerOps):
             )
             total += n
             if n < batch:
+                if total:
+                    self._stmt(lambda c: c.execute(self.q.GC_WORKFLOWS), "gc")
                 return total
 
     # -- observers (read-only) ------------------------------------------------------

@@ -448,6 +448,13 @@ CANCEL_WORKFLOW_STATUS = (
     "WHERE workflow_id = ?3 AND status = ?4 RETURNING " + JOB_COLUMNS
 )
 
+# A workflow whose every job GC collected (its rows and edges went with them). A workflow
+# commits with its jobs, so one being written is never seen without them.
+GC_WORKFLOWS = (
+    "DELETE FROM workflows WHERE NOT EXISTS "
+    "(SELECT 1 FROM jobs WHERE jobs.workflow_id = workflows.id)"
+)
+
 TERMINAL_AMONG = (
     f"SELECT {JOB_COLUMNS} FROM jobs WHERE rowid IN ({{keys}}) AND id IN ({{ids}}) "
     "AND status IN ('completed', 'failed', 'cancelled')"

@@ -969,6 +969,8 @@ class SqliteStore(ScheduleOps, WorkerOps):
             n = self.write(lambda c: c.execute(q.GC_TERMINAL, (before_ms, batch)).rowcount, "gc")
             total += n
             if n < batch:
+                if total:
+                    self.write(lambda c: c.execute(q.GC_WORKFLOWS), "gc")
                 return total
 
     # -- observers (read-only) ------------------------------------------------------
