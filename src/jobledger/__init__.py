@@ -4,11 +4,13 @@ from jobledger._core.backoff import RetryPolicy
 from jobledger._core.enqueue import JobSpec
 from jobledger._core.rate import RateLimit
 from jobledger._core.registry import JobHandler, JobType
+from jobledger._core.workflow import Step as WorkflowStep
 from jobledger._runtime.context import CancelToken, JobContext
 from jobledger._runtime.events import JobEvent
 from jobledger._runtime.handle import JobHandle
 from jobledger._runtime.lifecycle import Hold
 from jobledger._runtime.manager import JobManager, WriteTx
+from jobledger._runtime.workflow import Workflow, WorkflowHandle
 from jobledger._scheduling.scheduler import SchedulerService
 from jobledger._scheduling.triggers import (
     AfterStartup,
@@ -32,6 +34,7 @@ from jobledger._types import (
     QueueLimits,
     ScheduleSnapshot,
     SettledEvent,
+    WorkflowSnapshot,
 )
 from jobledger.clock import Clock, SystemClock
 from jobledger.errors import (
@@ -94,6 +97,10 @@ __all__ = [
     "StorageError",
     "SystemClock",
     "Trigger",
+    "Workflow",
+    "WorkflowHandle",
+    "WorkflowSnapshot",
+    "WorkflowStep",
     "WriteTransactionFailed",
     "WriteTx",
 ]

@@ -7,7 +7,7 @@ events are plain JSON values (dicts, lists, scalars), never the validated payloa
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -34,6 +34,9 @@ __all__ = [
     "RecoveryStrategy",
     "ScheduleSnapshot",
     "SettledEvent",
+    "WorkflowSnapshot",
+    "WorkflowStatus",
+    "workflow_status",
 ]
 
 JSON = Any
@@ -51,6 +54,9 @@ class JobStatus(StrEnum):
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    # A workflow step whose upstream jobs have not all finished (issue 23): no slot,
+    # never claimed. Last, so the positions of the six statuses before it do not move.
+    WAITING = "waiting"
 
     @property
     def is_terminal(self) -> bool:
@@ -160,6 +166,10 @@ class JobSnapshot:
     enqueued_by: str | None = None
     # The job this one re-runs (`jobs.retry`); None for every job written otherwise.
     retry_of: str | None = None
+    # The workflow this job is a step of (`jobs.workflow`), and the step's name; None
+    # for every job enqueued otherwise.
+    workflow_id: str | None = None
+    step: str | None = None
 
     @property
     def is_terminal(self) -> bool:
@@ -194,7 +204,42 @@ class JobSnapshot:
             "created_at": iso(self.created_at),
             "updated_at": iso(self.updated_at),
             "retry_of": self.retry_of,
+            "workflow_id": self.workflow_id,
+            "step": self.step,
         }
+
+
+WorkflowStatus = Literal["running", "completed", "failed", "cancelled"]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowSnapshot:
+    """A workflow (`jobs.workflow`) as it was when read: its jobs in the order they
+    were written. `status` is `running` while any job is not terminal, then `completed`
+    when every job completed, `failed` when any failed, else `cancelled`."""
+
+    id: str
+    name: str
+    status: WorkflowStatus
+    jobs: tuple[JobSnapshot, ...]
+    created_at: datetime
+
+    def steps(self) -> dict[str, list[JobSnapshot]]:
+        """The jobs by step name, each step's in order."""
+        out: dict[str, list[JobSnapshot]] = {}
+        for job in self.jobs:
+            out.setdefault(job.step or "", []).append(job)
+        return out
+
+
+def workflow_status(statuses: Iterable[JobStatus]) -> WorkflowStatus:
+    """`WorkflowSnapshot.status` of jobs with these statuses."""
+    seen = set(statuses)
+    if not seen <= TERMINAL_STATUSES:
+        return "running"
+    if seen <= {JobStatus.COMPLETED}:
+        return "completed"
+    return "failed" if JobStatus.FAILED in seen else "cancelled"
 
 
 @dataclass(frozen=True, slots=True)

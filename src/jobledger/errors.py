@@ -8,7 +8,7 @@ Codes are a public contract: they are added, never renamed. A caller matches on
     │     JOB_UNKNOWN_TYPE, JOB_PAYLOAD_INVALID, JOB_PAYLOAD_TOO_LARGE,
     │     JOB_INVALID_MAX_ATTEMPTS, JOB_INVALID_TIMEOUT, JOB_CANCEL_REASON_TOO_LONG,
     │     JOB_INVALID_IDEMPOTENCY_KEY, JOB_BATCH_INVALID, JOB_FILTER_REQUIRED,
-    │     JOB_INVALID_OPTION
+    │     JOB_INVALID_OPTION, JOB_WORKFLOW_INVALID (params: step, reason)
     ├── JobNotFound                  JOB_NOT_FOUND
     │   (JobError itself)            JOB_NOT_RETRYABLE: `retry` of a job that is not terminal;
     │                                JOB_NOT_COMPLETED: `handle.result()`/`decode_output` of

@@ -56,6 +56,7 @@ def test_queue_counts_name_registered_queues_and_count_by_status(
     assert q.type == "t.a"
     assert dict(zip(STATUSES, q.counts, strict=True)) == {
         "pending": 2, "delayed": 0, "running": 0, "completed": 3, "failed": 0, "cancelled": 0,
+        "waiting": 0,
     }  # fmt: skip
     assert q.oldest_pending_at == 800
     assert counts["other"].oldest_pending_at == 700

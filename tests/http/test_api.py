@@ -121,6 +121,7 @@ def test_queues_schedules_workers_health(base_url: str, populated: Populated) ->
         "completed": 3,
         "failed": 0,
         "cancelled": 0,
+        "waiting": 0,
     }
     assert queues["http.nobody"]["counts"]["pending"] == 1
     assert queues["http.nobody"]["oldest_pending_at"].endswith("Z")

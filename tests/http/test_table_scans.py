@@ -18,7 +18,7 @@ import jobledger as jl
 from jobledger._observe.read_model import HISTOGRAM_BUCKETS, Histogram, ReadModel
 from tests.conftest import db_reader, run
 
-STATUSES = ("pending", "delayed", "running", "completed", "failed", "cancelled")
+STATUSES = ("pending", "delayed", "running", "completed", "failed", "cancelled", "waiting")
 T = jl.JobType("scan.t", dict)
 
 

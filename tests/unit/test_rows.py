@@ -14,7 +14,7 @@ from jobledger.clock import from_ms
 
 
 def _row(**values: object) -> tuple[object, ...]:
-    row: list[object] = [None] * (L.C_RETRY_OF + 1)
+    row: list[object] = [None] * (L.C_STEP + 1)
     base = {
         L.C_ID: "01a232ca-7a53-80d1-b052-33868f5ef298",
         L.C_TYPE: "t",
@@ -42,6 +42,8 @@ def _row(**values: object) -> tuple[object, ...]:
         L.C_UPDATED_AT: 3_500,
         L.C_ENQUEUED_BY: "e",
         L.C_RETRY_OF: "r",
+        L.C_WORKFLOW: "wf",
+        L.C_STEP: "st",
     }
     base.update({getattr(L, k): v for k, v in values.items()})
     for index, value in base.items():
@@ -67,6 +69,7 @@ def test_every_field_holds_its_column() -> None:
     assert (snap.idempotency_key, snap.parent_id, snap.schedule_id) == ("k", "p", "s")
     assert (snap.progress, snap.progress_detail, snap.cancel_requested) == (0.5, "half", True)
     assert (snap.worker_id, snap.enqueued_by, snap.retry_of) == ("w", "e", "r")
+    assert (snap.workflow_id, snap.step) == ("wf", "st")
     assert snap.scheduled_at == from_ms(1_000)
     assert snap.started_at == from_ms(2_000)
     assert snap.finished_at == from_ms(3_000)

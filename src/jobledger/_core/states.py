@@ -1,4 +1,4 @@
-"""The six-state machine: the only place its edges are written down.
+"""The seven-state machine: the only place its edges are written down.
 
 ```mermaid
 stateDiagram-v2
@@ -13,6 +13,9 @@ stateDiagram-v2
     pending --> cancelled: cancel / recovery
     delayed --> cancelled: cancel / recovery
     running --> pending: shutdown (retry, singleton) / rescue of a dead worker's row
+    [*] --> waiting: workflow enqueue (upstream steps unfinished)
+    waiting --> pending: last upstream job finished (completed, or policy run)
+    waiting --> cancelled: an upstream job failed or was cancelled (policy cancel) / cancel
 ```
 
 Terminal states (completed, failed, cancelled) are never left. Storage applies every edge
@@ -29,8 +32,9 @@ __all__ = ["EDGES", "INITIAL", "can_transition", "is_terminal"]
 
 P, D, R = JobStatus.PENDING, JobStatus.DELAYED, JobStatus.RUNNING
 C, F, X = JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED
+W = JobStatus.WAITING
 
-INITIAL: frozenset[JobStatus] = frozenset({P, D})
+INITIAL: frozenset[JobStatus] = frozenset({P, D, W})
 
 EDGES: frozenset[tuple[JobStatus, JobStatus]] = frozenset(
     {
@@ -43,6 +47,8 @@ EDGES: frozenset[tuple[JobStatus, JobStatus]] = frozenset(
         (P, X),
         (D, X),
         (R, P),
+        (W, P),
+        (W, X),
     }
 )
 

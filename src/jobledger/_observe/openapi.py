@@ -25,7 +25,7 @@ _ANY: dict[str, Any] = {"nullable": True}
 _OK = {"type": "string", "enum": ["ok"]}
 _STATUS = {
     "type": "string",
-    "enum": ["pending", "delayed", "running", "completed", "failed", "cancelled"],
+    "enum": ["pending", "delayed", "running", "completed", "failed", "cancelled", "waiting"],
 }
 
 
@@ -99,6 +99,8 @@ _SCHEMAS: dict[str, Any] = {
             "created_at": _TIME,
             "updated_at": _TIME,
             "retry_of": _nullable(_STR),
+            "workflow_id": _nullable(_STR),
+            "step": _nullable(_STR),
         }
     ),
     "JobPage": _obj(

@@ -15,6 +15,7 @@ first log call (`log_lines()` is empty until then; bounds in `_runtime/joblog.py
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import math
 import threading
@@ -94,6 +95,7 @@ class Attempt:
         "task",
         "token",
         "type",
+        "workflow_id",
     )
 
     def __init__(
@@ -116,6 +118,7 @@ class Attempt:
         self.metadata = metadata
         self.parent_id = parent_id
         self.schedule_id = schedule_id
+        self.workflow_id: str | None = None  # set by the engine for a workflow's job
         self.token = CancelToken(engine.loop)
         self.task: asyncio.Future[Any] | None = None
         self.submitted = False
@@ -167,6 +170,20 @@ class Attempt:
         return 0 if logs is None else logs.dropped
 
     # -- progress and metadata ------------------------------------------------------
+
+    def upstream(self) -> dict[str, Any]:
+        """`ctx.upstream`: the upstream jobs' outputs by step (lists for `add_many`)."""
+        if self.workflow_id is None:
+            return {}
+        out: dict[str, Any] = {}
+        for step, output, many in self._engine.store.upstream_outputs(self.job_id):
+            value = None if output is None else json.loads(output)
+            name = step or ""
+            if many:
+                out.setdefault(name, []).append(value)
+            else:
+                out[name] = value
+        return out
 
     def report_progress(self, progress: float, detail: str | None) -> None:
         if not is_finite_number(progress):

@@ -118,7 +118,16 @@ def _resolve(fut: asyncio.Future[None]) -> None:
 class JobContext(Generic[P]):
     """The handler's view of one attempt of one job."""
 
-    __slots__ = ("_attempt", "_logger", "_metadata", "attempt", "cancelled", "job_id", "payload")
+    __slots__ = (
+        "_attempt",
+        "_logger",
+        "_metadata",
+        "_upstream",
+        "attempt",
+        "cancelled",
+        "job_id",
+        "payload",
+    )
 
     def __init__(
         self,
@@ -133,6 +142,21 @@ class JobContext(Generic[P]):
         self.cancelled: CancelToken = attempt_state.token
         self._metadata: Mapping[str, Any] = MappingProxyType(dict(metadata))
         self._logger: logging.LoggerAdapter[logging.Logger] | None = None
+        self._upstream: Mapping[str, Any] | None = None
+
+    @property
+    def workflow_id(self) -> str | None:
+        """The workflow this job is a step of (`jobs.workflow`), or None."""
+        return self._attempt.workflow_id
+
+    @property
+    def upstream(self) -> Mapping[str, Any]:
+        """For a workflow step: each upstream step's name -> its job's output (JSON), a
+        list of outputs in order for an `add_many` step; `{}` outside a workflow. Read
+        from the database on first access (one query), then kept."""
+        if self._upstream is None:
+            self._upstream = MappingProxyType(self._attempt.upstream())
+        return self._upstream
 
     @property
     def metadata(self) -> Mapping[str, Any]:

@@ -224,6 +224,10 @@ class Engine:
         self._unconfirmed = False
         self.on_delayed: Callable[[int], None] = lambda at_ms: None
         self.on_settled_row: Callable[[JobRow], None] = _ignore_row
+        # After a finalize that ended jobs of these workflows committed: its trigger may
+        # have released or cancelled their downstream jobs (the manager kicks and
+        # resolves those). Never called for a batch without a workflow's job.
+        self.on_workflow_step: Callable[[set[str]], None] = _ignore_workflows
         self.on_unregistered: Callable[[], None] = lambda: None
         # A claim older than this when its handler is about to start (`worker_timeout`)
         # is checked against the row first; None: never.
@@ -489,6 +493,7 @@ class Engine:
             job.schedule_id,
         )
         attempt.started_ms = job.started_at
+        attempt.workflow_id = job.workflow_id
         attempt.claimed_at = self.ahead.claimed()
         self.inflight[job.id] = attempt
         if not spec.is_async:
@@ -715,9 +720,14 @@ class Engine:
             # The refill's claim raised (a closed gate means it never ran): did it commit?
             self._unconfirmed = True
         kicks: set[str] = set()
+        workflows: set[str] | None = None
         for (outcome, attempt), row in zip(batch, rows, strict=True):
             self._release(attempt)
             kicks.add(attempt.queue)
+            if attempt.workflow_id is not None and row is not None:
+                if workflows is None:
+                    workflows = set()
+                workflows.add(attempt.workflow_id)
             if row is None:
                 if attempt.kept or attempt.job_id in self.waiters:
                     # A waiter on a job running here is not read at await time
@@ -736,6 +746,13 @@ class Engine:
                 self._settle_unread(attempt)
             else:
                 self.settle_row(row, attempt)
+        if workflows:
+            try:
+                self.on_workflow_step(workflows)
+            except Exception:
+                # The rows are committed; another process's watcher, or the next look,
+                # finds the released jobs.
+                log.exception("following workflow(s) %s after a finalize failed", workflows)
         if spread is not None:
             if claimed is not None:
                 self._take_spread(spread, claimed)
@@ -1179,6 +1196,10 @@ class Engine:
 
 
 _TERMINAL = frozenset({"completed", "failed", "cancelled"})
+
+
+def _ignore_workflows(workflow_ids: set[str]) -> None:
+    return None
 
 
 def _ignore_row(row: JobRow) -> None:

@@ -74,6 +74,7 @@ from jobledger._runtime.retry import (
     retry_payload,
 )
 from jobledger._runtime.timers import wait_with_timeout
+from jobledger._runtime.workflow import Workflow
 from jobledger._scheduling.job_schedules import HostState, JobSchedules, snapshot_of
 from jobledger._scheduling.triggers import CatchUpPolicy, SkipMissed, Trigger
 from jobledger._storage import layout as L
@@ -82,6 +83,7 @@ from jobledger._storage.interface import (
     JobRow,
     KeyRule,
     NewJob,
+    NewWorkflow,
     Store,
     fresh_row,
     was_inserted,
@@ -102,8 +104,10 @@ from jobledger._types import (
     QueueLimits,
     RecoveryStrategy,
     ScheduleSnapshot,
+    WorkflowSnapshot,
+    workflow_status,
 )
-from jobledger.clock import Clock, SystemClock
+from jobledger.clock import Clock, SystemClock, from_ms
 from jobledger.errors import HandlerRegistrationError, JobError, JobValidationError
 
 __all__ = ["JobManager", "ManagerState", "WriteTx"]
@@ -302,6 +306,7 @@ class JobManager:
         )
         self._engine.limit_process(process_max_concurrency)  # checked above
         self._engine.on_delayed = self._on_delayed
+        self._engine.on_workflow_step = self._after_workflow_step
         self._loop: asyncio.AbstractEventLoop | None = None
         self._started = False
         self._stopping = False
@@ -584,6 +589,70 @@ class JobManager:
         rows = self._store.enqueue_rows(new, rate_keys=self._rate_keys(new))
         self._after_rows(new, rows)
         return [JobHandle(self._waiter, row, jt) for row in rows]
+
+    # -- workflows (DESIGN.md §8.8; _runtime/workflow.py) ------------------------------
+
+    def workflow(self, name: str) -> Workflow:
+        """A new workflow builder; nothing is written until its `enqueue()`."""
+        return Workflow(self, name)
+
+    def get_workflow(self, workflow_id: str) -> WorkflowSnapshot | None:
+        """The workflow and its jobs as stored now, or None for an unknown id."""
+        head = self._store.get_workflow(workflow_id)
+        if head is None:
+            return None
+        jobs = tuple(snapshot_from_row(r) for r in self._store.workflow_jobs(workflow_id))
+        return WorkflowSnapshot(
+            head[0], head[1], workflow_status(j.status for j in jobs), jobs, from_ms(head[2])
+        )
+
+    async def cancel_workflow(self, workflow_id: str, reason: str | None = None) -> int:
+        """Cancel every job of the workflow that has not finished: waiting, pending and
+        delayed ones at once (in one transaction), running ones as `cancel` does.
+        Returns how many jobs it cancelled or asked to cancel; 0 for an unknown id."""
+        _check_reason(reason)
+        error = error_to_json(
+            JobErrorInfo(
+                "JOB_CANCELLED",
+                reason or f"workflow {workflow_id} was cancelled",
+                False,
+                {"reason": "workflow", "workflow_id": workflow_id},
+            )
+        )
+        rows = self._store.cancel_workflow(workflow_id, error, self._engine.now_ms())
+        self._settle_rows(rows)
+        running = [
+            r[L.C_ID] for r in self._store.workflow_jobs(workflow_id) if r[_STATUS] == "running"
+        ]
+        for job_id in running:
+            await self.cancel(job_id, reason=reason)
+        return len(rows) + len(running)
+
+    def _settle_rows(self, rows: Sequence[JobRow]) -> None:
+        """Rows another write of this process ended: resolve their handles, publish."""
+        engine = self._engine
+        engine.resolve_terminal(r for r in rows if r[L.C_ID] in engine.waiters)
+        if self._events._all:
+            for row in rows:
+                self._publish_threadsafe(row)
+
+    def _after_workflow_enqueue(self, wf: NewWorkflow) -> None:
+        """After COMMIT of a workflow: `_after_rows` for its jobs that may run now."""
+        ready = [r for r in wf.rows if r[_STATUS] != "waiting"]
+        self._store.remember_queues(list({r[_QUEUE] for r in wf.rows}))
+        self._after_rows(ready, ready)
+
+    def _after_workflow_step(self, workflow_ids: set[str]) -> None:
+        """After a finalize that ended jobs of these workflows (on the loop): kick the
+        queues of their jobs the release made pending, settle those it cancelled."""
+        engine = self._engine
+        for workflow_id in workflow_ids:
+            rows = self._store.workflow_jobs(workflow_id)
+            self._settle_rows([r for r in rows if r[_STATUS] == "cancelled"])
+            for r in rows:
+                if r[_STATUS] == "pending" and engine.ensure_queue(r[_QUEUE], r[_TYPE]):
+                    self._queues.touch(r[_QUEUE], r[_TYPE])
+                    engine.kick(r[_QUEUE])
 
     @contextmanager
     def write_tx(self) -> Iterator[WriteTx]:
@@ -962,6 +1031,9 @@ class JobManager:
             return "not-cancellable"
         if row is not None:
             self._engine.settle_row(row)
+            workflow_id = row[L.C_WORKFLOW]
+            if workflow_id is not None:  # its cancel may have cancelled or released others
+                self._after_workflow_step({workflow_id})
             return "cancelled"
         if status != "running":
             return "not-cancellable"
@@ -1087,6 +1159,7 @@ class JobManager:
         type: JobType[Any] | str | None = None,
         schedule_id: str | None = None,
         parent_id: str | None = None,
+        workflow_id: str | None = None,
         limit: int = 100,
         offset: int = 0,
     ) -> list[JobSnapshot]:
@@ -1097,7 +1170,7 @@ class JobManager:
             raise JobValidationError(
                 "offset must be an integer in [0, 2**62]", code="JOB_INVALID_OPTION"
             )
-        flt = _filter(status, queue, type, schedule_id, parent_id)
+        flt = _filter(status, queue, type, schedule_id, parent_id, workflow_id)
         rows = self._store.list(flt, limit=min(limit, LIST_CAP), offset=offset)
         return [snapshot_from_row(r) for r in rows]
 
@@ -1109,8 +1182,9 @@ class JobManager:
         type: JobType[Any] | str | None = None,
         schedule_id: str | None = None,
         parent_id: str | None = None,
+        workflow_id: str | None = None,
     ) -> int:
-        return self._store.count(_filter(status, queue, type, schedule_id, parent_id))
+        return self._store.count(_filter(status, queue, type, schedule_id, parent_id, workflow_id))
 
     def subscribe(
         self, fn: Callable[[JobEvent], None], *, job_id: str | None = None
@@ -1523,9 +1597,16 @@ def _filter(
     type_: JobType[Any] | str | None,
     schedule_id: str | None,
     parent_id: str | None,
+    workflow_id: str | None = None,
 ) -> JobFilter:
     statuses: tuple[str, ...] = ()
-    _check_filter_values(queue=queue, type=type_, schedule_id=schedule_id, parent_id=parent_id)
+    _check_filter_values(
+        queue=queue,
+        type=type_,
+        schedule_id=schedule_id,
+        parent_id=parent_id,
+        workflow_id=workflow_id,
+    )
     if status is not None:
         try:
             raw = (status,) if isinstance(status, str) else tuple(status)
@@ -1547,6 +1628,7 @@ def _filter(
         type=None if type_ is None else _type_name(type_),
         schedule_id=schedule_id,
         parent_id=parent_id,
+        workflow_id=workflow_id,
     )
 
 

@@ -185,7 +185,7 @@ def new_row(
     return (
         id, type, status, queue, priority, payload, None, None, 0, max_attempts, timeout_ms,
         idempotency_key, parent_id, schedule_id, metadata, None, None, 0, None, scheduled_at,
-        None, None, created_at, created_at, enqueued_by, None,
+        None, None, created_at, created_at, enqueued_by, None, None, None,
     )  # fmt: skip
 
 
@@ -234,7 +234,8 @@ def retry_row(
         now_ms,
         now_ms,
     )
-    return (*fresh[: L.C_RETRY_OF], old[L.C_ID])
+    # A re-run is no step of the old row's workflow: nothing waits on it (DESIGN §8.8).
+    return (*fresh[: L.C_RETRY_OF], old[L.C_ID], None, None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,6 +267,9 @@ class ClaimedJob:
     schedule_id: str | None
     scheduled_at: int
     started_at: int
+    # The job's workflow (None outside one): its finalize releases downstream rows, so
+    # the runtime looks at the workflow after it commits (`Engine.on_workflow_step`).
+    workflow_id: str | None = None
 
 
 @dataclass(slots=True)
@@ -371,6 +375,23 @@ class JobFilter:
     type: str | None = None
     schedule_id: str | None = None
     parent_id: str | None = None
+    workflow_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NewWorkflow:
+    """A workflow to write in one transaction (`Store.enqueue_workflow`): its row, its
+    jobs (fresh rows; `left[i]` is row i's count of upstream jobs, 0 for a row that is
+    `pending`, with `workflow_id` and `step` in the row) and its edges, as (upstream job
+    id, downstream job id, the downstream step's policy, whether the upstream step is
+    an `add_many` one)."""
+
+    id: str
+    name: str
+    created_at: int
+    rows: Sequence[JobRow]
+    left: Sequence[int]
+    edges: Sequence[tuple[str, str, str, bool]]
 
 
 class Store(Protocol):
@@ -612,6 +633,33 @@ class Store(Protocol):
         ...
 
     def get(self, job_id: str) -> JobRow | None: ...
+    # -- workflows (DESIGN.md §8.8) --
+    def enqueue_workflow(self, wf: NewWorkflow, conn: Any | None = None) -> None:
+        """Write the workflow's row, its jobs and its edges in one transaction (the
+        caller's, with `conn`). Nothing is looked up: the rows are fresh, without keys
+        or parents."""
+        ...
+
+    def get_workflow(self, workflow_id: str) -> tuple[str, str, int] | None:
+        """(id, name, created_at), or None."""
+        ...
+
+    def workflow_jobs(self, workflow_id: str) -> builtins.list[JobRow]:
+        """Every job of the workflow, in the order they were written."""
+        ...
+
+    def upstream_outputs(self, job_id: str) -> builtins.list[tuple[str | None, str | None, bool]]:
+        """(step, output JSON, whether the step is an `add_many` one) of each upstream job
+        of `job_id`, in the order they were written."""
+        ...
+
+    def cancel_workflow(self, workflow_id: str, error: str, now_ms: int) -> builtins.list[JobRow]:
+        """Cancel every waiting, pending and delayed job of the workflow with `error`
+        (waiting ones first, so that no cancel releases one); returns the rows it
+        cancelled, and those its cancels cancelled downstream. Running jobs are left to
+        the caller's `cancel`."""
+        ...
+
     def terminal_among(self, ids: Sequence[str]) -> list[JobRow]: ...
     def list(self, flt: JobFilter, *, limit: int, offset: int) -> list[JobRow]: ...
     def count(self, flt: JobFilter) -> int: ...

@@ -123,6 +123,8 @@ def snapshot_from_row(row: JobRow) -> JobSnapshot:
         ),
         row[L.C_ENQUEUED_BY],  # enqueued_by
         row[L.C_RETRY_OF],  # retry_of
+        row[L.C_WORKFLOW],  # workflow_id
+        row[L.C_STEP],  # step
     )
     snap: JobSnapshot = _new(JobSnapshot)
     for put, value in zip(_SETTERS, values, strict=True):

@@ -48,6 +48,7 @@ _STYLES = {
     "completed": "green",
     "failed": "red",
     "cancelled": "magenta",
+    "waiting": "blue",
 }
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 
-from jobledger._storage.layout import JOB_COLUMNS, JOB_COLUMNS_BEFORE_RETRY_OF, SCHEDULE_COLUMNS
+from jobledger._storage.layout import JOB_COLUMNS, SCHEDULE_COLUMNS
 
 __all__ = [
     "JOB_COLUMNS",
@@ -34,7 +34,7 @@ _J_COLUMNS = ", ".join(f"j.{c.strip()}" for c in JOB_COLUMNS.split(","))
 _N_COLUMNS = len(JOB_COLUMNS.split(","))
 _CLAIMED = (
     "j.id, j.type, j.queue, j.priority, j.payload, j.attempt, j.max_attempts, j.timeout_ms, "
-    "j.metadata, j.parent_id, j.schedule_id, j.scheduled_at, j.started_at"
+    "j.metadata, j.parent_id, j.schedule_id, j.scheduled_at, j.started_at, j.workflow_id"
 )
 _FENCE = "WHERE id = %s AND status = 'running' AND worker_id = %s AND attempt = %s"
 ATTEMPT_COLUMNS = "attempt, worker_id, started_at, finished_at, outcome, error, logs"
@@ -413,11 +413,12 @@ class Queries:
     # -- cancellation ----------------------------------------------------------------
     REQUEST_CANCEL = (
         "UPDATE {s}.jobs SET cancel_requested = 1, cancel_reason = coalesce(cancel_reason, %s), "
-        f"updated_at = %s WHERE id = %s AND status IN {_LIVE} RETURNING status, worker_id"
+        "updated_at = %s WHERE id = %s AND status IN ('pending', 'delayed', 'running', "
+        "'waiting') RETURNING status, worker_id"
     )
     CANCEL_WAITING = (
         "UPDATE {s}.jobs SET status = 'cancelled', error = %s, finished_at = %s, updated_at = %s "
-        f"WHERE id = %s AND status IN ('pending', 'delayed') RETURNING {JOB_COLUMNS}"
+        f"WHERE id = %s AND status IN ('pending', 'delayed', 'waiting') RETURNING {JOB_COLUMNS}"
     )
     FORCE_CANCEL_RUNNING = (
         "WITH f AS (UPDATE {s}.jobs SET status = 'cancelled', error = %s, finished_at = %s, "
@@ -443,6 +444,7 @@ class Queries:
 
     # -- reads -----------------------------------------------------------------------
     GET_JOB = f"SELECT {JOB_COLUMNS} FROM {{s}}.jobs WHERE id = %s"
+
     TERMINAL_AMONG = (
         f"SELECT {JOB_COLUMNS} FROM {{s}}.jobs WHERE id = ANY(%s) AND status IN {_TERMINAL}"
     )
@@ -472,6 +474,34 @@ class Queries:
         "scheduled_at, created_at, updated_at, retry_of) VALUES (%s, %s, %s, %s, %s, %s, %s, "
         "%s, %s, (SELECT p.id FROM {s}.jobs p WHERE p.id = %s), %s, %s, %s, %s, %s, %s, %s) "
         f"RETURNING {JOB_COLUMNS}"
+    )
+    # Workflows (migration 8).
+    INSERT_WORKFLOW = "INSERT INTO {s}.workflows (id, name, created_at) VALUES (%s, %s, %s)"
+    INSERT_WORKFLOW_JOB = (
+        "INSERT INTO {s}.jobs (id, type, status, queue, priority, payload, max_attempts, "
+        "timeout_ms, idempotency_key, parent_id, schedule_id, metadata, enqueued_by, "
+        "scheduled_at, created_at, updated_at, workflow_id, step, upstream_left) VALUES "
+        "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+    )
+    INSERT_JOB_DEP = (
+        "INSERT INTO {s}.job_deps (upstream_id, job_id, policy, many) VALUES (%s, %s, %s, %s)"
+    )
+    GET_WORKFLOW = "SELECT id, name, created_at FROM {s}.workflows WHERE id = %s"
+    WORKFLOW_JOBS = f"SELECT {JOB_COLUMNS} FROM {{s}}.jobs WHERE workflow_id = %s ORDER BY id"
+    UPSTREAM_OUTPUTS = (
+        "SELECT u.step, u.output, d.many FROM {s}.job_deps d "
+        "JOIN {s}.jobs u ON u.id = d.upstream_id "
+        "WHERE d.job_id = %s ORDER BY u.id"
+    )
+    CANCEL_WORKFLOW_STATUS = (
+        "UPDATE {s}.jobs SET status = 'cancelled', finished_at = %s, updated_at = %s, "
+        "error = %s WHERE workflow_id = %s AND status = %s "
+        f"RETURNING {JOB_COLUMNS}"
+    )
+    # As on SQLite: workflows whose every job was collected.
+    GC_WORKFLOWS = (
+        "DELETE FROM {s}.workflows w WHERE NOT EXISTS "
+        "(SELECT 1 FROM {s}.jobs j WHERE j.workflow_id = w.id)"
     )
     GC_TERMINAL = (
         "DELETE FROM {s}.jobs WHERE id = ANY(ARRAY(SELECT id FROM {s}.jobs "
@@ -593,15 +623,16 @@ class Queries:
         "UPDATE {s}.leader SET expires_at = 0 WHERE id = 1 AND worker_id = %s AND term = %s"
     )
 
-    def __init__(self, schema: str, *, before_retry_of: bool = False) -> None:
-        """`before_retry_of`: the schema has no `retry_of` column yet (an observer reads a
-        schema no worker has migrated); the reads then select NULL for it."""
+    def __init__(self, schema: str, *, older_columns: str | None = None) -> None:
+        """`older_columns`: what to read for JOB_COLUMNS from a schema no worker has
+        migrated to `retry_of` or the workflow columns yet (`layout.older_job_columns`:
+        the missing columns read NULL)."""
         self.schema = check_schema_name(schema)
         s = quote_ident(self.schema)
         for name, value in vars(Queries).items():
             if name.isupper() and isinstance(value, str):
-                if before_retry_of:
-                    value = value.replace(JOB_COLUMNS, JOB_COLUMNS_BEFORE_RETRY_OF)
+                if older_columns is not None:
+                    value = value.replace(JOB_COLUMNS, older_columns)
                 setattr(self, name, value.replace("{s}", s))
         # Advisory-lock keys and the NOTIFY channel, all scoped to the schema.
         self.channel = f"jobledger_{self.schema}"

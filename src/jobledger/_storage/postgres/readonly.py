@@ -24,6 +24,7 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from jobledger._storage.attempts import with_final_attempt
+from jobledger._storage.layout import older_job_columns
 from jobledger._storage.observe import ReadOnlyStoreError
 from jobledger._storage.open import redact
 from jobledger._storage.postgres.migrate import SCHEMA_VERSION, schema_version
@@ -40,9 +41,9 @@ _HAS_ATTEMPTS = (
     "SELECT 1 FROM information_schema.tables WHERE table_schema = %s "
     "AND table_name = 'job_attempts'"
 )
-_HAS_RETRY_OF = (
-    "SELECT 1 FROM information_schema.columns WHERE table_schema = %s "
-    "AND table_name = 'jobs' AND column_name = 'retry_of'"
+_JOB_COLUMNS = (
+    "SELECT column_name FROM information_schema.columns WHERE table_schema = %s "
+    "AND table_name = 'jobs'"
 )
 
 
@@ -82,7 +83,7 @@ class ReadOnlyPostgresStore(PostgresStore):
         try:
             _read_only_session(conn)
             version = schema_version(conn, self.schema)
-            has_retry_of = conn.execute(_HAS_RETRY_OF, (self.schema,)).fetchone() is not None
+            columns = {str(r[0]) for r in conn.execute(_JOB_COLUMNS, (self.schema,))}
             self._has_attempts = conn.execute(_HAS_ATTEMPTS, (self.schema,)).fetchone() is not None
         except psycopg.Error as exc:
             raise _storage_error(exc, "open", None) from exc
@@ -104,8 +105,8 @@ class ReadOnlyPostgresStore(PostgresStore):
                     "schema_version": SCHEMA_VERSION,
                 },
             )
-        # A schema older than this library is read as it is (its `retry_of` reads NULL).
-        self.q = Queries(self.schema, before_retry_of=not has_retry_of)
+        # A schema older than this library is read as it is (its later columns read NULL).
+        self.q = Queries(self.schema, older_columns=older_job_columns(columns))
 
     def attempts(self, job_id: str) -> list[AttemptRow]:
         # A schema from before `job_attempts`: only its rows tell attempts (checked at open: a

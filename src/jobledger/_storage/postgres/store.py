@@ -84,6 +84,7 @@ from jobledger._storage.interface import (
     JobRow,
     KeyRule,
     NewJob,
+    NewWorkflow,
     Outcome,
     RetryFilter,
     SpreadRequest,
@@ -1298,6 +1299,55 @@ class PostgresStore(ScheduleOps, WorkerOps):
     def get(self, job_id: str) -> JobRow | None:
         return _row_or_none(self.read(lambda c: c.execute(self.q.GET_JOB, (job_id,)).fetchone()))
 
+    # -- workflows --------------------------------------------------------------------
+
+    def enqueue_workflow(self, wf: NewWorkflow, conn: Conn | None = None) -> None:
+        q = self.q
+
+        def work(c: Conn) -> None:
+            new_queues = {
+                r[L.C_QUEUE]: r for r in wf.rows if r[L.C_QUEUE] not in self._known_queues
+            }
+            with c.pipeline():
+                c.execute(q.INSERT_WORKFLOW, (wf.id, wf.name, wf.created_at))
+                if new_queues:
+                    c.execute(q.ADVISORY_XACT_LOCK, (q.queues_lock_key,))
+                    for name, r in new_queues.items():
+                        c.execute(q.REGISTER_QUEUE, (name, r[L.C_TYPE], r[L.C_CREATED_AT]))
+                for row, left in zip(wf.rows, wf.left, strict=True):
+                    c.execute(q.INSERT_WORKFLOW_JOB, _workflow_job_params(row, left))
+                for edge in wf.edges:
+                    c.execute(q.INSERT_JOB_DEP, edge)
+
+        if conn is not None:
+            work(conn)
+            conn.execute(q.NOTE_CHANGE)
+        else:
+            self.write(work, "enqueue_workflow")
+
+    def get_workflow(self, workflow_id: str) -> tuple[str, str, int] | None:
+        row = self.read(lambda c: c.execute(self.q.GET_WORKFLOW, (workflow_id,)).fetchone())
+        return None if row is None else (str(row[0]), str(row[1]), int(row[2]))
+
+    def workflow_jobs(self, workflow_id: str) -> builtins.list[JobRow]:
+        return self._rows(self.q.WORKFLOW_JOBS, (workflow_id,))
+
+    def upstream_outputs(self, job_id: str) -> builtins.list[tuple[str | None, str | None, bool]]:
+        rows = self.read(lambda c: c.execute(self.q.UPSTREAM_OUTPUTS, (job_id,)).fetchall())
+        return [(r[0], r[1], bool(r[2])) for r in rows]
+
+    def cancel_workflow(self, workflow_id: str, error: str, now_ms: int) -> builtins.list[JobRow]:
+        def work(c: Conn) -> builtins.list[JobRow]:
+            out: builtins.list[JobRow] = []
+            for status in ("waiting", "delayed", "pending"):
+                cur = c.execute(
+                    self.q.CANCEL_WORKFLOW_STATUS, (now_ms, now_ms, error, workflow_id, status)
+                )
+                out += [tuple(r) for r in cur.fetchall()]
+            return out
+
+        return self.write(work, "cancel_workflow")
+
     def terminal_among(self, ids: Sequence[str]) -> list[JobRow]:
         if not ids:
             return []
@@ -1328,6 +1378,8 @@ class PostgresStore(ScheduleOps, WorkerOps):
             )
             total += n
             if n < batch:
+                if total:
+                    self._stmt(lambda c: c.execute(self.q.GC_WORKFLOWS), "gc")
                 return total
 
     # -- observers (read-only) ------------------------------------------------------
@@ -1434,6 +1486,31 @@ def _enqueue_params(job: NewJob) -> dict[str, Any]:
         "scheduled_at": job.scheduled_at,
         "created_at": job.created_at,
     }
+
+
+def _workflow_job_params(row: JobRow, left: int) -> tuple[Any, ...]:
+    """`Queries.INSERT_WORKFLOW_JOB`'s parameters for a workflow's fresh row."""
+    return (
+        row[L.C_ID],
+        row[L.C_TYPE],
+        row[L.C_STATUS],
+        row[L.C_QUEUE],
+        row[L.C_PRIORITY],
+        row[L.C_PAYLOAD],
+        row[L.C_MAX_ATTEMPTS],
+        row[L.C_TIMEOUT],
+        row[L.C_KEY],
+        row[L.C_PARENT],
+        row[L.C_SCHEDULE],
+        row[L.C_METADATA],
+        row[L.C_ENQUEUED_BY],
+        row[L.C_SCHEDULED_AT],
+        row[L.C_CREATED_AT],
+        row[L.C_UPDATED_AT],
+        row[L.C_WORKFLOW],
+        row[L.C_STEP],
+        left,
+    )
 
 
 def _retry_params(row: JobRow) -> tuple[Any, ...]:
@@ -1545,6 +1622,7 @@ def _where(flt: JobFilter) -> tuple[str, tuple[Any, ...]]:
         ("type", flt.type),
         ("schedule_id", flt.schedule_id),
         ("parent_id", flt.parent_id),
+        ("workflow_id", flt.workflow_id),
     ):
         if value is not None:
             parts.append(f"{column} = %s")

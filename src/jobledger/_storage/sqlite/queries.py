@@ -114,7 +114,7 @@ def claim_sql(n_types: int, n_excluded: int = 0, keyed: bool = False) -> str:
         "ORDER BY priority, scheduled_at, rowid "
         "LIMIT ?) AND +status = 'pending' RETURNING rowid, id, type, queue, priority, "
         "payload, attempt, max_attempts, timeout_ms, metadata, parent_id, schedule_id, "
-        "scheduled_at, started_at" + (", coalesce(rate_key, '')" if keyed else "")
+        "scheduled_at, started_at, workflow_id" + (", coalesce(rate_key, '')" if keyed else "")
     )
 
 
@@ -143,7 +143,7 @@ CLAIM_ROWIDS = (
     "UPDATE jobs SET status = 'running', worker_id = ?, started_at = ?, updated_at = ? "
     "WHERE rowid IN (SELECT value FROM json_each(?)) AND +status = 'pending' "
     "RETURNING rowid, id, type, queue, priority, payload, attempt, max_attempts, timeout_ms, "
-    "metadata, parent_id, schedule_id, scheduled_at, started_at"
+    "metadata, parent_id, schedule_id, scheduled_at, started_at, workflow_id"
 )
 
 
@@ -195,7 +195,7 @@ def spread_claim_sql(n_queues: int, n_types: int, n_excluded: int = 0) -> str:
         f"WHERE rowid IN (SELECT rid FROM ({' UNION ALL '.join(terms)}) "
         f"ORDER BY rn, ord LIMIT ?{total}) AND +status = 'pending' "
         "RETURNING rowid, id, type, queue, priority, payload, attempt, max_attempts, "
-        "timeout_ms, metadata, parent_id, schedule_id, scheduled_at, started_at"
+        "timeout_ms, metadata, parent_id, schedule_id, scheduled_at, started_at, workflow_id"
     )
 
 
@@ -304,12 +304,13 @@ NEXT_DELAYED_AT = "SELECT min(scheduled_at) FROM jobs WHERE status = 'delayed'"
 
 REQUEST_CANCEL = (
     "UPDATE jobs SET cancel_requested = 1, cancel_reason = coalesce(cancel_reason, ?), "
-    "updated_at = ? WHERE rowid = ? AND id = ? AND status IN ('pending', 'delayed', 'running') "
-    "RETURNING status, worker_id"
+    "updated_at = ? WHERE rowid = ? AND id = ? "
+    "AND status IN ('pending', 'delayed', 'running', 'waiting') RETURNING status, worker_id"
 )
 CANCEL_WAITING = (
     "UPDATE jobs SET status = 'cancelled', error = ?, finished_at = ?, updated_at = ? "
-    f"WHERE rowid = ? AND id = ? AND status IN ('pending', 'delayed') RETURNING {JOB_COLUMNS}"
+    "WHERE rowid = ? AND id = ? AND status IN ('pending', 'delayed', 'waiting') "
+    f"RETURNING {JOB_COLUMNS}"
 )
 FORCE_CANCEL_RUNNING = (
     "UPDATE jobs SET status = 'cancelled', error = ?, finished_at = ?, updated_at = ?, "
@@ -355,7 +356,9 @@ def retry_matching_sql(statuses: tuple[str, ...], queue: bool, type_name: bool) 
     return f"SELECT {JOB_COLUMNS} FROM jobs WHERE {' AND '.join(parts)} ORDER BY rowid LIMIT ?"
 
 
-_STATUSES = frozenset(("pending", "delayed", "running", "completed", "failed", "cancelled"))
+_STATUSES = frozenset(
+    ("pending", "delayed", "running", "completed", "failed", "cancelled", "waiting")
+)
 # Statuses with a partial index of their own; a listing of only these reads those indexes
 # (few rows, sorted) instead of walking every row. `failed` and `cancelled` are indexed
 # by status alone, so their entries are in rowid order and a listing needs no sort.
@@ -372,6 +375,7 @@ class JobsWhere:
     type_name: str | None = None
     schedule_id: str | None = None
     parent_id: str | None = None
+    workflow_id: str | None = None
 
     def _clause(self) -> tuple[str, list[Any], str]:
         parts: list[str] = []
@@ -403,6 +407,7 @@ class JobsWhere:
             ("type", self.type_name),
             ("schedule_id", self.schedule_id),
             ("parent_id", self.parent_id),
+            ("workflow_id", self.workflow_id),
         ):
             if value is not None:
                 parts.append(f"{column} = ?")
@@ -421,6 +426,34 @@ class JobsWhere:
         where, params, _ = self._clause()
         return f"SELECT count(*) FROM jobs{where}", tuple(params)
 
+
+# Workflows (migration 11). A workflow's rows are inserted with their row keys, their
+# workflow and step, and `upstream_left`; their edges by row key.
+INSERT_WORKFLOW = "INSERT INTO workflows (id, name, created_at) VALUES (?, ?, ?)"
+INSERT_WORKFLOW_JOB = (
+    f"INSERT INTO jobs ({_INSERT_COLUMNS}, workflow_id, step, upstream_left) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+INSERT_JOB_DEP = "INSERT INTO job_deps (upstream_key, job_key, policy, many) VALUES (?, ?, ?, ?)"
+GET_WORKFLOW = "SELECT id, name, created_at FROM workflows WHERE id = ?"
+WORKFLOW_JOBS = f"SELECT {JOB_COLUMNS} FROM jobs WHERE workflow_id = ? ORDER BY rowid"
+UPSTREAM_OUTPUTS = (
+    "SELECT u.step, u.output, d.many FROM job_deps d JOIN jobs u ON u.rowid = d.upstream_key "
+    "WHERE d.job_key = ? ORDER BY u.rowid"
+)
+# Waiting rows first, so that no pending row's cancel can release one (its trigger
+# finds it cancelled already).
+CANCEL_WORKFLOW_STATUS = (
+    "UPDATE jobs SET status = 'cancelled', finished_at = ?1, updated_at = ?1, error = ?2 "
+    "WHERE workflow_id = ?3 AND status = ?4 RETURNING " + JOB_COLUMNS
+)
+
+# A workflow whose every job GC collected (its rows and edges went with them). A workflow
+# commits with its jobs, so one being written is never seen without them.
+GC_WORKFLOWS = (
+    "DELETE FROM workflows WHERE NOT EXISTS "
+    "(SELECT 1 FROM jobs WHERE jobs.workflow_id = workflows.id)"
+)
 
 TERMINAL_AMONG = (
     f"SELECT {JOB_COLUMNS} FROM jobs WHERE rowid IN ({{keys}}) AND id IN ({{ids}}) "

@@ -9,7 +9,7 @@ Invariants:
 * Every connection is `mode=ro`, so SQLite itself refuses a write, and the write
   entry points raise `ReadOnlyStoreError` before reaching it.
 * A file older than this library is read as it is: a column a later migration added
-  (`retry_of`) reads as NULL.
+  (`retry_of`, `workflow_id`, `step`) reads as NULL.
 * One reader connection per thread (the HTTP server reads in a thread pool), each in
   autocommit with every statement read to the end: no read snapshot is held between
   calls (one would stop WAL checkpoints from finishing), and no lock is taken.
@@ -28,7 +28,7 @@ from typing import Any, NoReturn, TypeVar
 
 from jobledger._storage.attempts import with_final_attempt
 from jobledger._storage.interface import JobRow
-from jobledger._storage.layout import JOB_COLUMNS, JOB_COLUMNS_BEFORE_RETRY_OF
+from jobledger._storage.layout import JOB_COLUMNS, older_job_columns
 from jobledger._storage.observe import DatabaseMissing, ReadOnlyStoreError
 from jobledger._storage.records import AttemptRow
 from jobledger._storage.sqlite import observe
@@ -45,14 +45,14 @@ _HAS_ATTEMPTS = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'jo
 
 
 class _ObserverConnection(sqlite3.Connection):
-    """A reader connection; on a file no worker has migrated to the `retry_of` column yet
-    (`before_retry_of`), every statement reads that column as NULL."""
+    """A reader connection; on a file no worker has migrated to the `retry_of` or the
+    workflow columns yet (`older_columns`), every statement reads those as NULL."""
 
-    before_retry_of = False
+    older_columns: str | None = None
 
     def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
-        if self.before_retry_of:
-            sql = sql.replace(JOB_COLUMNS, JOB_COLUMNS_BEFORE_RETRY_OF)
+        if self.older_columns is not None:
+            sql = sql.replace(JOB_COLUMNS, self.older_columns)
         return super().execute(sql, parameters)
 
 
@@ -61,7 +61,7 @@ def _open_observer(path: str, busy_timeout: float) -> sqlite3.Connection:
     assert isinstance(conn, _ObserverConnection)
     columns = {str(r[1]) for r in conn.execute("PRAGMA table_info(jobs)").fetchall()}
     # No columns at all: no jobs table; the first read reports that (`_read`).
-    conn.before_retry_of = bool(columns) and "retry_of" not in columns
+    conn.older_columns = older_job_columns(columns)
     return conn
 
 

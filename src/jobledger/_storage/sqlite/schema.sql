@@ -2,7 +2,9 @@
 -- After adding a migration, regenerate it from the repository root with
 --   python -m jobledger._storage.sqlite.migrate \
 --       > src/jobledger/_storage/sqlite/schema.sql
--- user_version = 10
+-- user_version = 11
+
+CREATE INDEX job_deps_job_idx ON job_deps (job_key);
 
 CREATE INDEX job_schedules_enabled_next_run_idx ON job_schedules (enabled, next_run);
 
@@ -37,6 +39,8 @@ CREATE INDEX jobs_running_idx ON jobs (queue, worker_id) WHERE status = 'running
 
 CREATE INDEX jobs_schedule_idx ON jobs (schedule_id, finished_at) WHERE schedule_id IS NOT NULL;
 
+CREATE INDEX jobs_workflow_idx ON jobs (workflow_id) WHERE workflow_id IS NOT NULL;
+
 CREATE INDEX rate_log_unfolded_idx ON rate_log (bucket, at) WHERE keys IS NOT NULL;
 
 CREATE TABLE job_attempts (
@@ -50,6 +54,14 @@ CREATE TABLE job_attempts (
     error       TEXT,                        -- JobErrorInfo JSON, with its traceback
     logs        TEXT,                        -- JSON [[at_ms, level, message], ...]
     PRIMARY KEY (job_key, n)
+) WITHOUT ROWID;
+
+CREATE TABLE job_deps (
+    upstream_key  INTEGER NOT NULL,               -- the upstream job's rowid
+    job_key       INTEGER NOT NULL,               -- the downstream (waiting) job's rowid
+    policy        TEXT NOT NULL CHECK (policy = 'cancel' OR policy = 'run'),
+    many          INTEGER NOT NULL DEFAULT 0,     -- 1: the upstream step is an add_many
+    PRIMARY KEY (upstream_key, job_key)
 ) WITHOUT ROWID;
 
 CREATE TABLE job_schedules (
@@ -78,11 +90,12 @@ CREATE TABLE job_totals (
 ) WITHOUT ROWID;
 
 CREATE TABLE "jobs" (
-    id               TEXT NOT NULL,                 -- rowid = ids.row_key(id); see above
+    id               TEXT NOT NULL,                 -- rowid = ids.row_key(id); migration 4
     type             TEXT NOT NULL,
     status           TEXT NOT NULL CHECK (status = 'pending' OR status = 'delayed'
                         OR status = 'running' OR status = 'completed'
-                        OR status = 'failed' OR status = 'cancelled'),
+                        OR status = 'failed' OR status = 'cancelled'
+                        OR status = 'waiting'),
     queue            TEXT NOT NULL,
     priority         INTEGER NOT NULL DEFAULT 0,
     payload          TEXT NOT NULL,
@@ -105,8 +118,13 @@ CREATE TABLE "jobs" (
     started_at       INTEGER,
     finished_at      INTEGER,
     created_at       INTEGER NOT NULL,
-    updated_at       INTEGER NOT NULL
-, retry_of TEXT, rate_key TEXT);
+    updated_at       INTEGER NOT NULL,
+    retry_of         TEXT,
+    rate_key         TEXT,
+    workflow_id      TEXT,
+    step             TEXT,
+    upstream_left    INTEGER
+);
 
 CREATE TABLE leader (
     id          INTEGER PRIMARY KEY CHECK (id = 1),
@@ -162,9 +180,22 @@ CREATE TABLE workers (
     stopped_at    INTEGER
 );
 
+CREATE TABLE workflows (
+    id          TEXT PRIMARY KEY,
+    name        TEXT NOT NULL,
+    created_at  INTEGER NOT NULL
+);
+
 CREATE TRIGGER jobs_collect_attempts AFTER DELETE ON jobs
 BEGIN
     DELETE FROM job_attempts WHERE job_key = old.rowid;
+END;
+
+CREATE TRIGGER jobs_collect_deps AFTER DELETE ON jobs
+WHEN old.workflow_id IS NOT NULL
+BEGIN
+    DELETE FROM job_deps WHERE job_key = old.rowid;
+    DELETE FROM job_deps WHERE upstream_key = old.rowid;
 END;
 
 CREATE TRIGGER jobs_collect_totals AFTER DELETE ON jobs
@@ -189,4 +220,69 @@ BEGIN
         (job_key, n, attempt, worker_id, started_at, finished_at, outcome, error)
     VALUES (new.rowid, old.attempt, old.attempt, old.worker_id, old.started_at,
         new.updated_at, 'retry', new.error);
+END;
+
+CREATE TRIGGER jobs_release_downstream AFTER UPDATE OF status ON jobs
+WHEN new.workflow_id IS NOT NULL AND old.status <> new.status
+    AND (new.status = 'completed' OR new.status = 'failed' OR new.status = 'cancelled')
+BEGIN
+    UPDATE jobs SET
+        upstream_left = upstream_left - (
+            SELECT count(*) FROM job_deps d WHERE d.job_key = jobs.rowid AND d.upstream_key IN (
+                SELECT new.rowid UNION ALL SELECT key FROM (
+                    WITH RECURSIVE doomed(key) AS (
+                        SELECT d.job_key FROM job_deps d WHERE d.upstream_key = new.rowid
+                            AND d.policy = 'cancel' AND new.status <> 'completed'
+                        UNION
+                        SELECT d.job_key FROM job_deps d JOIN doomed ON d.upstream_key = doomed.key
+                            WHERE d.policy = 'cancel'
+                    ) SELECT key FROM doomed))),
+        updated_at = new.updated_at
+    WHERE rowid IN (
+        SELECT d.job_key FROM job_deps d WHERE d.upstream_key IN (
+            SELECT new.rowid UNION ALL SELECT key FROM (
+                WITH RECURSIVE doomed(key) AS (
+                    SELECT d.job_key FROM job_deps d WHERE d.upstream_key = new.rowid
+                        AND d.policy = 'cancel' AND new.status <> 'completed'
+                    UNION
+                    SELECT d.job_key FROM job_deps d JOIN doomed ON d.upstream_key = doomed.key
+                        WHERE d.policy = 'cancel'
+                ) SELECT key FROM doomed)))
+        AND rowid NOT IN (
+            WITH RECURSIVE doomed(key) AS (
+                SELECT d.job_key FROM job_deps d WHERE d.upstream_key = new.rowid
+                    AND d.policy = 'cancel' AND new.status <> 'completed'
+                UNION
+                SELECT d.job_key FROM job_deps d JOIN doomed ON d.upstream_key = doomed.key
+                    WHERE d.policy = 'cancel'
+            ) SELECT key FROM doomed)
+        AND status = 'waiting';
+    UPDATE jobs SET status = 'pending', updated_at = new.updated_at
+    WHERE rowid IN (SELECT d.job_key FROM job_deps d WHERE d.upstream_key = new.rowid)
+        AND status = 'waiting' AND upstream_left <= 0;
+    UPDATE jobs SET status = 'pending', updated_at = new.updated_at
+    WHERE new.status <> 'completed' AND status = 'waiting' AND upstream_left <= 0
+        AND rowid IN (SELECT d.job_key FROM job_deps d WHERE d.upstream_key IN (
+            WITH RECURSIVE doomed(key) AS (
+                SELECT d.job_key FROM job_deps d WHERE d.upstream_key = new.rowid
+                    AND d.policy = 'cancel'
+                UNION
+                SELECT d.job_key FROM job_deps d JOIN doomed ON d.upstream_key = doomed.key
+                    WHERE d.policy = 'cancel'
+            ) SELECT key FROM doomed));
+    UPDATE jobs SET status = 'cancelled', finished_at = new.updated_at,
+        updated_at = new.updated_at, upstream_left = 0,
+        error = json_object('code', 'JOB_CANCELLED',
+            'message', 'an upstream job of this workflow step ended ' || new.status,
+            'retryable', json('false'),
+            'params', json_object('reason', 'upstream', 'upstream_id', new.id,
+                'upstream_status', new.status))
+    WHERE new.status <> 'completed' AND status = 'waiting' AND rowid IN (
+        WITH RECURSIVE doomed(key) AS (
+            SELECT d.job_key FROM job_deps d WHERE d.upstream_key = new.rowid
+                AND d.policy = 'cancel'
+            UNION
+            SELECT d.job_key FROM job_deps d JOIN doomed ON d.upstream_key = doomed.key
+                WHERE d.policy = 'cancel'
+        ) SELECT key FROM doomed);
 END;

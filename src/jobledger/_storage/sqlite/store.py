@@ -48,6 +48,7 @@ from jobledger._storage.interface import (
     JobRow,
     KeyRule,
     NewJob,
+    NewWorkflow,
     Outcome,
     Reissued,
     RetryFilter,
@@ -784,7 +785,7 @@ class SqliteStore(ScheduleOps, WorkerOps):
                 return None, None, None
             status, worker = flagged
             row = None
-            if status in ("pending", "delayed"):
+            if status in ("pending", "delayed", "waiting"):
                 row = conn.execute(q.CANCEL_WAITING, (error, now_ms, now_ms, *at)).fetchone()
             return status, worker, row
 
@@ -887,6 +888,62 @@ class SqliteStore(ScheduleOps, WorkerOps):
         )
         return row
 
+    # -- workflows --------------------------------------------------------------------
+
+    def enqueue_workflow(self, wf: NewWorkflow, conn: sqlite3.Connection | None = None) -> None:
+        def work(c: sqlite3.Connection) -> None:
+            c.execute(q.INSERT_WORKFLOW, (wf.id, wf.name, wf.created_at))
+            new_queues = {
+                r[_QUEUE]: (r[_QUEUE], r[_TYPE], r[_CREATED])
+                for r in wf.rows
+                if r[_QUEUE] not in self._known_queues
+            }
+            if new_queues:
+                c.executemany(q.REGISTER_QUEUE, new_queues.values())
+            keys: dict[str, int] = {}
+            params = []
+            for row, left in zip(wf.rows, wf.left, strict=True):
+                key = ids.row_key(row[_ID])
+                # The runtime's ids are all made by ids.new_id, which names a row key; a
+                # taken key (another process's id of the same instant) fails the whole
+                # workflow, which writes nothing, rather than renumber rows mid-graph.
+                if key is None:
+                    raise ValueError(f"workflow job id {row[_ID]!r} names no row key")
+                keys[row[_ID]] = key
+                params.append((key, *_insert_params(row), row[L.C_WORKFLOW], row[L.C_STEP], left))
+            c.executemany(q.INSERT_WORKFLOW_JOB, params)
+            c.executemany(
+                q.INSERT_JOB_DEP,
+                [(keys[up], keys[down], policy, int(many)) for up, down, policy, many in wf.edges],
+            )
+
+        if conn is not None:
+            work(conn)
+        else:
+            self.write(work, "enqueue_workflow")
+
+    def get_workflow(self, workflow_id: str) -> tuple[str, str, int] | None:
+        row = self.read(lambda c: c.execute(q.GET_WORKFLOW, (workflow_id,)).fetchone())
+        return None if row is None else (str(row[0]), str(row[1]), int(row[2]))
+
+    def workflow_jobs(self, workflow_id: str) -> builtins.list[JobRow]:
+        return self.read(lambda c: c.execute(q.WORKFLOW_JOBS, (workflow_id,)).fetchall())
+
+    def upstream_outputs(self, job_id: str) -> builtins.list[tuple[str | None, str | None, bool]]:
+        rows = self.read(lambda c: c.execute(q.UPSTREAM_OUTPUTS, (key_of(c, job_id),)).fetchall())
+        return [(r[0], r[1], bool(r[2])) for r in rows]
+
+    def cancel_workflow(self, workflow_id: str, error: str, now_ms: int) -> builtins.list[JobRow]:
+        def work(c: sqlite3.Connection) -> builtins.list[JobRow]:
+            out: builtins.list[JobRow] = []
+            for status in ("waiting", "delayed", "pending"):
+                out += c.execute(
+                    q.CANCEL_WORKFLOW_STATUS, (now_ms, error, workflow_id, status)
+                ).fetchall()
+            return out
+
+        return self.write(work, "cancel_workflow")
+
     def terminal_among(self, ids: Sequence[str]) -> list[JobRow]:
         if not ids:
             return []
@@ -916,6 +973,8 @@ class SqliteStore(ScheduleOps, WorkerOps):
             n = self.write(lambda c: c.execute(q.GC_TERMINAL, (before_ms, batch)).rowcount, "gc")
             total += n
             if n < batch:
+                if total:
+                    self.write(lambda c: c.execute(q.GC_WORKFLOWS), "gc")
                 return total
 
     # -- observers (read-only) ------------------------------------------------------
@@ -1092,7 +1151,9 @@ def _where_queue_type(queue: str | None, type_name: str | None) -> tuple[str, tu
 
 
 def _where(flt: JobFilter) -> q.JobsWhere:
-    return q.JobsWhere(flt.status, flt.queue, flt.type, flt.schedule_id, flt.parent_id)
+    return q.JobsWhere(
+        flt.status, flt.queue, flt.type, flt.schedule_id, flt.parent_id, flt.workflow_id
+    )
 
 
 def _forked(ref: weakref.ReferenceType[SqliteStore]) -> None:
