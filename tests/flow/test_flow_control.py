@@ -254,30 +254,23 @@ def test_a_keyed_rate_limit_gives_each_key_its_own_window(db: str) -> None:
     assert _max_in_window(everything, 0.29) >= 4
 
 
-def test_a_keyed_limit_counts_starts_taken_while_the_queue_had_room_for_all(db: str) -> None:
-    """A keyed claim takes the head without reading the keys' windows while the queue's
-    own bucket has room for all it may take (`_storage/rate.py`: `record_total`), and
-    folds those starts into the keys' windows once it has not (`fold`): a key's window
-    counts every start, from either kind of claim. 60 jobs per tenant, 30 per key per
-    half second, 20 slots: the first claim takes 20 unread, the next ones must count
-    them, or a tenant would start 40 in its first half second."""
+def _run_keyed(
+    db: str, rule: jl.RateLimit, concurrency: int, tenants: str, per_tenant: int
+) -> dict[str, list[float]]:
+    """Run `per_tenant` jobs of each tenant (one letter each) under a keyed `rule`, all
+    completed; the rows' start times (epoch seconds) by tenant."""
 
     async def main() -> dict[str, list[float]]:
         claimed: dict[str, list[float]] = {}
         jobs = jl.JobManager(db, startup_delay=0, poll_interval=0.02)
 
-        @jobs.handler(
-            KEYED,
-            recovery="retry",
-            concurrency=20,
-            rate_limit=jl.RateLimit(30, 0.5, key=lambda p: p.tenant),
-        )
+        @jobs.handler(KEYED, recovery="retry", concurrency=concurrency, rate_limit=rule)
         async def keyed(ctx: jl.JobContext[Tenant]) -> None:
             pass
 
         async with jobs:
             handles = jobs.enqueue_many(
-                KEYED, [Tenant(tenant=t, n=i) for i in range(60) for t in ("a", "b")]
+                KEYED, [Tenant(tenant=t, n=i) for i in range(per_tenant) for t in tenants]
             )
             for h in handles:
                 snap = await asyncio.wait_for(h.finished, 30)
@@ -287,7 +280,18 @@ def test_a_keyed_limit_counts_starts_taken_while_the_queue_had_room_for_all(db: 
                 claimed.setdefault(tenant, []).append(snap.started_at.timestamp())
         return claimed
 
-    claimed = run(main())
+    return run(main())
+
+
+def test_a_keyed_limit_counts_starts_taken_while_the_queue_had_room_for_all(db: str) -> None:
+    """A keyed claim takes the head without reading the keys' windows while the queue's
+    own bucket has room for all it may take (`_storage/rate.py`: `record_total`), and
+    folds those starts into the keys' windows once it has not (`fold`): a key's window
+    counts every start, from either kind of claim. 60 jobs per tenant, 30 per key per
+    half second, 20 slots: the first claim takes 20 unread, the next ones must count
+    them, or a tenant would start 40 in its first half second."""
+    rule = jl.RateLimit(30, 0.5, key=lambda p: p.tenant)
+    claimed = _run_keyed(db, rule, concurrency=20, tenants="ab", per_tenant=60)
     assert sorted(claimed) == ["a", "b"]
     for tenant, times in claimed.items():
         assert len(times) == 60, tenant
@@ -300,27 +304,9 @@ def test_a_keyed_claim_far_under_the_limit_logs_only_the_queues_row(db: str) -> 
     """While the queue's bucket has room for every claim, no key's bucket is read or
     written: the claims' rows in `rate_log` are the queue's, each with its starts per
     key, and they add up to every start."""
-
-    async def main() -> None:
-        jobs = jl.JobManager(db, startup_delay=0, poll_interval=0.02)
-
-        @jobs.handler(
-            KEYED,
-            recovery="retry",
-            concurrency=10,
-            rate_limit=jl.RateLimit(1000, 60, key=lambda p: p.tenant),
-        )
-        async def keyed(ctx: jl.JobContext[Tenant]) -> None:
-            pass
-
-        async with jobs:
-            handles = jobs.enqueue_many(
-                KEYED, [Tenant(tenant=t, n=i) for i in range(20) for t in ("a", "b", "c")]
-            )
-            for h in handles:
-                assert (await asyncio.wait_for(h.finished, 30)).status == "completed"
-
-    run(main())
+    rule = jl.RateLimit(1000, 60, key=lambda p: p.tenant)
+    claimed = _run_keyed(db, rule, concurrency=10, tenants="abc", per_tenant=20)
+    assert sorted(len(v) for v in claimed.values()) == [20, 20, 20]
     rows = db_rows(db, "SELECT bucket, cum, keys FROM rate_log ORDER BY at, cum")
     assert rows
     assert {r[0] for r in rows} == {KEYED.name}

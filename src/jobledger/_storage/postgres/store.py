@@ -1488,52 +1488,36 @@ def _enqueue_params(job: NewJob) -> dict[str, Any]:
     }
 
 
+# The columns a fresh row's INSERT writes, in the order `INSERT_WORKFLOW_JOB` and
+# `INSERT_RETRY` both list them before their own last ones.
+_FRESH_COLUMNS = (
+    L.C_ID,
+    L.C_TYPE,
+    L.C_STATUS,
+    L.C_QUEUE,
+    L.C_PRIORITY,
+    L.C_PAYLOAD,
+    L.C_MAX_ATTEMPTS,
+    L.C_TIMEOUT,
+    L.C_KEY,
+    L.C_PARENT,
+    L.C_SCHEDULE,
+    L.C_METADATA,
+    L.C_ENQUEUED_BY,
+    L.C_SCHEDULED_AT,
+    L.C_CREATED_AT,
+    L.C_UPDATED_AT,
+)
+
+
 def _workflow_job_params(row: JobRow, left: int) -> tuple[Any, ...]:
     """`Queries.INSERT_WORKFLOW_JOB`'s parameters for a workflow's fresh row."""
-    return (
-        row[L.C_ID],
-        row[L.C_TYPE],
-        row[L.C_STATUS],
-        row[L.C_QUEUE],
-        row[L.C_PRIORITY],
-        row[L.C_PAYLOAD],
-        row[L.C_MAX_ATTEMPTS],
-        row[L.C_TIMEOUT],
-        row[L.C_KEY],
-        row[L.C_PARENT],
-        row[L.C_SCHEDULE],
-        row[L.C_METADATA],
-        row[L.C_ENQUEUED_BY],
-        row[L.C_SCHEDULED_AT],
-        row[L.C_CREATED_AT],
-        row[L.C_UPDATED_AT],
-        row[L.C_WORKFLOW],
-        row[L.C_STEP],
-        left,
-    )
+    return (*(row[c] for c in _FRESH_COLUMNS), row[L.C_WORKFLOW], row[L.C_STEP], left)
 
 
 def _retry_params(row: JobRow) -> tuple[Any, ...]:
     """`Queries.INSERT_RETRY`'s parameters for a `retry_row`."""
-    return (
-        row[L.C_ID],
-        row[L.C_TYPE],
-        row[L.C_STATUS],
-        row[L.C_QUEUE],
-        row[L.C_PRIORITY],
-        row[L.C_PAYLOAD],
-        row[L.C_MAX_ATTEMPTS],
-        row[L.C_TIMEOUT],
-        row[L.C_KEY],
-        row[L.C_PARENT],
-        row[L.C_SCHEDULE],
-        row[L.C_METADATA],
-        row[L.C_ENQUEUED_BY],
-        row[L.C_SCHEDULED_AT],
-        row[L.C_CREATED_AT],
-        row[L.C_UPDATED_AT],
-        row[L.C_RETRY_OF],
-    )
+    return (*(row[c] for c in _FRESH_COLUMNS), row[L.C_RETRY_OF])
 
 
 def _first_row(*cursors: psycopg.Cursor[Any]) -> JobRow | None:
