@@ -223,6 +223,8 @@ class WorkflowSnapshot:
     status: WorkflowStatus
     jobs: tuple[JobSnapshot, ...]
     created_at: datetime
+    # The workflow this one re-runs (`jobs.retry_workflow`), None for any other.
+    retry_of: str | None = None
 
     def steps(self) -> dict[str, list[JobSnapshot]]:
         """The jobs by step name, each step's in order."""

@@ -172,9 +172,10 @@ class Attempt:
     # -- progress and metadata ------------------------------------------------------
 
     def upstream(self) -> dict[str, Any]:
-        """`ctx.upstream`: the upstream jobs' outputs by step (lists for `add_many`)."""
-        if self.workflow_id is None:
-            return {}
+        """`ctx.upstream`: the upstream jobs' outputs by step (lists for `add_many`).
+
+        Read even outside a workflow: a re-run of a step (`jobs.retry`) is in none but
+        has its old edges; any other job has none, and pays one read only if it asks."""
         out: dict[str, Any] = {}
         for step, output, many in self._engine.store.upstream_outputs(self.job_id):
             value = None if output is None else json.loads(output)

@@ -74,7 +74,7 @@ from jobledger._runtime.retry import (
     retry_payload,
 )
 from jobledger._runtime.timers import wait_with_timeout
-from jobledger._runtime.workflow import Workflow
+from jobledger._runtime.workflow import Workflow, WorkflowHandle
 from jobledger._scheduling.job_schedules import HostState, JobSchedules, snapshot_of
 from jobledger._scheduling.triggers import CatchUpPolicy, SkipMissed, Trigger
 from jobledger._storage import layout as L
@@ -108,7 +108,7 @@ from jobledger._types import (
     workflow_status,
 )
 from jobledger.clock import Clock, SystemClock, from_ms
-from jobledger.errors import HandlerRegistrationError, JobError, JobValidationError
+from jobledger.errors import HandlerRegistrationError, JobError, JobNotFound, JobValidationError
 
 __all__ = ["JobManager", "ManagerState", "WriteTx"]
 
@@ -598,13 +598,52 @@ class JobManager:
 
     def get_workflow(self, workflow_id: str) -> WorkflowSnapshot | None:
         """The workflow and its jobs as stored now, or None for an unknown id."""
+        if not findable(workflow_id, "workflow_id"):
+            return None
         head = self._store.get_workflow(workflow_id)
         if head is None:
             return None
         jobs = tuple(snapshot_from_row(r) for r in self._store.workflow_jobs(workflow_id))
         return WorkflowSnapshot(
-            head[0], head[1], workflow_status(j.status for j in jobs), jobs, from_ms(head[2])
+            head.id,
+            head.name,
+            workflow_status(j.status for j in jobs),
+            jobs,
+            from_ms(head.created_at),
+            head.retry_of,
         )
+
+    def retry_workflow(self, workflow_id: str) -> WorkflowHandle:
+        """Re-run a finished workflow from its failed and cancelled steps on: one new
+        workflow (`retry_of` naming the old one) of every step that did not complete,
+        each with fresh jobs of its old payloads, written in one transaction; the
+        completed steps are not re-run, and their outputs are the new steps'
+        `ctx.upstream` as before. The old rows are not touched.
+
+        JOB_NOT_FOUND for an unknown id; JOB_NOT_RETRYABLE while any job of it has not
+        finished, or when every one completed."""
+        if not findable(workflow_id, "workflow_id"):
+            raise _workflow_not_found(workflow_id)
+        plan = self._store.retry_workflow(
+            workflow_id, enqueued_by=self.worker_id, now_ms=self._engine.now_ms()
+        )
+        if plan is None:
+            raise _workflow_not_found(workflow_id)
+        if isinstance(plan, str):
+            why = "has jobs still to finish" if plan == "running" else "has no failed step"
+            raise JobError(
+                f"workflow {workflow_id!r} {why}; only a finished workflow with a failed or "
+                "cancelled step can be retried",
+                code="JOB_NOT_RETRYABLE",
+                params={"workflow_id": workflow_id, "status": plan},
+            )
+        self._after_workflow_enqueue(plan)
+        handles: dict[str, builtins.list[JobHandle[Any]]] = {}
+        for row in plan.rows:
+            handles.setdefault(row[L.C_STEP], []).append(
+                JobHandle(self._waiter, row, self._job_type_of(row))
+            )
+        return WorkflowHandle(self, plan.id, plan.name, handles)
 
     async def cancel_workflow(self, workflow_id: str, reason: str | None = None) -> int:
         """Cancel every job of the workflow that has not finished: waiting, pending and
@@ -1570,6 +1609,12 @@ def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
 
 def _type_name(job_type: JobType[Any] | str) -> str:
     return job_type.name if isinstance(job_type, JobType) else job_type
+
+
+def _workflow_not_found(workflow_id: object) -> JobNotFound:
+    return JobNotFound(
+        f"no workflow with id {workflow_id!r}", params={"workflow_id": str(workflow_id)}
+    )
 
 
 def _check_reason(reason: object) -> None:

@@ -17,7 +17,7 @@ import builtins
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, TypeVar
 
 from jobledger._storage import layout as L
 
@@ -234,8 +234,10 @@ def retry_row(
         now_ms,
         now_ms,
     )
-    # A re-run is no step of the old row's workflow: nothing waits on it (DESIGN §8.8).
-    return (*fresh[: L.C_RETRY_OF], old[L.C_ID], None, None)
+    # A re-run is in no workflow, so nothing waits on it (DESIGN.md §8.8); it keeps the
+    # old row's step name, and the store gives it the old row's edges from its ended
+    # upstream jobs, so its `ctx.upstream` is the old one's.
+    return (*fresh[: L.C_RETRY_OF], old[L.C_ID], None, old[L.C_STEP])
 
 
 @dataclass(frozen=True, slots=True)
@@ -392,6 +394,18 @@ class NewWorkflow:
     rows: Sequence[JobRow]
     left: Sequence[int]
     edges: Sequence[tuple[str, str, str, bool]]
+    # The workflow `jobs.retry_workflow` re-runs; its edges may then name that one's
+    # completed jobs as upstream jobs, which count in no row's `left`.
+    retry_of: str | None = None
+
+
+class WorkflowRecord(NamedTuple):
+    """A row of `workflows`."""
+
+    id: str
+    name: str
+    created_at: int
+    retry_of: str | None
 
 
 class Store(Protocol):
@@ -640,8 +654,18 @@ class Store(Protocol):
         or parents."""
         ...
 
-    def get_workflow(self, workflow_id: str) -> tuple[str, str, int] | None:
-        """(id, name, created_at), or None."""
+    def get_workflow(self, workflow_id: str) -> WorkflowRecord | None: ...
+    def workflow_edges(self, workflow_id: str) -> builtins.list[tuple[str, str, str, bool]]:
+        """(upstream job id, job id, policy, many) of every edge into a job of the
+        workflow; an upstream job may be of the workflow it re-runs."""
+        ...
+
+    def retry_workflow(
+        self, workflow_id: str, *, enqueued_by: str, now_ms: int
+    ) -> NewWorkflow | str | None:
+        """In one transaction: read the workflow, plan its re-run
+        (`workflow_retry.plan_workflow_retry`) and write it. The new workflow; None for
+        an unknown id; the plan's reason (a string) when there is nothing to re-run."""
         ...
 
     def workflow_jobs(self, workflow_id: str) -> builtins.list[JobRow]:

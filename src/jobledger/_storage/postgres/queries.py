@@ -471,22 +471,37 @@ class Queries:
     INSERT_RETRY = (
         "INSERT INTO {s}.jobs (id, type, status, queue, priority, payload, max_attempts, "
         "timeout_ms, idempotency_key, parent_id, schedule_id, metadata, enqueued_by, "
-        "scheduled_at, created_at, updated_at, retry_of) VALUES (%s, %s, %s, %s, %s, %s, %s, "
-        "%s, %s, (SELECT p.id FROM {s}.jobs p WHERE p.id = %s), %s, %s, %s, %s, %s, %s, %s) "
-        f"RETURNING {JOB_COLUMNS}"
+        "scheduled_at, created_at, updated_at, retry_of, step) VALUES (%s, %s, %s, %s, %s, %s, "
+        "%s, %s, %s, (SELECT p.id FROM {s}.jobs p WHERE p.id = %s), %s, %s, %s, %s, %s, %s, %s, "
+        f"%s) RETURNING {JOB_COLUMNS}"
     )
-    # Workflows (migration 8).
-    INSERT_WORKFLOW = "INSERT INTO {s}.workflows (id, name, created_at) VALUES (%s, %s, %s)"
+    # As on SQLite (migration 12 there): a re-run of a workflow step takes the old job's
+    # edges from its ended upstream jobs.
+    COPY_DEPS = (
+        "INSERT INTO {s}.job_deps (upstream_id, job_id, policy, many) "
+        "SELECT d.upstream_id, %s, d.policy, d.many FROM {s}.job_deps d "
+        "JOIN {s}.jobs u ON u.id = d.upstream_id WHERE d.job_id = %s "
+        f"AND u.status IN {_TERMINAL}"
+    )
+    # Workflows (migrations 8 and 9).
+    INSERT_WORKFLOW = (
+        "INSERT INTO {s}.workflows (id, name, created_at, retry_of) VALUES (%s, %s, %s, %s)"
+    )
     INSERT_WORKFLOW_JOB = (
         "INSERT INTO {s}.jobs (id, type, status, queue, priority, payload, max_attempts, "
         "timeout_ms, idempotency_key, parent_id, schedule_id, metadata, enqueued_by, "
-        "scheduled_at, created_at, updated_at, workflow_id, step, upstream_left) VALUES "
-        "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+        "scheduled_at, created_at, updated_at, workflow_id, step, upstream_left, retry_of) "
+        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
     )
     INSERT_JOB_DEP = (
         "INSERT INTO {s}.job_deps (upstream_id, job_id, policy, many) VALUES (%s, %s, %s, %s)"
     )
-    GET_WORKFLOW = "SELECT id, name, created_at FROM {s}.workflows WHERE id = %s"
+    GET_WORKFLOW = "SELECT id, name, created_at, retry_of FROM {s}.workflows WHERE id = %s"
+    WORKFLOW_EDGES = (
+        "SELECT d.upstream_id, d.job_id, d.policy, d.many FROM {s}.jobs j "
+        "JOIN {s}.job_deps d ON d.job_id = j.id WHERE j.workflow_id = %s "
+        "ORDER BY d.job_id, d.upstream_id"
+    )
     WORKFLOW_JOBS = f"SELECT {JOB_COLUMNS} FROM {{s}}.jobs WHERE workflow_id = %s ORDER BY id"
     UPSTREAM_OUTPUTS = (
         "SELECT u.step, u.output, d.many FROM {s}.job_deps d "
@@ -503,10 +518,17 @@ class Queries:
         "DELETE FROM {s}.workflows w WHERE NOT EXISTS "
         "(SELECT 1 FROM {s}.jobs j WHERE j.workflow_id = w.id)"
     )
+    # As on SQLite: a workflow job whose output a job yet to end will read is kept. A
+    # re-run writes new edges to old jobs; GC takes the re-runs' advisory lock first, so
+    # its statement sees every such edge that committed.
     GC_TERMINAL = (
-        "DELETE FROM {s}.jobs WHERE id = ANY(ARRAY(SELECT id FROM {s}.jobs "
+        "DELETE FROM {s}.jobs WHERE id = ANY(ARRAY(SELECT id FROM {s}.jobs j "
         "WHERE finished_at IS NOT NULL "
-        f"AND finished_at < %s AND status IN {_TERMINAL} LIMIT %s FOR UPDATE SKIP LOCKED))"
+        f"AND finished_at < %s AND status IN {_TERMINAL} "
+        "AND (step IS NULL OR NOT EXISTS (SELECT 1 FROM {s}.job_deps d JOIN {s}.jobs w "
+        "ON w.id = d.job_id WHERE d.upstream_id = j.id "
+        "AND w.status IN ('waiting', 'pending', 'delayed', 'running'))) "
+        "LIMIT %s FOR UPDATE SKIP LOCKED))"
     )
 
     # -- durable named locks (layer 3) ------------------------------------------------

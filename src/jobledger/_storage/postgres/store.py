@@ -88,6 +88,7 @@ from jobledger._storage.interface import (
     Outcome,
     RetryFilter,
     SpreadRequest,
+    WorkflowRecord,
     latest_versions,
     retry_row,
     successor_key,
@@ -107,6 +108,7 @@ from jobledger._storage.postgres.queries import Queries, check_schema_name, quot
 from jobledger._storage.records import AttemptRow
 from jobledger._storage.schedule_ops import ScheduleOps
 from jobledger._storage.worker_ops import WorkerOps
+from jobledger._storage.workflow_retry import plan_workflow_retry
 from jobledger.errors import (
     DatabaseBusy,
     DatabaseFull,
@@ -1286,6 +1288,8 @@ class PostgresStore(ScheduleOps, WorkerOps):
                     conn.execute(q.REGISTER_QUEUE, (name, r[L.C_TYPE], r[L.C_CREATED_AT]))
             for r in rows:
                 sent.append(conn.execute(q.INSERT_RETRY, _retry_params(r)))
+                if r[L.C_STEP] is not None:
+                    conn.execute(q.COPY_DEPS, (r[L.C_ID], r[L.C_RETRY_OF]))
         out: builtins.list[JobRow] = []
         for cur in sent:
             row = cur.fetchone()
@@ -1309,7 +1313,7 @@ class PostgresStore(ScheduleOps, WorkerOps):
                 r[L.C_QUEUE]: r for r in wf.rows if r[L.C_QUEUE] not in self._known_queues
             }
             with c.pipeline():
-                c.execute(q.INSERT_WORKFLOW, (wf.id, wf.name, wf.created_at))
+                c.execute(q.INSERT_WORKFLOW, (wf.id, wf.name, wf.created_at, wf.retry_of))
                 if new_queues:
                     c.execute(q.ADVISORY_XACT_LOCK, (q.queues_lock_key,))
                     for name, r in new_queues.items():
@@ -1325,9 +1329,34 @@ class PostgresStore(ScheduleOps, WorkerOps):
         else:
             self.write(work, "enqueue_workflow")
 
-    def get_workflow(self, workflow_id: str) -> tuple[str, str, int] | None:
+    def get_workflow(self, workflow_id: str) -> WorkflowRecord | None:
         row = self.read(lambda c: c.execute(self.q.GET_WORKFLOW, (workflow_id,)).fetchone())
-        return None if row is None else (str(row[0]), str(row[1]), int(row[2]))
+        return None if row is None else WorkflowRecord(*row)
+
+    def retry_workflow(
+        self, workflow_id: str, *, enqueued_by: str, now_ms: int
+    ) -> NewWorkflow | str | None:
+        q = self.q
+
+        def work(c: Conn) -> NewWorkflow | str | None:
+            c.execute(q.ADVISORY_XACT_LOCK, (q.retry_lock_key,))
+            head = c.execute(q.GET_WORKFLOW, (workflow_id,)).fetchone()
+            if head is None:
+                return None
+            rows = [tuple(r) for r in c.execute(q.WORKFLOW_JOBS, (workflow_id,)).fetchall()]
+            edges = [tuple(e) for e in c.execute(q.WORKFLOW_EDGES, (workflow_id,)).fetchall()]
+            plan = plan_workflow_retry(
+                WorkflowRecord(*head), rows, edges, enqueued_by=enqueued_by, now_ms=now_ms
+            )
+            if isinstance(plan, NewWorkflow):
+                self.enqueue_workflow(plan, conn=c)
+            return plan
+
+        return self.write(work, "retry_workflow")
+
+    def workflow_edges(self, workflow_id: str) -> builtins.list[tuple[str, str, str, bool]]:
+        rows = self.read(lambda c: c.execute(self.q.WORKFLOW_EDGES, (workflow_id,)).fetchall())
+        return [(str(r[0]), str(r[1]), str(r[2]), bool(r[3])) for r in rows]
 
     def workflow_jobs(self, workflow_id: str) -> builtins.list[JobRow]:
         return self._rows(self.q.WORKFLOW_JOBS, (workflow_id,))
@@ -1373,14 +1402,17 @@ class PostgresStore(ScheduleOps, WorkerOps):
     def gc(self, before_ms: int, *, batch: int = 1000) -> int:
         total = 0
         while True:
-            n = self._stmt(
-                lambda c: c.execute(self.q.GC_TERMINAL, (before_ms, batch)).rowcount, "gc"
-            )
+            n = self.write(functools.partial(self._gc_batch, before_ms, batch), "gc")
             total += n
             if n < batch:
                 if total:
                     self._stmt(lambda c: c.execute(self.q.GC_WORKFLOWS), "gc")
                 return total
+
+    def _gc_batch(self, before_ms: int, batch: int, conn: Conn) -> int:
+        # Serialised with re-runs, which write edges to old jobs (Queries.GC_TERMINAL).
+        conn.execute(self.q.ADVISORY_XACT_LOCK, (self.q.retry_lock_key,))
+        return int(conn.execute(self.q.GC_TERMINAL, (before_ms, batch)).rowcount)
 
     # -- observers (read-only) ------------------------------------------------------
     # The statements are in postgres/observe.py; every one is a single read.
@@ -1512,12 +1544,18 @@ _FRESH_COLUMNS = (
 
 def _workflow_job_params(row: JobRow, left: int) -> tuple[Any, ...]:
     """`Queries.INSERT_WORKFLOW_JOB`'s parameters for a workflow's fresh row."""
-    return (*(row[c] for c in _FRESH_COLUMNS), row[L.C_WORKFLOW], row[L.C_STEP], left)
+    return (
+        *(row[c] for c in _FRESH_COLUMNS),
+        row[L.C_WORKFLOW],
+        row[L.C_STEP],
+        left,
+        row[L.C_RETRY_OF],
+    )
 
 
 def _retry_params(row: JobRow) -> tuple[Any, ...]:
     """`Queries.INSERT_RETRY`'s parameters for a `retry_row`."""
-    return (*(row[c] for c in _FRESH_COLUMNS), row[L.C_RETRY_OF])
+    return (*(row[c] for c in _FRESH_COLUMNS), row[L.C_RETRY_OF], row[L.C_STEP])
 
 
 def _first_row(*cursors: psycopg.Cursor[Any]) -> JobRow | None:

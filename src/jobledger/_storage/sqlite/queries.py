@@ -335,8 +335,16 @@ GET_JOB = f"SELECT {JOB_COLUMNS} FROM jobs WHERE rowid = ? AND id = ?"
 # Re-runs (`jobs.retry`): enqueue's INSERT, and `retry_of` too. Only this path names the
 # column, so enqueue's statements and their parameters are unchanged.
 INSERT_RETRY = (
-    f"INSERT INTO jobs ({_INSERT_COLUMNS}, retry_of) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    f"INSERT INTO jobs ({_INSERT_COLUMNS}, retry_of, step) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+# A re-run of a workflow step (migration 12) takes the old job's edges from its ended
+# upstream jobs, so its `ctx.upstream` is the old one's; nothing waits on it.
+COPY_DEPS = (
+    "INSERT INTO job_deps (upstream_key, job_key, policy, many) "
+    "SELECT d.upstream_key, ?, d.policy, d.many FROM job_deps d "
+    "JOIN jobs u ON u.rowid = d.upstream_key WHERE d.job_key = ? "
+    "AND u.status IN ('completed', 'failed', 'cancelled')"
 )
 
 
@@ -429,13 +437,19 @@ class JobsWhere:
 
 # Workflows (migration 11). A workflow's rows are inserted with their row keys, their
 # workflow and step, and `upstream_left`; their edges by row key.
-INSERT_WORKFLOW = "INSERT INTO workflows (id, name, created_at) VALUES (?, ?, ?)"
+INSERT_WORKFLOW = "INSERT INTO workflows (id, name, created_at, retry_of) VALUES (?, ?, ?, ?)"
 INSERT_WORKFLOW_JOB = (
-    f"INSERT INTO jobs ({_INSERT_COLUMNS}, workflow_id, step, upstream_left) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    f"INSERT INTO jobs ({_INSERT_COLUMNS}, workflow_id, step, upstream_left, retry_of) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 INSERT_JOB_DEP = "INSERT INTO job_deps (upstream_key, job_key, policy, many) VALUES (?, ?, ?, ?)"
-GET_WORKFLOW = "SELECT id, name, created_at FROM workflows WHERE id = ?"
+GET_WORKFLOW = "SELECT id, name, created_at, retry_of FROM workflows WHERE id = ?"
+# The edges into the workflow's jobs (an upstream job may be of an older workflow that
+# `retry_workflow` re-ran), as (upstream id, job id, policy, many), in written order.
+WORKFLOW_EDGES = (
+    "SELECT u.id, j.id, d.policy, d.many FROM jobs j JOIN job_deps d ON d.job_key = j.rowid "
+    "JOIN jobs u ON u.rowid = d.upstream_key WHERE j.workflow_id = ? ORDER BY j.rowid, u.rowid"
+)
 WORKFLOW_JOBS = f"SELECT {JOB_COLUMNS} FROM jobs WHERE workflow_id = ? ORDER BY rowid"
 UPSTREAM_OUTPUTS = (
     "SELECT u.step, u.output, d.many FROM job_deps d JOIN jobs u ON u.rowid = d.upstream_key "
@@ -459,9 +473,14 @@ TERMINAL_AMONG = (
     f"SELECT {JOB_COLUMNS} FROM jobs WHERE rowid IN ({{keys}}) AND id IN ({{ids}}) "
     "AND status IN ('completed', 'failed', 'cancelled')"
 )
+# A workflow job whose output a job yet to end will read (`ctx.upstream`) is kept past
+# the retention; a job outside every workflow has no `step` and pays one NULL test.
 GC_TERMINAL = (
-    "DELETE FROM jobs WHERE rowid IN (SELECT rowid FROM jobs WHERE finished_at IS NOT NULL "
-    "AND finished_at < ? AND status IN ('completed', 'failed', 'cancelled') LIMIT ?)"
+    "DELETE FROM jobs WHERE rowid IN (SELECT rowid FROM jobs j WHERE finished_at IS NOT NULL "
+    "AND finished_at < ? AND status IN ('completed', 'failed', 'cancelled') "
+    "AND (step IS NULL OR NOT EXISTS (SELECT 1 FROM job_deps d JOIN jobs w "
+    "ON w.rowid = d.job_key WHERE d.upstream_key = j.rowid "
+    "AND w.status IN ('waiting', 'pending', 'delayed', 'running'))) LIMIT ?)"
 )
 
 # Durable named locks. A lock is free when no row exists, or when its holder job no

@@ -2,7 +2,7 @@
 -- After adding a migration, regenerate it from the repository root with
 --   python -m jobledger._storage.sqlite.migrate \
 --       > src/jobledger/_storage/sqlite/schema.sql
--- user_version = 11
+-- user_version = 12
 
 CREATE INDEX job_deps_job_idx ON job_deps (job_key);
 
@@ -184,7 +184,7 @@ CREATE TABLE workflows (
     id          TEXT PRIMARY KEY,
     name        TEXT NOT NULL,
     created_at  INTEGER NOT NULL
-);
+, retry_of TEXT);
 
 CREATE TRIGGER jobs_collect_attempts AFTER DELETE ON jobs
 BEGIN
@@ -192,7 +192,7 @@ BEGIN
 END;
 
 CREATE TRIGGER jobs_collect_deps AFTER DELETE ON jobs
-WHEN old.workflow_id IS NOT NULL
+WHEN old.step IS NOT NULL
 BEGIN
     DELETE FROM job_deps WHERE job_key = old.rowid;
     DELETE FROM job_deps WHERE upstream_key = old.rowid;

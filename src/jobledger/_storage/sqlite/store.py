@@ -53,6 +53,7 @@ from jobledger._storage.interface import (
     Reissued,
     RetryFilter,
     SpreadRequest,
+    WorkflowRecord,
     fresh_row,
     latest_versions,
     retry_row,
@@ -81,6 +82,7 @@ from jobledger._storage.sqlite.files import FileIdentity
 from jobledger._storage.sqlite.keys import key_of, keys_of
 from jobledger._storage.sqlite.migrate import migrate, migrate_connection
 from jobledger._storage.worker_ops import WorkerOps
+from jobledger._storage.workflow_retry import plan_workflow_retry
 from jobledger.errors import JobNotFound, StorageError
 
 __all__ = ["SqliteStore"]
@@ -878,7 +880,11 @@ class SqliteStore(ScheduleOps, WorkerOps):
             key = ids.row_key(row[_ID])
             assert key is not None  # made by ids.new_ids
             _insert_keyed(conn, [(key, row)], _retry_insert, reissued)
-        return [reissued.get(id(row), row) for row in rows]
+        out = [reissued.get(id(row), row) for row in rows]
+        for row in out:
+            if row[L.C_STEP] is not None:
+                conn.execute(q.COPY_DEPS, (key_of(conn, row[_ID]), key_of(conn, row[L.C_RETRY_OF])))
+        return out
 
     # -- reads ----------------------------------------------------------------------
 
@@ -892,7 +898,7 @@ class SqliteStore(ScheduleOps, WorkerOps):
 
     def enqueue_workflow(self, wf: NewWorkflow, conn: sqlite3.Connection | None = None) -> None:
         def work(c: sqlite3.Connection) -> None:
-            c.execute(q.INSERT_WORKFLOW, (wf.id, wf.name, wf.created_at))
+            c.execute(q.INSERT_WORKFLOW, (wf.id, wf.name, wf.created_at, wf.retry_of))
             new_queues = {
                 r[_QUEUE]: (r[_QUEUE], r[_TYPE], r[_CREATED])
                 for r in wf.rows
@@ -910,11 +916,25 @@ class SqliteStore(ScheduleOps, WorkerOps):
                 if key is None:
                     raise ValueError(f"workflow job id {row[_ID]!r} names no row key")
                 keys[row[_ID]] = key
-                params.append((key, *_insert_params(row), row[L.C_WORKFLOW], row[L.C_STEP], left))
+                params.append(
+                    (
+                        key,
+                        *_insert_params(row),
+                        row[L.C_WORKFLOW],
+                        row[L.C_STEP],
+                        left,
+                        row[L.C_RETRY_OF],
+                    )
+                )
             c.executemany(q.INSERT_WORKFLOW_JOB, params)
+            # An upstream job outside `keys` is a completed one of the workflow this one
+            # re-runs (`retry_workflow`).
             c.executemany(
                 q.INSERT_JOB_DEP,
-                [(keys[up], keys[down], policy, int(many)) for up, down, policy, many in wf.edges],
+                [
+                    (keys[up] if up in keys else key_of(c, up), keys[down], policy, int(many))
+                    for up, down, policy, many in wf.edges
+                ],
             )
 
         if conn is not None:
@@ -922,9 +942,35 @@ class SqliteStore(ScheduleOps, WorkerOps):
         else:
             self.write(work, "enqueue_workflow")
 
-    def get_workflow(self, workflow_id: str) -> tuple[str, str, int] | None:
+    def get_workflow(self, workflow_id: str) -> WorkflowRecord | None:
         row = self.read(lambda c: c.execute(q.GET_WORKFLOW, (workflow_id,)).fetchone())
-        return None if row is None else (str(row[0]), str(row[1]), int(row[2]))
+        return None if row is None else WorkflowRecord(*row)
+
+    def retry_workflow(
+        self, workflow_id: str, *, enqueued_by: str, now_ms: int
+    ) -> NewWorkflow | str | None:
+        def work(c: sqlite3.Connection) -> NewWorkflow | str | None:
+            head = c.execute(q.GET_WORKFLOW, (workflow_id,)).fetchone()
+            if head is None:
+                return None
+            rows = c.execute(q.WORKFLOW_JOBS, (workflow_id,)).fetchall()
+            edges = c.execute(q.WORKFLOW_EDGES, (workflow_id,)).fetchall()
+            plan = plan_workflow_retry(
+                WorkflowRecord(*head),
+                rows,
+                [(u, d, p, bool(m)) for u, d, p, m in edges],
+                enqueued_by=enqueued_by,
+                now_ms=now_ms,
+            )
+            if isinstance(plan, NewWorkflow):
+                self.enqueue_workflow(plan, conn=c)
+            return plan
+
+        return self.write(work, "retry_workflow")
+
+    def workflow_edges(self, workflow_id: str) -> builtins.list[tuple[str, str, str, bool]]:
+        rows = self.read(lambda c: c.execute(q.WORKFLOW_EDGES, (workflow_id,)).fetchall())
+        return [(str(r[0]), str(r[1]), str(r[2]), bool(r[3])) for r in rows]
 
     def workflow_jobs(self, workflow_id: str) -> builtins.list[JobRow]:
         return self.read(lambda c: c.execute(q.WORKFLOW_JOBS, (workflow_id,)).fetchall())
@@ -1084,7 +1130,7 @@ def _one_insert(chunk: Sequence[Keyed]) -> Statement:
 
 def _retry_insert(chunk: Sequence[Keyed]) -> Statement:
     key, row = chunk[0]
-    return q.INSERT_RETRY, (key, *_insert_params(row), row[L.C_RETRY_OF])
+    return q.INSERT_RETRY, (key, *_insert_params(row), row[L.C_RETRY_OF], row[L.C_STEP])
 
 
 def _chunk_insert(chunk: Sequence[Keyed]) -> Statement:
