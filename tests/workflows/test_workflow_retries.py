@@ -280,3 +280,27 @@ def test_gc_keeps_a_finished_job_whose_output_a_waiting_job_will_read(db: str) -
             assert jobs.get_workflow(done.id) is None
 
     run(main())
+
+
+def test_cancel_many_cancels_waiting_steps_and_their_downstream(db: str) -> None:
+    g = Graph(db)
+    jobs = g.jobs
+
+    async def main() -> tuple[jl.CancelManyResult, jl.WorkflowSnapshot]:
+        async with jobs:
+            wf = jobs.workflow("held")
+            top = wf.add(SLOW, N(n=1), name="top")
+            mid = wf.add(ADD, N(n=2), name="mid", after=[top])
+            wf.add(SUM, N(), name="tail", after=[mid])
+            h = wf.enqueue()
+            result = jobs.cancel_many(type=ADD, reason="bad deploy")
+            g.release.set()
+            return result, await h.finished
+
+    result, done = run(main())
+    assert result.transitioned == 1
+    got = {j.step: j for j in done.jobs}
+    assert got["top"].status == jl.JobStatus.COMPLETED
+    assert got["mid"].status == jl.JobStatus.CANCELLED
+    assert got["tail"].status == jl.JobStatus.CANCELLED
+    assert g.steps_run() == ["top"]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import inspect
 import logging
 import os
 import socket
@@ -155,6 +156,8 @@ HandlerOf: TypeAlias = JobHandler[P, R] | _HandlerOfJobType[Callable[[], JobHand
 # What `@jobs.handler(job_type)` takes: a function of the context returning the type's
 # result, or an awaitable of it. Undeclared, R is Any and so is any return type.
 Handler: TypeAlias = Callable[[JobContext[P]], Awaitable[R] | R]
+# A workflow factory (`workflow_handler`): builds the graph of one job's workflow.
+WorkflowBuilder: TypeAlias = Callable[[JobContext[P], Workflow], Awaitable[None] | None]
 MAX_REASON = 500
 LIST_CAP = 1000
 _TYPE, _STATUS, _QUEUE, _SCHEDULED_AT = (
@@ -595,6 +598,48 @@ class JobManager:
     def workflow(self, name: str) -> Workflow:
         """A new workflow builder; nothing is written until its `enqueue()`."""
         return Workflow(self, name)
+
+    def workflow_handler(
+        self,
+        job_type: JobType[P, Any],
+        *,
+        name: str | None = None,
+        queue: QueueOption = None,
+        concurrency: int = 1,
+        retry: RetryPolicy | None = None,
+    ) -> Callable[[WorkflowBuilder[P]], WorkflowBuilder[P]]:
+        """Register the decorated function as `job_type`'s handler, run as a workflow
+        factory: a job of `job_type` calls it with its context and a fresh builder
+        (`jobs.workflow(name)`, `name` defaulting to the type's), then enqueues the
+        graph it built and completes with `{"workflow_id": ...}`. So a schedule of
+        `job_type` fires a workflow at each fire, and `jobs.enqueue(job_type, payload)`
+        starts one through a queue.
+
+        The workflow's id is the job's own id, so an attempt that runs again (a
+        retry, a recovery after a crash) finds the workflow written already and writes
+        no second one. The function may be `async def`; it must only build the graph
+        (its `enqueue` is the handler's)."""
+        workflow_name = job_type.name if name is None else name
+        Workflow(self, workflow_name)  # a bad name fails here, not at the first fire
+
+        def register(build: WorkflowBuilder[P]) -> WorkflowBuilder[P]:
+            async def start(ctx: JobContext[P]) -> dict[str, str]:
+                wf = Workflow(self, workflow_name)
+                built = build(ctx, wf)
+                if inspect.isawaitable(built):
+                    await built
+                return {"workflow_id": wf._enqueue_once(ctx.job_id).id}
+
+            self.handler(
+                job_type,
+                recovery="retry",
+                queue=queue,
+                concurrency=concurrency,
+                retry=retry,
+            )(start)
+            return build
+
+        return register
 
     def get_workflow(self, workflow_id: str) -> WorkflowSnapshot | None:
         """The workflow and its jobs as stored now, or None for an unknown id."""
@@ -1131,7 +1176,8 @@ class JobManager:
         type: JobType[Any] | str | None = None,
         reason: str | None = None,
     ) -> CancelManyResult:
-        """Cancel every waiting job of `queue`/`type` now; ask running ones to stop."""
+        """Cancel every job of `queue`/`type` that has not started (pending, delayed, or
+        `waiting` on upstream workflow steps) now; ask running ones to stop."""
         if queue is None and type is None:
             raise JobValidationError(
                 "cancel_many needs a queue or a type", code="JOB_FILTER_REQUIRED"
@@ -1154,6 +1200,9 @@ class JobManager:
             nonlocal aborted
             for row in waiting:
                 engine.settle_row(row)
+            workflows = {r[L.C_WORKFLOW] for r in waiting if r[L.C_WORKFLOW] is not None}
+            if workflows:  # the cancels released or cancelled jobs downstream
+                self._after_workflow_step(workflows)
             for job_id, _ in running:
                 attempt = engine.inflight.get(job_id)
                 if attempt is not None and engine.abort(attempt, "cancel", message):

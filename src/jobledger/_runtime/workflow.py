@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from jobledger._core.enqueue import EnqueueOptions, prepare_row
@@ -138,13 +139,31 @@ class Workflow:
         tx.after_commit(lambda: manager._after_workflow_enqueue(wf))
         return WorkflowHandle(manager, wf.id, wf.name, handles)
 
-    def _prepare(self) -> tuple[NewWorkflow, dict[str, list[JobHandle[Any]]]]:
+    def _enqueue_once(self, workflow_id: str) -> WorkflowHandle:
+        """`enqueue` under `workflow_id`, unless a workflow with that id exists: then
+        nothing is written and its handle is the stored one's (`workflow_handler`)."""
+        wf, handles = self._prepare(workflow_id)
+        manager = self._manager
+        if manager._store.enqueue_workflow(replace(wf, exists_ok=True)):
+            manager._after_workflow_enqueue(wf)
+            return WorkflowHandle(manager, wf.id, wf.name, handles)
+        stored: dict[str, list[JobHandle[Any]]] = {}
+        for row in manager._store.workflow_jobs(workflow_id):
+            stored.setdefault(row[L.C_STEP], []).append(
+                JobHandle(manager._waiter, row, manager._job_type_of(row))
+            )
+        return WorkflowHandle(manager, workflow_id, wf.name, stored)
+
+    def _prepare(
+        self, workflow_id: str | None = None
+    ) -> tuple[NewWorkflow, dict[str, list[JobHandle[Any]]]]:
         if self._enqueued:
             raise invalid(f"workflow {self.name!r} was enqueued already", None, "enqueued")
         ordered, upstream = self._graph.check()
         manager = self._manager
         now_ms = manager._engine.now_ms()
-        workflow_id = new_id(now_ms)
+        if workflow_id is None:
+            workflow_id = new_id(now_ms)
         rows: list[JobRow] = []
         left: list[int] = []
         edges: list[tuple[str, str, str, bool]] = []

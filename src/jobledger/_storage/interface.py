@@ -397,6 +397,9 @@ class NewWorkflow:
     # The workflow `jobs.retry_workflow` re-runs; its edges may then name that one's
     # completed jobs as upstream jobs, which count in no row's `left`.
     retry_of: str | None = None
+    # A workflow whose id may be written already (one a job starts, under that job's
+    # id, so a re-run attempt finds it): then nothing is written.
+    exists_ok: bool = False
 
 
 class WorkflowRecord(NamedTuple):
@@ -648,10 +651,11 @@ class Store(Protocol):
 
     def get(self, job_id: str) -> JobRow | None: ...
     # -- workflows (DESIGN.md §8.8) --
-    def enqueue_workflow(self, wf: NewWorkflow, conn: Any | None = None) -> None:
+    def enqueue_workflow(self, wf: NewWorkflow, conn: Any | None = None) -> bool:
         """Write the workflow's row, its jobs and its edges in one transaction (the
         caller's, with `conn`). Nothing is looked up: the rows are fresh, without keys
-        or parents."""
+        or parents. False, with nothing written, when `wf.exists_ok` and a workflow
+        with its id exists."""
         ...
 
     def get_workflow(self, workflow_id: str) -> WorkflowRecord | None: ...

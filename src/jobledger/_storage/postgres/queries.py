@@ -432,11 +432,12 @@ class Queries:
         "updated_at = %s WHERE id = ANY(ARRAY(SELECT id FROM {s}.jobs WHERE status = 'running' "
         "AND {where} ORDER BY id FOR UPDATE)) AND status = 'running' RETURNING id, worker_id"
     )
+    # `{statuses}` as on SQLite: waiting rows first, then pending and delayed ones.
     CANCEL_MANY_WAITING = (
         "UPDATE {s}.jobs j SET status = 'cancelled', cancel_requested = 1, error = %s, "
         "finished_at = %s, updated_at = %s WHERE j.id = ANY(ARRAY(SELECT id FROM {s}.jobs "
-        "WHERE status IN ('pending', 'delayed') AND {where} ORDER BY id FOR UPDATE)) "
-        f"AND j.status IN ('pending', 'delayed') RETURNING {_J_COLUMNS}"
+        "WHERE status IN ({statuses}) AND {where} ORDER BY id FOR UPDATE)) "
+        f"AND j.status IN ({{statuses}}) RETURNING {_J_COLUMNS}"
     )
     CANCEL_REQUESTED_AMONG = (
         "SELECT id, cancel_reason FROM {s}.jobs WHERE cancel_requested = 1 AND id = ANY(%s)"
@@ -487,6 +488,8 @@ class Queries:
     INSERT_WORKFLOW = (
         "INSERT INTO {s}.workflows (id, name, created_at, retry_of) VALUES (%s, %s, %s, %s)"
     )
+    # A second writer of the id waits for the first to commit, then writes nothing.
+    INSERT_WORKFLOW_ONCE = INSERT_WORKFLOW + " ON CONFLICT (id) DO NOTHING RETURNING 1"
     INSERT_WORKFLOW_JOB = (
         "INSERT INTO {s}.jobs (id, type, status, queue, priority, payload, max_attempts, "
         "timeout_ms, idempotency_key, parent_id, schedule_id, metadata, enqueued_by, "

@@ -1220,13 +1220,17 @@ class PostgresStore(ScheduleOps, WorkerOps):
             running = conn.execute(
                 q.CANCEL_MANY_REQUEST.replace("{where}", where), (reason, now_ms, *params)
             )
-            waiting = conn.execute(
-                q.CANCEL_MANY_WAITING.replace("{where}", where), (error, now_ms, now_ms, *params)
-            )
+            cancelled = [
+                conn.execute(
+                    q.CANCEL_MANY_WAITING.replace("{where}", where).replace("{statuses}", st),
+                    (error, now_ms, now_ms, *params),
+                )
+                for st in _NOT_RUNNING_YET
+            ]
             conn.execute(q.NOTE_CHANGE)
             return lambda: (
                 [(r[0], r[1]) for r in running.fetchall()],
-                [tuple(r) for r in waiting.fetchall()],
+                [tuple(r) for cur in cancelled for r in cur.fetchall()],
             )
 
         return self._tx_then(send, "cancel_many")
@@ -1305,15 +1309,19 @@ class PostgresStore(ScheduleOps, WorkerOps):
 
     # -- workflows --------------------------------------------------------------------
 
-    def enqueue_workflow(self, wf: NewWorkflow, conn: Conn | None = None) -> None:
+    def enqueue_workflow(self, wf: NewWorkflow, conn: Conn | None = None) -> bool:
         q = self.q
 
-        def work(c: Conn) -> None:
+        def work(c: Conn) -> bool:
             new_queues = {
                 r[L.C_QUEUE]: r for r in wf.rows if r[L.C_QUEUE] not in self._known_queues
             }
+            head = (wf.id, wf.name, wf.created_at, wf.retry_of)
+            if wf.exists_ok and c.execute(q.INSERT_WORKFLOW_ONCE, head).fetchone() is None:
+                return False  # written already (the id's row is taken, or being taken)
             with c.pipeline():
-                c.execute(q.INSERT_WORKFLOW, (wf.id, wf.name, wf.created_at, wf.retry_of))
+                if not wf.exists_ok:
+                    c.execute(q.INSERT_WORKFLOW, head)
                 if new_queues:
                     c.execute(q.ADVISORY_XACT_LOCK, (q.queues_lock_key,))
                     for name, r in new_queues.items():
@@ -1322,12 +1330,13 @@ class PostgresStore(ScheduleOps, WorkerOps):
                     c.execute(q.INSERT_WORKFLOW_JOB, _workflow_job_params(row, left))
                 for edge in wf.edges:
                     c.execute(q.INSERT_JOB_DEP, edge)
+            return True
 
         if conn is not None:
-            work(conn)
+            written = work(conn)
             conn.execute(q.NOTE_CHANGE)
-        else:
-            self.write(work, "enqueue_workflow")
+            return written
+        return self.write(work, "enqueue_workflow")
 
     def get_workflow(self, workflow_id: str) -> WorkflowRecord | None:
         row = self.read(lambda c: c.execute(self.q.GET_WORKFLOW, (workflow_id,)).fetchone())
@@ -1540,6 +1549,11 @@ _FRESH_COLUMNS = (
     L.C_CREATED_AT,
     L.C_UPDATED_AT,
 )
+
+
+# Cancelled in this order, as `cancel_workflow` does: a waiting row before any upstream
+# row whose cancel would release it.
+_NOT_RUNNING_YET = ("'waiting'", "'pending', 'delayed'")
 
 
 def _workflow_job_params(row: JobRow, left: int) -> tuple[Any, ...]:

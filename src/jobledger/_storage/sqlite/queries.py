@@ -320,11 +320,14 @@ CANCEL_MANY_REQUEST = (
     "UPDATE jobs SET cancel_requested = 1, cancel_reason = coalesce(cancel_reason, ?), "
     "updated_at = ? WHERE status = 'running' AND {where} RETURNING id, worker_id"
 )
+# `{statuses}`: 'waiting' first, then 'pending', 'delayed' (CANCEL_WORKFLOW_STATUS says
+# why); each cancel of a workflow job propagates by its trigger.
 CANCEL_MANY_WAITING = (
     "UPDATE jobs SET status = 'cancelled', cancel_requested = 1, error = ?, finished_at = ?, "
-    "updated_at = ? WHERE status IN ('pending', 'delayed') AND {where} "
+    "updated_at = ? WHERE status IN ({statuses}) AND {where} "
     f"RETURNING {JOB_COLUMNS}"
 )
+NOT_RUNNING_YET = ("'waiting'", "'pending', 'delayed'")
 CANCEL_REQUESTED_AMONG = (
     "SELECT id, cancel_reason FROM jobs WHERE rowid IN ({keys}) AND id IN ({ids}) "
     "AND cancel_requested = 1"

@@ -816,9 +816,10 @@ class SqliteStore(ScheduleOps, WorkerOps):
             running = conn.execute(
                 q.CANCEL_MANY_REQUEST.format(where=where), (reason, now_ms, *params)
             ).fetchall()
-            waiting = conn.execute(
-                q.CANCEL_MANY_WAITING.format(where=where), (error, now_ms, now_ms, *params)
-            ).fetchall()
+            waiting: list[JobRow] = []
+            for statuses in q.NOT_RUNNING_YET:
+                sql = q.CANCEL_MANY_WAITING.format(where=where, statuses=statuses)
+                waiting += conn.execute(sql, (error, now_ms, now_ms, *params)).fetchall()
             return [(r[0], r[1]) for r in running], waiting
 
         return self.write(work, "cancel_many")
@@ -896,8 +897,11 @@ class SqliteStore(ScheduleOps, WorkerOps):
 
     # -- workflows --------------------------------------------------------------------
 
-    def enqueue_workflow(self, wf: NewWorkflow, conn: sqlite3.Connection | None = None) -> None:
-        def work(c: sqlite3.Connection) -> None:
+    def enqueue_workflow(self, wf: NewWorkflow, conn: sqlite3.Connection | None = None) -> bool:
+        def work(c: sqlite3.Connection) -> bool:
+            # Under the write lock, so no other writer can add the id in between.
+            if wf.exists_ok and c.execute(q.GET_WORKFLOW, (wf.id,)).fetchone() is not None:
+                return False
             c.execute(q.INSERT_WORKFLOW, (wf.id, wf.name, wf.created_at, wf.retry_of))
             new_queues = {
                 r[_QUEUE]: (r[_QUEUE], r[_TYPE], r[_CREATED])
@@ -936,11 +940,11 @@ class SqliteStore(ScheduleOps, WorkerOps):
                     for up, down, policy, many in wf.edges
                 ],
             )
+            return True
 
         if conn is not None:
-            work(conn)
-        else:
-            self.write(work, "enqueue_workflow")
+            return work(conn)
+        return self.write(work, "enqueue_workflow")
 
     def get_workflow(self, workflow_id: str) -> WorkflowRecord | None:
         row = self.read(lambda c: c.execute(q.GET_WORKFLOW, (workflow_id,)).fetchone())
