@@ -258,3 +258,36 @@ def test_enqueue_unique_for_and_debounce_on_every_backend(cli_on: Cli) -> None:
         assert message in bad.stderr, bad.stderr
     assert cli("jobs", "enqueue", "math.add", "--key", "d", "--debounce", "nan").exit_code == 2
     assert db_rows(cli.db, "SELECT count(*) FROM jobs") == before
+
+
+def test_doctor_reports_a_waiting_workflow_job_nothing_will_release(cli_on: Cli) -> None:
+    cli = cli_on
+    jobs: jl.JobManager = cli.load().jobs
+
+    async def go() -> tuple[str, str]:
+        async with jobs:
+            wf = jobs.workflow("stranded")
+            first = wf.add("math.add", {"a": 1, "b": 1}, name="first")
+            wf.add("math.add", {"a": 2, "b": 2}, name="then", after=[first])
+            h = wf.enqueue()
+            # A hand edit that the release cannot undo: `then` counts one upstream job
+            # more than it has, so the end of `first` leaves it waiting for good.
+            then_id = h.jobs["then"][0].id
+            db_rows(
+                cli.db, "UPDATE jobs SET upstream_left = upstream_left + 1 WHERE id = ?", (then_id,)
+            )
+            await asyncio.wait_for(h.jobs["first"][0].finished, 20)
+            return h.id, then_id
+
+    _, then_id = asyncio.run(go())
+    assert db_rows(cli.db, "SELECT status FROM jobs WHERE id = ?", (then_id,)) == [("waiting",)]
+    report = cli("doctor")
+    assert report.exit_code == 1, report.stdout
+    assert "FAIL waiting workflow jobs whose upstream jobs have all finished: 1" in report.stdout
+    assert f"{then_id} (nothing will release it" in report.stdout
+    data = json.loads(cli("doctor", "--json").stdout)
+    assert data["stranded_waiting"] == [then_id]
+    assert data["ok"] is False
+    cancelled = cli("jobs", "cancel", then_id)
+    assert cancelled.exit_code == 0, cancelled.stderr
+    assert json.loads(cli("doctor", "--json").stdout)["stranded_waiting"] == []

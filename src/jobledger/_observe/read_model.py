@@ -69,7 +69,8 @@ __all__ = [
     "unlinked_problem",
 ]
 
-_WAITING = ("pending", "delayed")
+_WAITING = ("pending", "delayed", "waiting")
+_STRANDED_SHOWN = 100
 _TERMINAL = ("completed", "failed", "cancelled")
 # Seconds. Run times and queue latencies of background jobs span milliseconds to hours.
 HISTOGRAM_BUCKETS: tuple[float, ...] = (
@@ -280,6 +281,8 @@ class Diagnosis:
     problems: list[str]
     # Worth a look, not broken: the exit code stays 0 (`unhandled` is one).
     warnings: list[str] = field(default_factory=list)
+    # `waiting` workflow jobs that nothing will release (the first `_STRANDED_SHOWN`).
+    stranded: list[str] = field(default_factory=list)
 
     @property
     def backend(self) -> str:
@@ -335,6 +338,7 @@ class Diagnosis:
                 "stuck_running": [s.id for s in self.stuck_running],
                 "orphans": [s.id for s in self.orphans],
                 "unhandled": dict(self.unhandled),
+                "stranded_waiting": list(self.stranded),
             }
         )
         if self.backend == "sqlite":
@@ -595,6 +599,13 @@ class ReadModel:
             )
         if orphans and alive:
             problems.append(f"{len(orphans)} orphan job(s): no live worker handles their type")
+        stranded = self.store.stranded_waiting(_STRANDED_SHOWN)
+        if stranded:
+            problems.append(
+                f"{len(stranded)}{'+' if len(stranded) == _STRANDED_SHOWN else ''} waiting "
+                "workflow job(s) whose upstream jobs have all finished: nothing will release "
+                "them (cancel them, or see docs/howto/workflows.md): " + ", ".join(stranded[:5])
+            )
         warnings: list[str] = []
         if unhandled:
             # A warning, not a problem: producers may enqueue before any worker of the
@@ -613,6 +624,7 @@ class ReadModel:
             unhandled,
             problems,
             warnings,
+            stranded,
         )
 
 

@@ -664,6 +664,11 @@ class Store(Protocol):
         workflow; an upstream job may be of the workflow it re-runs."""
         ...
 
+    def stranded_waiting(self, limit: int) -> builtins.list[str]:
+        """Ids of `waiting` jobs none of whose upstream jobs is unfinished: nothing will
+        ever release them (`doctor`); [] on a schema older than workflows."""
+        ...
+
     def retry_workflow(
         self, workflow_id: str, *, enqueued_by: str, now_ms: int
     ) -> NewWorkflow | str | None:

@@ -77,6 +77,12 @@ def _print_diagnosis(d: Diagnosis) -> None:
     for s in d.stuck_running[:10]:
         note(f"       {s.id} {s.type} worker {s.worker_id}")
     line(not d.orphans or not alive, f"orphan jobs: {len(d.orphans)}")
+    line(
+        not d.stranded,
+        f"waiting workflow jobs whose upstream jobs have all finished: {len(d.stranded)}",
+    )
+    for job_id in d.stranded[:10]:
+        note(f"       {job_id} (nothing will release it: cancel it)")
     kinds = ", ".join(f"{t} ({n})" for t, n in sorted(d.unhandled.items())) or "none"
     line(not d.unhandled, f"waiting jobs of types no live worker handles: {kinds}", bad="WARN")
     warned = f"[yellow]{len(d.warnings)} warning(s)[/]"

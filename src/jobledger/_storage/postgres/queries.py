@@ -516,6 +516,13 @@ class Queries:
         "error = %s WHERE workflow_id = %s AND status = %s "
         f"RETURNING {JOB_COLUMNS}"
     )
+    # As on SQLite: waiting rows that nothing will release (`doctor`).
+    STRANDED_WAITING = (
+        "SELECT j.id FROM {s}.jobs j WHERE j.status = 'waiting' AND NOT EXISTS (SELECT 1 "
+        "FROM {s}.job_deps d JOIN {s}.jobs u ON u.id = d.upstream_id WHERE d.job_id = j.id "
+        "AND u.status IN ('waiting', 'pending', 'delayed', 'running')) ORDER BY j.id LIMIT %s"
+    )
+    HAS_JOB_DEPS = "SELECT to_regclass('{s}.job_deps') IS NOT NULL"
     # As on SQLite: workflows whose every job was collected.
     GC_WORKFLOWS = (
         "DELETE FROM {s}.workflows w WHERE NOT EXISTS "

@@ -1363,6 +1363,15 @@ class PostgresStore(ScheduleOps, WorkerOps):
 
         return self.write(work, "retry_workflow")
 
+    def stranded_waiting(self, limit: int) -> builtins.list[str]:
+        def read(c: Conn) -> builtins.list[str]:
+            has = c.execute(self.q.HAS_JOB_DEPS).fetchone()
+            if has is None or not has[0]:
+                return []  # a schema older than workflows
+            return [r[0] for r in c.execute(self.q.STRANDED_WAITING, (limit,)).fetchall()]
+
+        return self.read(read)
+
     def workflow_edges(self, workflow_id: str) -> builtins.list[tuple[str, str, str, bool]]:
         rows = self.read(lambda c: c.execute(self.q.WORKFLOW_EDGES, (workflow_id,)).fetchall())
         return [(str(r[0]), str(r[1]), str(r[2]), bool(r[3])) for r in rows]

@@ -465,6 +465,16 @@ CANCEL_WORKFLOW_STATUS = (
     "WHERE workflow_id = ?3 AND status = ?4 RETURNING " + JOB_COLUMNS
 )
 
+# `doctor`: waiting rows none of whose upstream jobs is unfinished, which nothing will
+# release (the release trigger makes none; a hand-edited table can). A scan of the
+# table: `doctor` is no hot path.
+STRANDED_WAITING = (
+    "SELECT j.id FROM jobs j WHERE j.status = 'waiting' AND NOT EXISTS (SELECT 1 FROM "
+    "job_deps d JOIN jobs u ON u.rowid = d.upstream_key WHERE d.job_key = j.rowid "
+    "AND u.status IN ('waiting', 'pending', 'delayed', 'running')) ORDER BY j.rowid LIMIT ?"
+)
+HAS_JOB_DEPS = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'job_deps'"
+
 # A workflow whose every job GC collected (its rows and edges went with them). A workflow
 # commits with its jobs, so one being written is never seen without them.
 GC_WORKFLOWS = (

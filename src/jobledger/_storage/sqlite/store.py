@@ -972,6 +972,14 @@ class SqliteStore(ScheduleOps, WorkerOps):
 
         return self.write(work, "retry_workflow")
 
+    def stranded_waiting(self, limit: int) -> builtins.list[str]:
+        def read(c: sqlite3.Connection) -> builtins.list[str]:
+            if c.execute(q.HAS_JOB_DEPS).fetchone() is None:
+                return []  # a file older than workflows (an observer reads it as it is)
+            return [r[0] for r in c.execute(q.STRANDED_WAITING, (limit,))]
+
+        return self.read(read)
+
     def workflow_edges(self, workflow_id: str) -> builtins.list[tuple[str, str, str, bool]]:
         rows = self.read(lambda c: c.execute(q.WORKFLOW_EDGES, (workflow_id,)).fetchall())
         return [(str(r[0]), str(r[1]), str(r[2]), bool(r[3])) for r in rows]
