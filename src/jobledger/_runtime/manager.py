@@ -60,6 +60,7 @@ from jobledger._core.registry import (
     JobType,
     QueueOption,
 )
+from jobledger._runtime import tracing
 from jobledger._runtime.context import JobContext
 from jobledger._runtime.engine import Engine
 from jobledger._runtime.events import EventBus, JobEvent
@@ -534,7 +535,11 @@ class JobManager:
             jt, new = self._prepare(job_type, payload, opts)
             return self._enqueue_keyed(jt, [new], [key_rule(opts)], None)[0]
         jt, new = self._prepare(job_type, payload, opts)
-        row = self._store.enqueue_rows((new,), rate_keys=self._rate_keys((new,)))[0]
+        inst = tracing.instruments()
+        if inst is None:
+            row = self._store.enqueue_rows((new,), rate_keys=self._rate_keys((new,)))[0]
+        else:
+            row = tracing.traced_send(inst, (new,), self._plain_write(None))[0]
         self._after_one(new, row)
         return JobHandle(self._waiter, row, jt)
 
@@ -589,7 +594,11 @@ class JobManager:
             call = key_rule(opts) if any(plain) else None
             rules = [call if p else own_rules.get(i) for i, p in enumerate(plain)]
             return self._enqueue_keyed(jt, new, rules, None)
-        rows = self._store.enqueue_rows(new, rate_keys=self._rate_keys(new))
+        inst = tracing.instruments()
+        if inst is None:
+            rows = self._store.enqueue_rows(new, rate_keys=self._rate_keys(new))
+        else:
+            rows = tracing.traced_send(inst, new, self._plain_write(None))
         self._after_rows(new, rows)
         return [JobHandle(self._waiter, row, jt) for row in rows]
 
@@ -793,9 +802,23 @@ class JobManager:
             jt, new = self._prepare(job_type, payload, opts)
             return self._enqueue_keyed(jt, [new], [key_rule(opts)], tx)[0]
         jt, new = self._prepare(job_type, payload, opts)
-        row = self._store.enqueue_rows((new,), conn=tx.conn, rate_keys=self._rate_keys((new,)))[0]
+        inst = tracing.instruments()
+        if inst is None:
+            rows = self._store.enqueue_rows((new,), conn=tx.conn, rate_keys=self._rate_keys((new,)))
+        else:
+            rows = tracing.traced_send(inst, (new,), self._plain_write(tx))
+        row = rows[0]
         tx.after_commit(lambda: self._after_one(new, row))
         return JobHandle(self._waiter, row, jt)
+
+    def _plain_write(
+        self, tx: WriteTx | None
+    ) -> Callable[[Sequence[JobRow]], builtins.list[JobRow]]:
+        """How `enqueue` writes fresh rows (`tracing.traced_send` patches them first)."""
+        conn = None if tx is None else tx.conn
+        return lambda rows: self._store.enqueue_rows(
+            rows, conn=conn, rate_keys=self._rate_keys(rows)
+        )
 
     def _enqueue_keyed(
         self,
@@ -806,12 +829,17 @@ class JobManager:
     ) -> builtins.list[JobHandle[R]]:
         """Write entries that have a `unique_for` or `debounce` rule (or share a batch with
         one): `Store.enqueue_keyed`, then what `_after_rows` does after COMMIT."""
-        keys = self._rate_keys(new)
+        conn = None if tx is None else tx.conn
+
+        def write(entries: Sequence[JobRow]) -> builtins.list[JobRow]:
+            keys = self._rate_keys(entries)
+            return self._store.enqueue_keyed(entries, rules, conn=conn, rate_keys=keys)
+
+        inst = tracing.instruments()
+        rows = write(new) if inst is None else tracing.traced_send(inst, new, write)
         if tx is None:
-            rows = self._store.enqueue_keyed(new, rules, rate_keys=keys)
             self._after_keyed(new, rows, rules)
         else:
-            rows = self._store.enqueue_keyed(new, rules, conn=tx.conn, rate_keys=keys)
             tx.after_commit(lambda: self._after_keyed(new, rows, rules))
         return [JobHandle(self._waiter, row, jt) for row in rows]
 
