@@ -26,24 +26,15 @@ Invariants:
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from jobledger._storage import layout as L
 from jobledger._storage.interface import JobRow
-
-try:
-    from opentelemetry import context as _context
-    from opentelemetry import metrics as _metrics
-    from opentelemetry import propagate as _propagate
-    from opentelemetry import trace as _trace
-    from opentelemetry.metrics._internal import _ProxyMeterProvider
-
-    _AVAILABLE = True
-except ImportError:  # the extra is not installed: everything here answers None
-    _AVAILABLE = False
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import Counter, Histogram
@@ -54,6 +45,7 @@ __all__ = ["METADATA_KEY", "Instruments", "Process", "instruments", "traced_send
 METADATA_KEY = "otel"
 _SYSTEM = "jobledger"
 _SCOPE = "jobledger"
+_modules = sys.modules
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,21 +57,51 @@ class Instruments:
     duration: Histogram | None
 
 
+class _Api:
+    """The OpenTelemetry API's modules, imported on first need (an import costs ~20 ms
+    of a process's start, and no provider can be set before someone imports them)."""
+
+    def __init__(self) -> None:
+        from opentelemetry import context, metrics, propagate, trace
+        from opentelemetry.metrics._internal import _ProxyMeterProvider
+
+        self.context: ModuleType = context
+        self.metrics: ModuleType = metrics
+        self.propagate: ModuleType = propagate
+        self.trace: ModuleType = trace
+        self.no_tracer = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
+        self.no_meter = (_ProxyMeterProvider, metrics.NoOpMeterProvider)
+
+
+_api: _Api | None = None
 _cache: tuple[object, object, Instruments | None] | None = None
 
 
 def instruments() -> Instruments | None:
-    """The instruments of the providers set now, or None when neither is."""
-    global _cache
-    if not _AVAILABLE:
+    """The instruments of the providers set now, or None when neither is.
+
+    Setting a provider imports `opentelemetry.trace` (or `.metrics`): until some code has,
+    this is two dict lookups, and the API is not even imported."""
+    if "opentelemetry.trace" not in _modules and "opentelemetry.metrics" not in _modules:
         return None
-    tp = _trace.get_tracer_provider()
-    mp = _metrics.get_meter_provider()
+    return _instruments()
+
+
+def _instruments() -> Instruments | None:
+    global _api, _cache
+    api = _api
+    if api is None:
+        try:
+            api = _api = _Api()
+        except ImportError:  # a partial install; nothing to trace with
+            return None
+    tp = api.trace.get_tracer_provider()
+    mp = api.metrics.get_meter_provider()
     cached = _cache
     if cached is not None and cached[0] is tp and cached[1] is mp:
         return cached[2]
-    traced = not isinstance(tp, _trace.ProxyTracerProvider | _trace.NoOpTracerProvider)
-    metered = not isinstance(mp, _ProxyMeterProvider | _metrics.NoOpMeterProvider)
+    traced = not isinstance(tp, api.no_tracer)
+    metered = not isinstance(mp, api.no_meter)
     made: Instruments | None = None
     if traced or metered:
         meter = mp.get_meter(_SCOPE) if metered else None
@@ -102,6 +124,11 @@ def instruments() -> Instruments | None:
         )
     _cache = (tp, mp, made)
     return made
+
+
+def _otel() -> _Api:
+    assert _api is not None  # loaded by `instruments()`, which made the Instruments
+    return _api
 
 
 def traced_send(
@@ -127,10 +154,10 @@ def traced_send(
     else:
         name = "send" if queue is None else f"send {queue}"
         with inst.tracer.start_as_current_span(
-            name, kind=_trace.SpanKind.PRODUCER, attributes=attrs
+            name, kind=_otel().trace.SpanKind.PRODUCER, attributes=attrs
         ):
             carrier: dict[str, str] = {}
-            _propagate.inject(carrier)
+            _otel().propagate.inject(carrier)
             out = write([_with_carrier(r, carrier) for r in rows])
     if inst.sent is not None:
         counted = {k: v for k, v in attrs.items() if k != "messaging.message.id"}
@@ -157,8 +184,9 @@ def _links_of(carrier: dict[str, Any]) -> tuple[Any, ...]:
     last = _last_links
     if last is not None and last[0] == carrier:
         return last[1]
-    sent = _trace.get_current_span(_propagate.extract(carrier)).get_span_context()
-    links = (_trace.Link(sent),) if sent.is_valid else ()
+    api = _otel()
+    sent = api.trace.get_current_span(api.propagate.extract(carrier)).get_span_context()
+    links = (api.trace.Link(sent),) if sent.is_valid else ()
     _last_links = (carrier, links)
     return links
 
@@ -190,10 +218,11 @@ class Process:
         if inst.tracer is not None:
             carrier = metadata.get(METADATA_KEY)
             links = _links_of(carrier) if isinstance(carrier, dict) else ()
+            api = _otel()
             span = inst.tracer.start_span(
                 f"process {queue}",
-                context=_context.Context(),  # a root: the send span is linked, not a parent
-                kind=_trace.SpanKind.CONSUMER,
+                context=api.context.Context(),  # a root: the send span is linked, not a parent
+                kind=api.trace.SpanKind.CONSUMER,
                 links=links,
                 attributes={
                     **self._attrs,
@@ -203,13 +232,13 @@ class Process:
                 },
             )
             self.span = span
-            self._token = _context.attach(_trace.set_span_in_context(span))
+            self._token = api.context.attach(api.trace.set_span_in_context(span))
         self._started = time.perf_counter()
 
     def detach(self) -> None:
         """Leave the span's context (the handler returned); `end` comes later."""
         if self._token is not None:
-            _context.detach(self._token)  # type: ignore[arg-type,unused-ignore]
+            _otel().context.detach(self._token)
             self._token = None
 
     def end(self, kind: str, error: dict[str, Any] | None, exc: BaseException | None) -> None:
@@ -233,7 +262,8 @@ class Process:
                 if exc is not None:
                     span.record_exception(exc)
                 message = (error or {}).get("message")
-                span.set_status(_trace.Status(_trace.StatusCode.ERROR, message))
+                trace = _otel().trace
+                span.set_status(trace.Status(trace.StatusCode.ERROR, message))
             span.end()
         if self._inst.duration is not None:
             attrs = dict(self._attrs)
