@@ -40,6 +40,7 @@ from jobledger._storage.observe import (
     ScheduleRecord,
     StorageFacts,
     WorkerRecord,
+    WorkflowRecord,
 )
 
 __all__ = [
@@ -699,4 +700,20 @@ class Store(Protocol):
 
     def storage_facts(self) -> StorageFacts:
         """What `doctor` checks below the tables (can be slow: SQLite's integrity check)."""
+        ...
+
+    # -- workflows, observed (read-only; the console, DESIGN.md §8.9) ---------------
+    def list_workflows(
+        self, *, limit: int, offset: int = 0, name: str | None = None
+    ) -> builtins.list[WorkflowRecord]:
+        """Up to `limit` workflows (only those called `name`, when given), newest first
+        (by id, which is creation order), after skipping `offset`; each with its jobs
+        counted per status, in one statement. A database from before workflows has none."""
+        ...
+
+    def count_workflows(self, *, name: str | None = None) -> int: ...
+    def workflow_edges(self, workflow_id: str) -> builtins.list[tuple[str, str, str, bool]]:
+        """(upstream job id, job id, policy, many) of every edge into a job of the
+        workflow, ordered by downstream job, then upstream job. The upstream job may be
+        a job of another workflow; its edges leave with a collected job."""
         ...

@@ -100,6 +100,7 @@ from jobledger._storage.observe import (
     ScheduleRecord,
     StorageFacts,
     WorkerRecord,
+    WorkflowRecord,
 )
 from jobledger._storage.postgres import observe
 from jobledger._storage.postgres.migrate import migrate, schema_version
@@ -1439,6 +1440,20 @@ class PostgresStore(ScheduleOps, WorkerOps):
 
     def storage_facts(self) -> StorageFacts:
         return self.read(observe.storage_facts)
+
+    # -- workflows, observed (the console's reads, DESIGN.md §8.9) ---------------------
+    # Kept apart from the workflow writes above: these only read, in one statement each.
+
+    def list_workflows(
+        self, *, limit: int, offset: int = 0, name: str | None = None
+    ) -> builtins.list[WorkflowRecord]:
+        return self.read(lambda c: observe.workflow_records(c, self._ident, name, limit, offset))
+
+    def count_workflows(self, *, name: str | None = None) -> int:
+        return self.read(lambda c: observe.count_workflows(c, self._ident, name))
+
+    def workflow_edges(self, workflow_id: str) -> builtins.list[tuple[str, str, str, bool]]:
+        return self.read(lambda c: observe.workflow_edges(c, self._ident, workflow_id))
 
 
 def _key_kept_changing(job: NewJob) -> WriteTransactionFailed:

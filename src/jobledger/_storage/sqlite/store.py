@@ -66,6 +66,7 @@ from jobledger._storage.observe import (
     ScheduleRecord,
     StorageFacts,
     WorkerRecord,
+    WorkflowRecord,
 )
 from jobledger._storage.records import AttemptRow
 from jobledger._storage.schedule_ops import ScheduleOps
@@ -1034,6 +1035,20 @@ class SqliteStore(ScheduleOps, WorkerOps):
 
     def storage_facts(self) -> StorageFacts:
         return self.read(lambda c: observe.storage_facts(c, self.path))
+
+    # -- workflows, observed (the console's reads, DESIGN.md §8.9) ---------------------
+    # Kept apart from the workflow writes above: these only read, in one statement each.
+
+    def list_workflows(
+        self, *, limit: int, offset: int = 0, name: str | None = None
+    ) -> builtins.list[WorkflowRecord]:
+        return self.read(lambda c: observe.workflow_records(c, name, limit, offset))
+
+    def count_workflows(self, *, name: str | None = None) -> int:
+        return self.read(lambda c: observe.count_workflows(c, name))
+
+    def workflow_edges(self, workflow_id: str) -> builtins.list[tuple[str, str, str, bool]]:
+        return self.read(lambda c: observe.workflow_edges(c, workflow_id))
 
 
 def _insert(conn: sqlite3.Connection, rows: Sequence[JobRow]) -> builtins.list[JobRow]:
