@@ -3,13 +3,16 @@ against a real uvicorn server over a database with finished workflows."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import schemathesis
 
+from jobledger._observe import dashboard
 from jobledger._observe.http import create_app
 from jobledger._observe.openapi import openapi_schema
 from tests.http.conftest import running_server
@@ -136,3 +139,11 @@ def test_the_routes_are_in_the_openapi_schema() -> None:
     assert "get" in paths["/api/workflows/{workflow_id}"]
     names = {p["name"] for p in paths["/api/jobs"]["get"]["parameters"]}
     assert "workflow_id" in names
+
+
+def test_the_vendored_layout_library_is_the_published_file_with_its_licence() -> None:
+    vendor = Path(dashboard.__file__).parent / "static" / "vendor"
+    readme = (vendor / "README.md").read_text()
+    digest = hashlib.sha256((vendor / "dagre.min.js").read_bytes()).hexdigest()
+    assert f"sha256 `{digest}`" in readme
+    assert "Permission is hereby granted" in (vendor / "dagre.LICENSE").read_text()
