@@ -20,7 +20,7 @@ import jobledger as jl
 from jobledger._observe.http import create_app
 from jobledger.testing import FakeClock, drain
 from tests.http.conftest import WORK, BackgroundWorker, Item, running_server
-from tests.http.workflows import Workflows, build
+from tests.http.workflows import OK, Part, Workflows, build
 
 pytestmark = pytest.mark.browser
 
@@ -351,6 +351,38 @@ def test_a_step_of_many_jobs_is_one_node_with_its_counts(page: Any, tmp_path: Pa
             expect(edge).to_have_class("edge policy-run")
             split.click()  # many jobs: their row on this page
             assert page.url.endswith("#step-0")
+            page.goto("about:blank")
+    finally:
+        app.state.read_model.close()
+
+
+def test_a_running_workflows_graph_follows_its_jobs(page: Any, tmp_path: Path) -> None:
+    db = str(tmp_path / "jobs.db")
+    jobs = jl.JobManager(db, startup_delay=0)
+
+    @jobs.handler(OK, recovery="retry")
+    async def ok(ctx: jl.JobContext[Part]) -> int:
+        return ctx.payload.n
+
+    wf = jobs.workflow("live")
+    first = wf.add(OK, Part(), name="first")
+    wf.add(OK, Part(), name="second", after=[first])
+    handle = wf.enqueue()  # nothing runs it yet
+    app = create_app(db, poll_interval=0.02)
+    try:
+        with running_server(app) as url:
+            page.goto(f"{url}/workflows/{handle.id}")
+            node = 'svg#workflow-svg g.node[data-key="{}"]'.format
+            expect(page.locator(node("first"))).to_have_class("node status-pending")
+            expect(page.locator(node("second"))).to_have_class("node status-waiting")
+            worker = BackgroundWorker(jobs)
+            try:
+                expect(page.locator(node("second"))).to_have_class("node status-completed")
+                expect(page.locator(node("first"))).to_have_class("node status-completed")
+                expect(page.locator("body")).to_have_attribute("data-status", "completed")
+                expect(page.locator("#live")).to_have_attribute("data-state", "done")
+            finally:
+                worker.close()
             page.goto("about:blank")
     finally:
         app.state.read_model.close()
