@@ -34,6 +34,8 @@ from jobledger._types import (
     QueueLimits,
     ScheduleSnapshot,
     SettledEvent,
+    WorkflowEdge,
+    WorkflowInfo,
     WorkflowSnapshot,
 )
 from jobledger.clock import Clock, SystemClock
@@ -98,7 +100,9 @@ __all__ = [
     "SystemClock",
     "Trigger",
     "Workflow",
+    "WorkflowEdge",
     "WorkflowHandle",
+    "WorkflowInfo",
     "WorkflowSnapshot",
     "WorkflowStep",
     "WriteTransactionFailed",

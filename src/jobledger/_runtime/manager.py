@@ -92,7 +92,13 @@ from jobledger._storage.interface import (
 )
 from jobledger._storage.observe import STATUSES, QueueSettingsRecord
 from jobledger._storage.open import Synchronous, open_store
-from jobledger._storage.rows import attempt_snapshot, error_to_json, snapshot_from_row
+from jobledger._storage.rows import (
+    attempt_snapshot,
+    error_to_json,
+    snapshot_from_row,
+    workflow_info,
+    workflow_snapshot,
+)
 from jobledger._storage.settings import by_queue
 from jobledger._types import (
     AttemptSnapshot,
@@ -106,10 +112,10 @@ from jobledger._types import (
     QueueLimits,
     RecoveryStrategy,
     ScheduleSnapshot,
+    WorkflowInfo,
     WorkflowSnapshot,
-    workflow_status,
 )
-from jobledger.clock import Clock, SystemClock, from_ms
+from jobledger.clock import Clock, SystemClock
 from jobledger.errors import HandlerRegistrationError, JobError, JobNotFound, JobValidationError
 
 __all__ = ["JobManager", "ManagerState", "WriteTx"]
@@ -657,14 +663,9 @@ class JobManager:
         head = self._store.get_workflow(workflow_id)
         if head is None:
             return None
-        jobs = tuple(snapshot_from_row(r) for r in self._store.workflow_jobs(workflow_id))
-        return WorkflowSnapshot(
-            head.id,
-            head.name,
-            workflow_status(j.status for j in jobs),
-            jobs,
-            from_ms(head.created_at),
-            head.retry_of,
+        store = self._store
+        return workflow_snapshot(
+            head, store.workflow_jobs(workflow_id), store.workflow_edges(workflow_id)
         )
 
     def retry_workflow(self, workflow_id: str) -> WorkflowHandle:
@@ -698,6 +699,24 @@ class JobManager:
                 JobHandle(self._waiter, row, self._job_type_of(row))
             )
         return WorkflowHandle(self, plan.id, plan.name, handles)
+
+    def list_workflows(
+        self, *, name: str | None = None, limit: int = 50, offset: int = 0
+    ) -> builtins.list[WorkflowInfo]:
+        """Workflows newest first (only those called `name`, when given), each with its
+        jobs counted per status, not the jobs. `limit` is capped at 1000."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise JobValidationError("limit must be an integer >= 1", code="JOB_INVALID_OPTION")
+        if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= MAX_INT:
+            raise JobValidationError(
+                "offset must be an integer in [0, 2**62]", code="JOB_INVALID_OPTION"
+            )
+        rows = self._store.list_workflows(limit=min(limit, LIST_CAP), offset=offset, name=name)
+        return [workflow_info(r) for r in rows]
+
+    def count_workflows(self, *, name: str | None = None) -> int:
+        """How many workflows are stored (called `name`, when given)."""
+        return self._store.count_workflows(name=name)
 
     async def cancel_workflow(self, workflow_id: str, reason: str | None = None) -> int:
         """Cancel every job of the workflow that has not finished: waiting, pending and

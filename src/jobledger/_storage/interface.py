@@ -40,6 +40,7 @@ from jobledger._storage.observe import (
     ScheduleRecord,
     StorageFacts,
     WorkerRecord,
+    WorkflowRecord,
 )
 
 __all__ = [
@@ -402,7 +403,7 @@ class NewWorkflow:
     exists_ok: bool = False
 
 
-class WorkflowRecord(NamedTuple):
+class WorkflowHead(NamedTuple):
     """A row of `workflows`."""
 
     id: str
@@ -658,12 +659,7 @@ class Store(Protocol):
         with its id exists."""
         ...
 
-    def get_workflow(self, workflow_id: str) -> WorkflowRecord | None: ...
-    def workflow_edges(self, workflow_id: str) -> builtins.list[tuple[str, str, str, bool]]:
-        """(upstream job id, job id, policy, many) of every edge into a job of the
-        workflow; an upstream job may be of the workflow it re-runs."""
-        ...
-
+    def get_workflow(self, workflow_id: str) -> WorkflowHead | None: ...
     def stranded_waiting(self, limit: int) -> builtins.list[str]:
         """Ids of `waiting` jobs none of whose upstream jobs is unfinished: nothing will
         ever release them (`doctor`); [] on a schema older than workflows."""
@@ -732,4 +728,20 @@ class Store(Protocol):
 
     def storage_facts(self) -> StorageFacts:
         """What `doctor` checks below the tables (can be slow: SQLite's integrity check)."""
+        ...
+
+    # -- workflows, observed (read-only; the console, DESIGN.md §8.9) ---------------
+    def list_workflows(
+        self, *, limit: int, offset: int = 0, name: str | None = None
+    ) -> builtins.list[WorkflowRecord]:
+        """Up to `limit` workflows (only those called `name`, when given), newest first
+        (by id, which is creation order), after skipping `offset`; each with its jobs
+        counted per status, in one statement. A database from before workflows has none."""
+        ...
+
+    def count_workflows(self, *, name: str | None = None) -> int: ...
+    def workflow_edges(self, workflow_id: str) -> builtins.list[tuple[str, str, str, bool]]:
+        """(upstream job id, job id, policy, many) of every edge into a job of the
+        workflow, ordered by downstream job, then upstream job. The upstream job may be
+        a job of another workflow; its edges leave with a collected job."""
         ...
