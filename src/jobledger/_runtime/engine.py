@@ -227,10 +227,10 @@ class Engine:
         self._unconfirmed = False
         self.on_delayed: Callable[[int], None] = lambda at_ms: None
         self.on_settled_row: Callable[[JobRow], None] = _ignore_row
-        # After a finalize that ended jobs of these workflows committed: its trigger may
-        # have released or cancelled their downstream jobs (the manager kicks and
-        # resolves those). Never called for a batch without a workflow's job.
-        self.on_workflow_step: Callable[[set[str]], None] = _ignore_workflows
+        # After a finalize that ended these jobs of workflows committed (their ids): its
+        # trigger may have released or cancelled their downstream jobs (the manager
+        # kicks and resolves those). Never called for a batch without a workflow's job.
+        self.on_workflow_step: Callable[[list[str]], None] = _ignore_workflows
         self.on_unregistered: Callable[[], None] = lambda: None
         # A claim older than this when its handler is about to start (`worker_timeout`)
         # is checked against the row first; None: never.
@@ -743,14 +743,14 @@ class Engine:
             # The refill's claim raised (a closed gate means it never ran): did it commit?
             self._unconfirmed = True
         kicks: set[str] = set()
-        workflows: set[str] | None = None
+        workflows: list[str] | None = None
         for (outcome, attempt), row in zip(batch, rows, strict=True):
             self._release(attempt)
             kicks.add(attempt.queue)
             if attempt.workflow_id is not None and row is not None:
                 if workflows is None:
-                    workflows = set()
-                workflows.add(attempt.workflow_id)
+                    workflows = []
+                workflows.append(attempt.job_id)
             if row is None:
                 if attempt.kept or attempt.job_id in self.waiters:
                     # A waiter on a job running here is not read at await time
@@ -1221,7 +1221,7 @@ class Engine:
 _TERMINAL = frozenset({"completed", "failed", "cancelled"})
 
 
-def _ignore_workflows(workflow_ids: set[str]) -> None:
+def _ignore_workflows(job_ids: list[str]) -> None:
     return None
 
 

@@ -271,7 +271,7 @@ class ClaimedJob:
     scheduled_at: int
     started_at: int
     # The job's workflow (None outside one): its finalize releases downstream rows, so
-    # the runtime looks at the workflow after it commits (`Engine.on_workflow_step`).
+    # the runtime looks downstream after it commits (`Engine.on_workflow_step`).
     workflow_id: str | None = None
 
 
@@ -675,6 +675,10 @@ class Store(Protocol):
 
     def workflow_jobs(self, workflow_id: str) -> builtins.list[JobRow]:
         """Every job of the workflow, in the order they were written."""
+        ...
+
+    def downstream_jobs(self, job_ids: Sequence[str]) -> builtins.list[JobRow]:
+        """The jobs one edge downstream of any of `job_ids` (each once)."""
         ...
 
     def upstream_outputs(self, job_id: str) -> builtins.list[tuple[str | None, str | None, bool]]:

@@ -501,6 +501,10 @@ class Queries:
     )
     GET_WORKFLOW = "SELECT id, name, created_at, retry_of FROM {s}.workflows WHERE id = %s"
     WORKFLOW_JOBS = f"SELECT {JOB_COLUMNS} FROM {{s}}.jobs WHERE workflow_id = %s ORDER BY id"
+    DOWNSTREAM_JOBS = (
+        f"SELECT {JOB_COLUMNS} FROM {{s}}.jobs WHERE id IN "
+        "(SELECT d.job_id FROM {s}.job_deps d WHERE d.upstream_id = ANY(%s))"
+    )
     UPSTREAM_OUTPUTS = (
         "SELECT u.step, u.output, d.many FROM {s}.job_deps d "
         "JOIN {s}.jobs u ON u.id = d.upstream_id "

@@ -1376,6 +1376,9 @@ class PostgresStore(ScheduleOps, WorkerOps):
     def workflow_jobs(self, workflow_id: str) -> builtins.list[JobRow]:
         return self._rows(self.q.WORKFLOW_JOBS, (workflow_id,))
 
+    def downstream_jobs(self, job_ids: Sequence[str]) -> builtins.list[JobRow]:
+        return self._rows(self.q.DOWNSTREAM_JOBS, (list(job_ids),))
+
     def upstream_outputs(self, job_id: str) -> builtins.list[tuple[str | None, str | None, bool]]:
         rows = self.read(lambda c: c.execute(self.q.UPSTREAM_OUTPUTS, (job_id,)).fetchall())
         return [(r[0], r[1], bool(r[2])) for r in rows]

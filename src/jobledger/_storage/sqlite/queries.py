@@ -448,6 +448,10 @@ INSERT_WORKFLOW_JOB = (
 INSERT_JOB_DEP = "INSERT INTO job_deps (upstream_key, job_key, policy, many) VALUES (?, ?, ?, ?)"
 GET_WORKFLOW = "SELECT id, name, created_at, retry_of FROM workflows WHERE id = ?"
 WORKFLOW_JOBS = f"SELECT {JOB_COLUMNS} FROM jobs WHERE workflow_id = ? ORDER BY rowid"
+DOWNSTREAM_JOBS = (
+    f"SELECT {JOB_COLUMNS} FROM jobs WHERE rowid IN (SELECT d.job_key FROM job_deps d "
+    "WHERE d.upstream_key IN (SELECT value FROM json_each(?)))"
+)
 UPSTREAM_OUTPUTS = (
     "SELECT u.step, u.output, d.many FROM job_deps d JOIN jobs u ON u.rowid = d.upstream_key "
     "WHERE d.job_key = ? ORDER BY u.rowid"

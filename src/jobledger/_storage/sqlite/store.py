@@ -983,6 +983,13 @@ class SqliteStore(ScheduleOps, WorkerOps):
     def workflow_jobs(self, workflow_id: str) -> builtins.list[JobRow]:
         return self.read(lambda c: c.execute(q.WORKFLOW_JOBS, (workflow_id,)).fetchall())
 
+    def downstream_jobs(self, job_ids: Sequence[str]) -> builtins.list[JobRow]:
+        def work(c: sqlite3.Connection) -> builtins.list[JobRow]:
+            keys = json.dumps(keys_of(c, job_ids))
+            return c.execute(q.DOWNSTREAM_JOBS, (keys,)).fetchall()
+
+        return self.read(work)
+
     def upstream_outputs(self, job_id: str) -> builtins.list[tuple[str | None, str | None, bool]]:
         rows = self.read(lambda c: c.execute(q.UPSTREAM_OUTPUTS, (key_of(c, job_id),)).fetchall())
         return [(r[0], r[1], bool(r[2])) for r in rows]
