@@ -83,3 +83,44 @@ def test_an_empty_database_lists_no_workflows(db: str, tmp_path: Path) -> None:
     asyncio.run(jl.JobManager(db).stop())  # the schema, and nothing in it
     listed = jobledger("--db", db, "workflows", "list", cwd=tmp_path, check=True)
     assert listed.stdout.strip() == "no workflows"
+
+
+def test_a_retried_workflow_shows_the_steps_it_reads_from_the_old_one(
+    db: str, tmp_path: Path
+) -> None:
+    jobs = jl.JobManager(db, startup_delay=0)
+    part = jl.JobType("wf.retry.part", dict)
+    broken = {"second": True}
+
+    @jobs.handler(part, recovery="retry", retry=jl.RetryPolicy(max_attempts=1))
+    async def run_part(ctx: jl.JobContext[dict[str, object]]) -> int:
+        if ctx.payload.get("fail") and broken["second"]:
+            raise jl.PermanentError("not yet")
+        return len(ctx.upstream)
+
+    async def main() -> tuple[str, str]:
+        async with jobs:
+            wf = jobs.workflow("twice")
+            first = wf.add(part, {}, name="first")
+            wf.add(part, {"fail": True}, name="second", after=[first])
+            old = await wf.enqueue().finished
+            broken["second"] = False
+            new = await jobs.retry_workflow(old.id).finished
+            assert new.status == "completed"
+            return old.id, new.id
+
+    old_id, new_id = asyncio.run(main())
+    shown = jobledger("--db", db, "workflows", "show", new_id, cwd=tmp_path, check=True).stdout
+    lines = shown.splitlines()
+    assert lines[0] == f"twice {new_id} completed"
+    steps = {line.split()[0]: line for line in lines[3:]}
+    # The completed step of the old workflow is drawn as the new one's upstream.
+    assert "(other workflow)" in steps["first"]
+    assert f"first (workflow {old_id})" in steps["second"]
+    shown_json = jobledger(
+        "--db", db, "workflows", "show", new_id, "--json", cwd=tmp_path, check=True
+    )
+    as_json = json.loads(shown_json.stdout)
+    assert as_json["retry_of"] == old_id
+    outside = [s for s in as_json["steps"] if s["outside"]]
+    assert [s["name"] for s in outside] == ["first"]

@@ -1728,7 +1728,9 @@ def _type_name(job_type: JobType[Any] | str) -> str:
 
 def _workflow_not_found(workflow_id: object) -> JobNotFound:
     return JobNotFound(
-        f"no workflow with id {workflow_id!r}", params={"workflow_id": str(workflow_id)}
+        f"no workflow with id {workflow_id!r}",
+        code="JOB_WORKFLOW_NOT_FOUND",
+        params={"workflow_id": str(workflow_id)},
     )
 
 
