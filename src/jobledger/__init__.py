@@ -10,6 +10,7 @@ from jobledger._runtime.events import JobEvent
 from jobledger._runtime.handle import JobHandle
 from jobledger._runtime.lifecycle import Hold
 from jobledger._runtime.manager import JobManager, WriteTx
+from jobledger._runtime.transactions import JobTransaction
 from jobledger._runtime.workflow import Workflow, WorkflowHandle
 from jobledger._scheduling.scheduler import SchedulerService
 from jobledger._scheduling.triggers import (
@@ -44,6 +45,7 @@ from jobledger.errors import (
     DatabaseFull,
     HandlerRegistrationError,
     JobCancelled,
+    JobClaimLost,
     JobError,
     JobNotFound,
     JobValidationError,
@@ -69,6 +71,7 @@ __all__ = [
     "Hold",
     "Interval",
     "JobCancelled",
+    "JobClaimLost",
     "JobContext",
     "JobError",
     "JobErrorInfo",
@@ -80,6 +83,7 @@ __all__ = [
     "JobSnapshot",
     "JobSpec",
     "JobStatus",
+    "JobTransaction",
     "JobType",
     "JobValidationError",
     "LogLine",

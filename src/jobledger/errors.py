@@ -91,6 +91,13 @@ class JobNotFound(JobError):
     code = "JOB_NOT_FOUND"
 
 
+class JobClaimLost(JobError):
+    """`ctx.transaction()` could not commit: this attempt no longer owns the job's row (it
+    was rescued, cancelled or timed out), so nothing of the block was written."""
+
+    code = "JOB_CLAIM_LOST"
+
+
 class ScheduleError(JobError):
     """A schedule could not be registered, found or changed."""
 

@@ -38,6 +38,11 @@ Modes:
             `<markers>.go`; with `meet`, waits until steps of its workflow run in two
             processes at once (or PATH exists; the first to see it creates PATH). Then it
             records "done:<step>" and returns V + the sum of its upstream outputs.
+    ledger  rec.ledger (retry): records "enter:<worker id>", waits for `<markers>.go`,
+            then in one `ctx.transaction()` inserts (order, worker id) into the table
+            `ledger` (which the test made) and sets the worker id as the output; records
+            "committed", or "lost" when the transaction raises `JobClaimLost` (then
+            re-raised) — the exactly-once test, `tests/exactly_once/test_processes.py`.
     idle    no jobs; only a started manager (for the leadership tests).
 """
 
@@ -68,6 +73,7 @@ KB = jl.JobType("rec.kb", int)
 CPU = jl.JobType("rec.cpu", int)
 RATED = jl.JobType("rec.rated", int)
 WF = jl.JobType("rec.wf", dict)
+LEDGER = jl.JobType("rec.ledger", int)
 CPU_MS = 2.0
 KB_QUEUES = 60
 KB_CONCURRENCY = 2
@@ -262,6 +268,25 @@ def register_workflow(
     return sampler
 
 
+def register_ledger(jobs: jl.JobManager, markers: Markers, go: str, db: str) -> None:
+    mark = "%s" if db.startswith("postgresql") else "?"
+    insert = f"INSERT INTO ledger (order_id, worker_id) VALUES ({mark}, {mark})"
+
+    @jobs.handler(LEDGER, recovery="retry")
+    async def ledger(ctx: jl.JobContext[int]) -> None:
+        markers.mark(LEDGER.name, ctx.job_id, ctx.attempt, f"enter:{jobs.worker_id}")
+        while not os.path.exists(go):  # noqa: ASYNC240 (a stat of a local file)
+            await asyncio.sleep(0.01)
+        try:
+            with ctx.transaction() as tx:
+                tx.execute(insert, (ctx.payload, jobs.worker_id))
+                tx.set_output(jobs.worker_id)
+        except jl.JobClaimLost:
+            markers.mark(LEDGER.name, ctx.job_id, ctx.attempt, "lost")
+            raise
+        markers.mark(LEDGER.name, ctx.job_id, ctx.attempt, "committed")
+
+
 def write_status(path: str, jobs: jl.JobManager) -> None:
     running = len(jobs._engine.inflight)
     tmp = f"{path}.tmp"
@@ -300,6 +325,8 @@ async def main(args: argparse.Namespace) -> int:
         sampler = register_workflow(
             jobs, markers, args.concurrency, args.hold, f"{args.markers}.go", args.db
         )
+    elif args.mode == "ledger":
+        register_ledger(jobs, markers, f"{args.markers}.go", args.db)
     elif args.mode != "idle":
         raise SystemExit(f"unknown mode {args.mode!r}")
 
@@ -323,7 +350,7 @@ async def main(args: argparse.Namespace) -> int:
 def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="worker_proc")
     p.add_argument("db")
-    modes = ("block", "work", "lock", "spread", "cpu", "rated", "workflow", "idle")
+    modes = ("block", "work", "lock", "spread", "cpu", "rated", "workflow", "ledger", "idle")
     p.add_argument("mode", choices=modes)
     p.add_argument("--markers", required=True)
     p.add_argument("--status", default=None)

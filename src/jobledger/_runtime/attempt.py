@@ -20,7 +20,8 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from jobledger._core.limits import has_surrogate, is_finite_number
@@ -28,8 +29,10 @@ from jobledger._core.registry import HandlerSpec, encode_metadata
 from jobledger._runtime.context import CancelToken
 from jobledger._runtime.joblog import JobLogger, LogBuffer
 from jobledger._runtime.timers import call_later
+from jobledger._runtime.transactions import JobTransaction
+from jobledger._storage.interface import ClaimedJob, JobRow, Outcome
 from jobledger._types import LogLine
-from jobledger.errors import JobError, JobValidationError
+from jobledger.errors import JobClaimLost, JobError, JobValidationError
 
 if TYPE_CHECKING:
     from jobledger._runtime.engine import Engine
@@ -78,7 +81,9 @@ class Attempt:
         "_logs",
         "attempt",
         "claimed_at",
+        "committed",
         "done",
+        "job",
         "job_id",
         "kept",
         "locks",
@@ -94,6 +99,7 @@ class Attempt:
         "submitted",
         "task",
         "token",
+        "tx_opened",
         "type",
         "workflow_id",
     )
@@ -137,6 +143,11 @@ class Attempt:
         # perf_counter() at the claim while its first step has not run, else 0.0
         # (`_runtime/ahead.py`).
         self.claimed_at = 0.0
+        # `ctx.transaction()`: whether one was opened, and once it committed, the outcome
+        # it wrote with the row it answered (the engine writes nothing more).
+        self.tx_opened = False
+        self.job: ClaimedJob | None = None  # the claim, set by the engine before the handler
+        self.committed: tuple[Outcome, JobRow] | None = None
 
     # -- logs -------------------------------------------------------------------------
 
@@ -185,6 +196,67 @@ class Attempt:
             else:
                 out[name] = value
         return out
+
+    @contextmanager
+    def transaction(self) -> Iterator[JobTransaction]:
+        """`ctx.transaction()` (`_runtime/transactions.py` states what it guarantees)."""
+        if self.tx_opened:
+            raise JobValidationError(
+                "ctx.transaction() was used once in this attempt already",
+                code="JOB_INVALID_OPTION",
+                params={"job_id": self.job_id},
+            )
+        self.tx_opened = True
+        if self.token.is_set():
+            raise self._claim_lost()
+        engine = self._engine
+        store = engine.store
+        backstop = self._timeout_backstop()
+        with store.user_transaction() as conn:
+            tx = JobTransaction(conn, store)
+            try:
+                yield tx
+            finally:
+                tx._open = False
+                if backstop is not None:
+                    backstop.cancel()
+            if self.token.is_set():  # cancelled, timed out or shut down meanwhile
+                raise self._claim_lost()
+            outcome = engine.completion_in_tx(self, tx.output)
+            row = store.finalize_in(conn, outcome, engine.now_ms())
+            if row is None:
+                raise self._claim_lost()
+        self.committed = (outcome, row)
+        for fn in tx._after_commit:
+            try:
+                fn()
+            except Exception:
+                log.exception("an after-commit callback of job %s failed", self.job_id)
+
+    def _timeout_backstop(self) -> threading.Timer | None:
+        """A timer that fires the token at the job's timeout from a thread of its own.
+
+        The engine's timer runs on the event loop, which a block holding the store's
+        write lock can stall (the loop's next write waits for that lock): so the
+        timeout still lands inside the block, and its commit loses."""
+        job = self.job
+        if job is None or job.timeout_ms is None:
+            return None
+        elapsed = self._engine.now_ms() - (self.started_ms or self._engine.now_ms())
+        remaining = max(0.0, (job.timeout_ms - elapsed) / 1000)
+        message = f"timed out after {job.timeout_ms / 1000:g}s"
+        timer = threading.Timer(remaining, self.token.fire, ("timeout", message))
+        timer.daemon = True
+        timer.start()
+        return timer
+
+    def _claim_lost(self) -> JobClaimLost:
+        why = self.token.reason or "rescued"
+        return JobClaimLost(
+            f"job {self.job_id} attempt {self.attempt} no longer owns its row ({why}); "
+            "nothing of its transaction was committed",
+            params={"job_id": self.job_id, "attempt": self.attempt, "reason": why},
+        )
 
     def report_progress(self, progress: float, detail: str | None) -> None:
         if not is_finite_number(progress):

@@ -27,7 +27,10 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, cast
 from jobledger.errors import JobCancelled
 
 if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
     from jobledger._runtime.attempt import Attempt
+    from jobledger._runtime.transactions import JobTransaction
 
 __all__ = ["CancelReason", "CancelToken", "JobContext"]
 
@@ -182,6 +185,16 @@ class JobContext(Generic[P]):
                 self.cancelled.message or f"job {self.job_id} was cancelled",
                 params={"reason": self.cancelled.reason},
             )
+
+    def transaction(self) -> AbstractContextManager[JobTransaction]:
+        """A write transaction on the job database whose commit also completes this job,
+        fenced on this attempt (DESIGN.md §8.13): `with ctx.transaction() as tx:` run
+        your statements (`tx.execute`, the backend's placeholders), `jobs.enqueue_tx(tx,
+        ...)` follow-ups and `tx.set_output(value)`; leaving the block commits them with
+        the job's `completed` row, or raises `JobClaimLost` (nothing committed) when the
+        attempt no longer owns the job. Once per attempt; keep it short (on SQLite it
+        holds the write lock) and do not `await` inside it."""
+        return self._attempt.transaction()
 
     def report_progress(self, progress: float, detail: str | None = None) -> Awaitable[None]:
         """Record progress (0-100). Persisted throttled; the last value always lands."""

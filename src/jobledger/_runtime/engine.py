@@ -102,7 +102,7 @@ from jobledger._storage.interface import (
 from jobledger._storage.rows import error_to_json, snapshot_from_row
 from jobledger._types import JobErrorInfo, JobSnapshot, SettledEvent
 from jobledger.clock import Clock, to_ms
-from jobledger.errors import JobError, PermanentError
+from jobledger.errors import JobError, JobValidationError, PermanentError
 
 __all__ = ["DispatchQueue", "Engine"]
 
@@ -497,6 +497,7 @@ class Engine:
         )
         attempt.started_ms = job.started_at
         attempt.workflow_id = job.workflow_id
+        attempt.job = job
         attempt.claimed_at = self.ahead.claimed()
         self.inflight[job.id] = attempt
         if not spec.is_async:
@@ -554,9 +555,16 @@ class Engine:
             raised = exc
             if worker_log.isEnabledFor(logging.DEBUG):
                 log_raised(attempt, exc)
-            outcome = self._from_exception(attempt, job, exc)
+            if attempt.committed is not None:  # `ctx.transaction()` completed the job
+                log.warning("job %s raised after its transaction committed: %r", job.id, exc)
+                outcome = (attempt.committed[0], attempt)
+            else:
+                outcome = self._from_exception(attempt, job, exc)
         else:
-            outcome = self._completed(attempt, job, result)
+            if attempt.committed is not None:  # what the handler returned is ignored
+                outcome = (attempt.committed[0], attempt)
+            else:
+                outcome = self._completed(attempt, job, result)
         finally:
             if timer is not None:
                 timer.cancel()
@@ -564,6 +572,20 @@ class Engine:
             error = outcome[0].error
             traced.end(outcome[0].kind, None if error is None else json.loads(error), raised)
         self._submit(outcome)
+
+    def completion_in_tx(self, attempt: Attempt, value: Any) -> Outcome:
+        """The `completed` outcome `ctx.transaction()` commits (the output validated as a
+        returned value is); a value that cannot be stored raises, rolling it back."""
+        assert attempt.job is not None  # set by `_start` before the handler runs
+        outcome, _ = self._completed(attempt, attempt.job, value)
+        if outcome.kind != "completed":
+            error = json.loads(outcome.error or "{}")
+            raise JobValidationError(
+                error.get("message", "the output cannot be stored"),
+                code=error.get("code", "JOB_OUTPUT_INVALID"),
+            )
+        outcome.want_row = True  # the engine settles the attempt from this row
+        return outcome
 
     def _process_span(
         self, inst: tracing.Instruments, attempt: Attempt, job: ClaimedJob
@@ -716,8 +738,11 @@ class Engine:
             return
         now = self.now_ms()
         for outcome, attempt in batch:
-            outcome.want_row = self._wants_row(attempt)
-        outcomes = [o for o, _ in batch]
+            if attempt.committed is None:
+                outcome.want_row = self._wants_row(attempt)
+        # Jobs a handler's `ctx.transaction()` completed are written already: only their
+        # settling (slots, handles, on_settled) happens here, from the committed row.
+        outcomes = [o for o, a in batch if a.committed is None]
         spread: SpreadRequest | None = None
         refill: tuple[DispatchQueue, ClaimRequest] | None = None
         if self.global_blocked:
@@ -726,10 +751,15 @@ class Engine:
             refill = self._refill(batch)
         claimed: ClaimResult | None = None
         try:
-            rows, claimed = self._write_outcomes(outcomes, now, refill, spread)
+            written, claimed = self._write_outcomes(outcomes, now, refill, spread)
         except Exception as exc:
             self._keep(batch, exc, claim_tried=refill is not None or spread is not None)
             return
+        if len(outcomes) == len(batch):
+            rows = written
+        else:
+            pending = iter(written)
+            rows = [next(pending) if a.committed is None else a.committed[1] for _, a in batch]
         if self._write_failures:
             log.warning(
                 "finalize works again after %d failed attempt(s); outcomes written",
@@ -875,6 +905,8 @@ class Engine:
             with self._spread_locks(spread):
                 if not self._gate_closed():
                     return self.store.finalize_and_claim(outcomes, now, spread)
+        if not outcomes:  # every outcome was committed by its handler's transaction
+            return [], None
         return self.store.finalize(outcomes, now), None
 
     def _refill(

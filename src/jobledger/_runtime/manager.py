@@ -76,6 +76,7 @@ from jobledger._runtime.retry import (
     retry_payload,
 )
 from jobledger._runtime.timers import wait_with_timeout
+from jobledger._runtime.transactions import WriteTx
 from jobledger._runtime.workflow import Workflow, WorkflowHandle
 from jobledger._scheduling.job_schedules import HostState, JobSchedules, snapshot_of
 from jobledger._scheduling.triggers import CatchUpPolicy, SkipMissed, Trigger
@@ -173,30 +174,6 @@ _TYPE, _STATUS, _QUEUE, _SCHEDULED_AT = (
     L.C_QUEUE,
     L.C_SCHEDULED_AT,
 )
-
-
-class WriteTx:
-    """An open write transaction on the job database (`with jobs.write_tx() as tx:`)."""
-
-    __slots__ = ("_after_commit", "_open", "_store", "conn")
-
-    def __init__(self, conn: Any, store: Store | None = None) -> None:
-        self.conn = conn
-        self._after_commit: list[Callable[[], None]] = []
-        # Which manager's transaction this is, and whether it is still open: a row
-        # written through another manager's tx lands in the other database, and one
-        # written after the commit is committed on its own (autocommit).
-        self._store = store
-        self._open = True
-
-    def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> Any:
-        return self.conn.execute(sql, params)
-
-    def executemany(self, sql: str, rows: Any) -> Any:
-        return self.conn.executemany(sql, rows)
-
-    def after_commit(self, fn: Callable[[], None]) -> None:
-        self._after_commit.append(fn)
 
 
 def _is_count(value: object) -> bool:
@@ -1174,6 +1151,11 @@ class JobManager:
                 "JOB_CANCELLED", reason or "Cancelled by user", False, {"reason": "cancel"}
             )
         )
+        local = self._engine.inflight.get(job_id)
+        if local is not None:
+            # The token first, before any write: a handler holding the write lock in
+            # `ctx.transaction()` can then leave it, and the write below need not wait.
+            self._engine.abort(local, "cancel", message)
         status, _worker, row = self._store.request_cancel(
             job_id, reason, error, self._engine.now_ms()
         )

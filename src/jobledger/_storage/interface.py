@@ -651,6 +651,11 @@ class Store(Protocol):
         ...
 
     def get(self, job_id: str) -> JobRow | None: ...
+    def finalize_in(self, conn: Any, outcome: Outcome, now_ms: int) -> JobRow | None:
+        """`finalize` of one outcome inside the caller's open write transaction on `conn`
+        (`ctx.transaction()`); None where the fence did not match."""
+        ...
+
     # -- workflows (DESIGN.md §8.8) --
     def enqueue_workflow(self, wf: NewWorkflow, conn: Any | None = None) -> bool:
         """Write the workflow's row, its jobs and its edges in one transaction (the

@@ -994,6 +994,15 @@ class PostgresStore(ScheduleOps, WorkerOps):
 
         An outcome with `want_row=False` that applied answers `APPLIED` (its row unread).
         """
+        return self._tx_then(self._finalize_send(outcomes, now_ms), label)
+
+    def finalize_in(self, conn: Conn, outcome: Outcome, now_ms: int) -> JobRow | None:
+        return self._finalize_send([outcome], now_ms)(conn)()[0]
+
+    def _finalize_send(
+        self, outcomes: Sequence[Outcome], now_ms: int
+    ) -> Callable[[Conn], Callable[[], list[JobRow | None]]]:
+        """`finalize`'s statements: sent on `conn`, then read by the answer's call."""
         q = self.q
 
         def send(conn: Conn) -> Callable[[], list[JobRow | None]]:
@@ -1048,7 +1057,7 @@ class PostgresStore(ScheduleOps, WorkerOps):
                 conn.execute(q.NOTE_CHANGE)
             return lambda: [fetch() for fetch in fetches]
 
-        return self._tx_then(send, label)
+        return send
 
     def attempts(self, job_id: str) -> list[AttemptRow]:
         def read(conn: Conn) -> list[AttemptRow]:

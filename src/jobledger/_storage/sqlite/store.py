@@ -593,6 +593,9 @@ class SqliteStore(ScheduleOps, WorkerOps):
         """
         return self.write(self._finalize_work(outcomes, now_ms), label)
 
+    def finalize_in(self, conn: sqlite3.Connection, outcome: Outcome, now_ms: int) -> JobRow | None:
+        return self._finalize_work([outcome], now_ms)(conn)[0]
+
     def _finalize_work(
         self, outcomes: Sequence[Outcome], now_ms: int
     ) -> Callable[[sqlite3.Connection], list[JobRow | None]]:
