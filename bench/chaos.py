@@ -36,6 +36,12 @@ What it does (see docs/reliability.md):
   When rows are stuck, a fresh worker is started (`--recheck` s) to see whether a restart
   frees them.
 
+`--ledger` (DESIGN 8.13): every handler completes through `ctx.transaction()`, inserting
+`(job id, n, pid)` into a table `ledger` of the job database in the same commit. The
+verdict then also holds that the ledger has exactly one row per completed job and none
+for any other (`ledger_rows`, `ledger_duplicates`, `ledger_mismatch`): a stalled worker's
+commit after its rescue must lose (`ledger_claims_lost` counts those seen).
+
 Output: one JSON object (the figures, the fault schedule, the machine), then a markdown
 table. Exit status 1 when a job is lost (missing, or pending/delayed after the drain), a
 row is stuck `running`, or a cap was exceeded (from the table's samples or from the
@@ -112,6 +118,12 @@ async def _worker(cfg: dict[str, Any]) -> int:
         poll_interval=0.05,
     )
     retry = jl.RetryPolicy(max_attempts=cfg["max_attempts"], backoff="fixed", base_delay=0.05)
+    mark_ = "%s" if cfg["db"].startswith("postgresql") else "?"
+    ledger = (
+        f"INSERT INTO ledger (job_id, n, pid) VALUES ({mark_}, {mark_}, {mark_})"
+        if cfg.get("ledger")
+        else None
+    )
 
     def register(job_type: jl.JobType[Work], cap: int) -> None:
         queue = job_type.name
@@ -131,6 +143,14 @@ async def _worker(cfg: dict[str, Any]) -> int:
             if ctx.payload.flaky and ctx.attempt == 0:
                 mark(ctx, "raise")
                 raise RuntimeError("chaos: a flaky job's first attempt")
+            if ledger is not None:
+                try:
+                    with ctx.transaction() as tx:
+                        tx.execute(ledger, (ctx.job_id, ctx.payload.n, pid))
+                        tx.set_output(ctx.payload.n)
+                except jl.JobClaimLost:
+                    mark(ctx, "lost")
+                    raise
             mark(ctx, "end")
             return ctx.payload.n
 
@@ -384,6 +404,7 @@ class Harness:
             "worker_timeout": a.worker_timeout,
             "leader_ttl": a.leader_ttl,
             "max_attempts": a.max_attempts,
+            "ledger": a.ledger,
         }
 
     def start_worker(self, slot: int) -> Worker:
@@ -808,6 +829,12 @@ def run(args: argparse.Namespace, backend: Backend, workdir: str) -> dict[str, A
         backend.setup()
         # The schema exists before the lock holders and the sampler need it.
         asyncio.run(jl.JobManager(backend.url, startup_delay=0).stop())
+        if args.ledger:
+            conn = backend.connect()
+            try:
+                conn.execute("CREATE TABLE ledger (job_id TEXT, n INTEGER, pid INTEGER)")
+            finally:
+                conn.close()
         first = [h.start_worker(i) for i in range(args.workers)]
         h.wait_ready(first, 60)
         t0 = h.t0 = time.monotonic()
@@ -945,6 +972,8 @@ def verdict(
     unexplained = sorted(j for j, c in dups.items() if sum(not faulted(e, h, logs) for e in c) >= 2)
     never_ran = sum(1 for r in rows if r[1] == "completed" and r[0] not in completions)
 
+    ledger = ledger_check(h, rows, executions) if args.ledger else None
+
     caps = {CAPPED.name: args.capped_cap, MID.name: args.mid_cap, "*": args.global_cap}
     table_peak = dict(h.peak_table)
     exceeded = sorted(
@@ -1025,9 +1054,35 @@ def verdict(
         },
         "faults": [[round(f.at, 2), f.kind, f.slot, round(f.seconds, 2)] for f in faults],
         "machine": machine(),
-        "ok": lost == 0 and not stuck_rows and not exceeded,
+        "ledger": ledger,
+        "ok": lost == 0
+        and not stuck_rows
+        and not exceeded
+        and (ledger is None or (not ledger["duplicates"] and not ledger["mismatch"])),
     }
     return result
+
+
+def ledger_check(
+    h: Harness, rows: list[tuple[str, str, str, int, str | None, int]], executions: list[Any]
+) -> dict[str, Any]:
+    """The ledger against the table: one row per completed job, none for another."""
+    conn = h.backend.connect()
+    try:
+        if h.backend.name == "postgres":
+            conn.execute("SET statement_timeout = '30s'")
+        entries = h.backend.query(conn, "SELECT job_id, n FROM ledger")
+    finally:
+        conn.close()
+    per_job = Counter(str(job_id) for job_id, _ in entries)
+    completed = {r[0] for r in rows if r[1] == "completed"}
+    return {
+        "rows": len(entries),
+        "completed": len(completed),
+        "duplicates": sorted(j for j, c in per_job.items() if c > 1)[:10],
+        "mismatch": sorted(set(per_job) ^ completed)[:10],
+        "claims_lost": sum(1 for ex in executions if ex.outcome == "lost"),
+    }
 
 
 HEADER = (
@@ -1073,6 +1128,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--capped-cap", type=int, default=2)
     p.add_argument("--mid-cap", type=int, default=4)
     p.add_argument("--flaky", type=float, default=0.1, help="share raising on attempt 0")
+    p.add_argument("--ledger", action="store_true", help="complete through ctx.transaction()")
     p.add_argument("--max-attempts", type=int, default=20)
     p.add_argument("--sample-every", type=float, default=0.05)
     p.add_argument("--recheck", type=float, default=10.0, help="s for a fresh worker; 0: off")

@@ -28,6 +28,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
         ["flow.py", "-n", "300", "--keys", "10", "--only", "base,rate_high,keyed"],
         ["workflows.py", "--chains", "50", "--width", "200"],
         ["otel.py", "-n", "100", "--repeat", "1"],
+        ["exactly_once.py", "-n", "200", "--repeat", "1"],
     ],
     ids=lambda a: "-".join(a[:3]),
 )

@@ -1,0 +1,72 @@
+"""What `ctx.transaction()` costs (DESIGN 8.13): a drain of `-n` prefilled jobs whose
+handler completes through one transaction with one INSERT, against the same drain of
+a plain handler that returns (the batched finalize).
+
+    cd bench && PYTHONPATH=../src ../.venv/bin/python exactly_once.py --repeat 5
+
+One worker process, one queue of concurrency 50 under a global cap of 50, async
+handlers, SQLite `NORMAL` (or `--backend postgres`); rows written before the clock
+starts; the clock runs from `start()` until `n` jobs are `completed`. The cases
+alternate `--repeat` times; the summary is the median of `tx / plain` time per pair
+(the target is <= 1.3).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+from typing import Any
+
+import jobledger as jl
+from _common import Counter, Stopwatch, base_parser, emit, fresh_dir, prefill, rate, wait_completed
+
+NOOP = jl.JobType("bench.noop", dict)
+
+
+async def _drain(path: str, sync: str, n: int, tx: bool) -> float:
+    prefill(path, n)
+    jobs = jl.JobManager(path, startup_delay=0, synchronous=sync,  # type: ignore[arg-type]
+                         global_max_concurrency=50)  # fmt: skip
+    with jobs.write_tx() as t:
+        t.execute("CREATE TABLE IF NOT EXISTS ledger (job_id TEXT PRIMARY KEY, n INT)")
+    counter = Counter()
+    insert = "INSERT INTO ledger (job_id, n) VALUES (?, ?)"
+
+    @jobs.handler(NOOP, recovery="retry", concurrency=50)
+    async def handler(ctx: jl.JobContext[dict[str, Any]]) -> None:
+        if tx:
+            with ctx.transaction() as t:
+                t.execute(insert, (ctx.job_id, 1))
+        counter.hit()
+
+    watch = Stopwatch()
+    await jobs.start()
+    await wait_completed(jobs, counter, n)
+    seconds = watch.elapsed()
+    await jobs.stop()
+    return seconds
+
+
+def main() -> None:
+    p = base_parser(__doc__ or "", systems=("jobledger",))
+    p.add_argument("-n", type=int, default=10_000)
+    p.add_argument("--repeat", type=int, default=3)
+    args = p.parse_args()
+    ratios: list[float] = []
+    for _ in range(args.repeat):
+        took: dict[bool, float] = {}
+        for tx in (False, True):
+            with fresh_dir() as d:
+                took[tx] = asyncio.run(_drain(os.path.join(d, "jobs.db"), args.sync, args.n, tx))
+            emit("exactly_once", "jobledger/tx" if tx else "jobledger/plain", args.sync,
+                 n=args.n, seconds=round(took[tx], 4), rate=rate(args.n, took[tx]))  # fmt: skip
+        ratios.append(took[True] / took[False])
+    med = statistics.median(ratios)
+    emit("exactly_once_summary", "jobledger", args.sync, tx_over_plain=round(med, 3),
+         ratios=[round(r, 3) for r in ratios])  # fmt: skip
+    print(f"ctx.transaction() drain time / plain drain time: {med:.2f} (target <= 1.3)")
+
+
+if __name__ == "__main__":
+    main()
