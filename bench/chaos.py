@@ -148,9 +148,13 @@ async def _worker(cfg: dict[str, Any]) -> int:
                     with ctx.transaction() as tx:
                         tx.execute(ledger, (ctx.job_id, ctx.payload.n, pid))
                         tx.set_output(ctx.payload.n)
+                        # Before the commit: the commit frees the job's slot, and the
+                        # cap checks read this record as the end of the execution.
+                        mark(ctx, "end")
                 except jl.JobClaimLost:
-                    mark(ctx, "lost")
+                    mark(ctx, "lost")  # a later record: it overrides the "end"
                     raise
+                return ctx.payload.n
             mark(ctx, "end")
             return ctx.payload.n
 
