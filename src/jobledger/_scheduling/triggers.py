@@ -11,22 +11,28 @@ Invariants (docs/design/scheduling.md has the long form):
   `timezone=None` means UTC, not the host's local time: every process that shares the
   database must agree on the calendar.
 * DST: expressions whose minute and hour fields are both specific (neither starts with
-  `*`) run at a local wall-clock time. A local time that does not exist is handled as
-  cronsim does (5 fields: the first valid minute after the gap, 02:30 -> 03:00; 6 fields:
-  skipped that day). A local time that occurs twice fires once, at its first occurrence.
-  Every other expression ("*/5 * * * *", "0 * * * *") follows real elapsed time: it fires
-  at every instant whose local reading matches, so an hourly cron fires in both copies of
-  a repeated hour and never in the missing one. 5-field wall-clock expressions use
-  cronsim's own DST walk; for the rest cronsim enumerates naive local readings and
-  zoneinfo maps each to its instants (cronsim's aware walk skips fires across offset
-  changes that are not whole hours, e.g. Australia/Lord_Howe).
+  `*`) run at a local wall-clock time. A local time that does not exist (spring forward)
+  runs at the first valid instant after the gap, the instant the clocks jump (Berlin
+  02:30 -> 03:00 CEST; Lord Howe 02:15 -> 02:30), with 5 fields and with 6 alike; several
+  readings inside one gap make one fire there. A local time that occurs twice fires once,
+  at its first occurrence. Every other expression ("*/5 * * * *", "0 * * * *") follows
+  real elapsed time: it fires at every instant whose local reading matches, so an hourly
+  cron fires in both copies of a repeated hour and never in the missing one. 5-field
+  wall-clock expressions use cronsim's own DST walk (which has exactly this rule); for
+  the rest cronsim enumerates naive local readings and zoneinfo maps each to its
+  instants (cronsim's aware walk skips fires across offset changes that are not whole
+  hours, e.g. Australia/Lord_Howe, and skips a 6-field reading in a gap for the day).
 * Interval: the grid `anchor + k*seconds` (any integer k, so `after` may precede the
   anchor), computed in whole microseconds: the period is `round(seconds * 1e6)` us.
 * `Cron.limit` is not applied here; callers count fires.
+* Jitter: `jitter_offset_ms(schedule_id, fire_ms, jitter_ms)` is a pure function of its
+  arguments (a hash, never a random draw), in `[0, jitter_ms)`, so every process that
+  fires the same point computes the same delay.
 """
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -217,6 +223,10 @@ def _real_time_fires(
         real = [
             x for x in sorted({early, late}) if x.astimezone(zone).replace(tzinfo=None) == reading
         ]
+        if first_only and not real:
+            # A wall-clock time inside a gap runs when the clocks jump, as cronsim runs a
+            # 5-field one: the first instant whose reading is past this one.
+            real = [_end_of_gap(zone, reading, min(early, late), max(early, late))]
         for instant in real[:1] if first_only else real:
             if instant > last:
                 heapq.heappush(pending, instant)
@@ -233,6 +243,20 @@ def _real_time_fires(
         if fire > last:
             last = fire
             yield fire
+
+
+def _end_of_gap(zone: tzinfo, reading: datetime, low: datetime, high: datetime) -> datetime:
+    """The first instant in `(low, high]` whose local reading is later than `reading`, a
+    reading the zone skips. `low` (read with the offset after the jump) is before the
+    jump and `high` (with the one before) after it; halving the microseconds between them
+    finds the jump, so offsets that are not whole hours need no table of transitions."""
+    while high - low > _US:
+        mid = low + (high - low) // 2
+        if mid.astimezone(zone).replace(tzinfo=None) > reading:
+            high = mid
+        else:
+            low = mid
+    return high
 
 
 def _cron_fires(cron: Cron, after: datetime) -> Iterator[datetime]:
