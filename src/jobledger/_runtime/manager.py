@@ -1475,7 +1475,7 @@ class JobManager:
         """Delete the schedule; its jobs stay, with `schedule_id` set to None."""
         if not findable(schedule_id, "schedule_id"):
             return False
-        deleted = self._store.delete_schedule(schedule_id)
+        deleted = self._store.delete_schedule(schedule_id, self._engine.now_ms())
         self._schedules.sync(schedule_id)  # no row: disarms (on the loop, from any thread)
         return bool(deleted)
 
