@@ -14,6 +14,7 @@ from jobledger._runtime.workflow import Workflow, WorkflowHandle
 from jobledger._scheduling.scheduler import SchedulerService
 from jobledger._scheduling.triggers import (
     AfterStartup,
+    AllMissed,
     CatchUpPolicy,
     Cron,
     Interval,
@@ -54,6 +55,7 @@ from jobledger.errors import (
 
 __all__ = [
     "AfterStartup",
+    "AllMissed",
     "AttemptSnapshot",
     "CancelManyResult",
     "CancelToken",
