@@ -203,3 +203,29 @@ def test_allow_runs_overlapping_jobs_on_the_wall_clock(db: str) -> None:
             assert _snap(jobs, sid).skipped_fires == 0
 
     run(scenario())
+
+
+def test_two_armed_leaders_decide_each_fire_once(db: str) -> None:
+    """Both managers arm (a leadership overlap) and fire every point: the loser of each
+    compare-and-set decides nothing, so each fire is skipped (and counted) once."""
+    clock = FakeClock(START)
+    gated = [Gated(), Gated()]
+
+    async def scenario() -> None:
+        a, b = (make_manager(db, clock, handler=h) for h in gated)
+        sid = a.register_job_schedule(
+            TICK, Tick(n=1), trigger=jl.Interval(seconds=60), overlap="skip"
+        )
+        async with a, b:
+            await a.recovery_done
+            await b.recovery_done
+            for m in (a, b):
+                m._schedules.on_leadership(True)
+            for _ in range(5):
+                await advance(clock, 60)
+            assert keys_of(a, sid) == {sid_key(sid, _at(60)): 1}
+            assert _snap(a, sid).skipped_fires == 4
+            for h in gated:
+                h.gate.set()
+
+    run(scenario())
