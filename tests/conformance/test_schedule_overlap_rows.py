@@ -1,6 +1,6 @@
 """The storage half of issue 24 on every backend: the overlap decision inside a natural
 fire's transaction, the release of a held-back fire by the write that ends its schedule's
-last unfinished job (SQLite migration 13, PostgreSQL 10), and the backfill's key test.
+last unfinished job (SQLite migration 14, PostgreSQL 10), and the backfill's key test.
 """
 
 from __future__ import annotations

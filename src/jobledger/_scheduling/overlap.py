@@ -12,7 +12,7 @@ the decision is the fire's own and two leaders can never both take it.
 "Unfinished" is pending, delayed (a retry's backoff, a jittered fire) or running, and
 also a workflow step that waits. A held-back fire is a `waiting` job of the schedule
 outside any workflow; the write that ends the schedule's last unfinished job makes it
-`pending` (the release trigger of SQLite migration 13 / PostgreSQL 10). A skipped fire is
+`pending` (the release trigger of SQLite migration 14 / PostgreSQL 10). A skipped fire is
 still a fire of the calendar: `next_run` moves on, it counts toward a cron `limit`, and
 `skipped_count` counts it.
 """

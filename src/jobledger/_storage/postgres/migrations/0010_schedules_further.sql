@@ -1,4 +1,4 @@
--- Schedules, further (issue 24); the same change as SQLite's migration 13, which
+-- Schedules, further (issue 24); the same change as SQLite's migration 14, which
 -- explains it: `overlap`, `jitter_ms` and `skipped_count` on job_schedules, and the
 -- trigger that releases a fire `buffer_one` held back (`waiting`, no workflow) when the
 -- schedule's last job still pending, delayed or running ends.
