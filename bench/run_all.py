@@ -39,6 +39,10 @@ the median of the pairs' ratios.
 
 The many-queues case (`many_queues.py`, issue 21) runs 1 and 1,000 queues on 1 and 2
 processes here (about a minute); its full matrix is that script run on its own.
+
+The workflows case (`workflows.py`, issue 23) runs its three cases three times,
+interleaved: 1,000 two-step workflows against 2,000 plain jobs (the median ratio of the
+pairs), and a fan-out of 10,000 jobs and a join (its drain, enqueue and release time).
 """
 
 from __future__ import annotations
@@ -155,6 +159,8 @@ def cases(args: argparse.Namespace) -> list[Case]:
         Case("many_queues/jobledger", "many_queues.py",
              ["--queues", ",".join(map(str, MANY_QUEUES)), "--procs", "1,2"])
     )  # fmt: skip
+    # Workflows (issue 23): two-step chains vs plain jobs, and a 10,000-wide fan-out.
+    out.append(Case("workflows/jobledger", "workflows.py", ["--repeat", "3"]))
     chosen = [c for c in out if args.big or not c.big]
     if args.only:
         chosen = [c for c in chosen if any(o in c.name for o in args.only)]
@@ -249,6 +255,17 @@ def _scale_rows() -> list[Row]:
                 Row("  vs 1 queue (c=50) in the same run", "NORMAL", "ratio", key, None,
                     fields=["vs_1q"], note="target >= 0.9 at 1,000 queues"),
             ]  # fmt: skip
+    key = ("workflows_summary", jl_)
+    fan = ("workflows_fanout", jl_)
+    rows += [
+        Row("1,000 workflows a->b vs 2,000 plain jobs, drain", "NORMAL", "ratio", key, None,
+            fields=["chains_vs_plain"], note="target >= 0.7"),
+        Row("fan-out of 10,000 + join, drain", "NORMAL", "jobs/s", fan, None),
+        Row("  enqueue() of the graph (10,001 jobs, 10,000 edges)", "NORMAL", "s", fan, None,
+            higher_is_better=False, fields=["enqueue_s"]),
+        Row("  the finalize that releases the join", "NORMAL", "ms", fan, None,
+            higher_is_better=False, fields=["release_ms"], note="bench/workflows.py"),
+    ]  # fmt: skip
     return rows
 
 

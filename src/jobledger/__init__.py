@@ -35,6 +35,8 @@ from jobledger._types import (
     QueueLimits,
     ScheduleSnapshot,
     SettledEvent,
+    WorkflowEdge,
+    WorkflowInfo,
     WorkflowSnapshot,
 )
 from jobledger.clock import Clock, SystemClock
@@ -100,7 +102,9 @@ __all__ = [
     "SystemClock",
     "Trigger",
     "Workflow",
+    "WorkflowEdge",
     "WorkflowHandle",
+    "WorkflowInfo",
     "WorkflowSnapshot",
     "WorkflowStep",
     "WriteTransactionFailed",

@@ -34,6 +34,8 @@ __all__ = [
     "RecoveryStrategy",
     "ScheduleSnapshot",
     "SettledEvent",
+    "WorkflowEdge",
+    "WorkflowInfo",
     "WorkflowSnapshot",
     "WorkflowStatus",
     "workflow_status",
@@ -213,18 +215,55 @@ WorkflowStatus = Literal["running", "completed", "failed", "cancelled"]
 
 
 @dataclass(frozen=True, slots=True)
+class WorkflowEdge:
+    """One edge of a workflow's graph: the job `job_id` waited for `upstream_id`.
+
+    The downstream job is always one of the workflow's; the upstream job may belong to
+    another workflow (a later workflow may be built on jobs an earlier one completed).
+    `on_upstream_failure` is the downstream step's policy; `many` says whether the
+    upstream step is an `add_many` one (its outputs reach `ctx.upstream` as a list)."""
+
+    upstream_id: str
+    job_id: str
+    on_upstream_failure: Literal["cancel", "run"]
+    many: bool
+
+    def to_json(self) -> dict[str, JSON]:
+        return {
+            "upstream_id": self.upstream_id,
+            "job_id": self.job_id,
+            "on_upstream_failure": self.on_upstream_failure,
+            "many": self.many,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class WorkflowSnapshot:
     """A workflow (`jobs.workflow`) as it was when read: its jobs in the order they
-    were written. `status` is `running` while any job is not terminal, then `completed`
-    when every job completed, `failed` when any failed, else `cancelled`."""
+    were written, and the edges between them (`WorkflowEdge`, ordered by downstream
+    job, then upstream job). `status` is `running` while any job is not terminal, then
+    `completed` when every job completed, `failed` when any failed, else `cancelled`."""
 
     id: str
     name: str
     status: WorkflowStatus
     jobs: tuple[JobSnapshot, ...]
     created_at: datetime
+    edges: tuple[WorkflowEdge, ...] = ()
     # The workflow this one re-runs (`jobs.retry_workflow`), None for any other.
     retry_of: str | None = None
+
+    def to_json(self) -> dict[str, JSON]:
+        """The snapshot as JSON-ready values: its jobs as `JobSnapshot.to_json()`."""
+        return {
+            "id": self.id,
+            "name": self.name,
+            "status": self.status,
+            "created_at": _iso(self.created_at),
+            "retry_of": self.retry_of,
+            "jobs": [j.to_json() for j in self.jobs],
+            "edges": [e.to_json() for e in self.edges],
+        }
 
     def steps(self) -> dict[str, list[JobSnapshot]]:
         """The jobs by step name, each step's in order."""
@@ -232,6 +271,38 @@ class WorkflowSnapshot:
         for job in self.jobs:
             out.setdefault(job.step or "", []).append(job)
         return out
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowInfo:
+    """A workflow as a listing shows it (`jobs.list_workflows`): how many of its jobs are
+    in each status (every status is a key, 0 included), not the jobs themselves.
+    `status` is `WorkflowSnapshot.status` of those jobs."""
+
+    id: str
+    name: str
+    status: WorkflowStatus
+    created_at: datetime
+    counts: Mapping[str, int]
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def finished(self) -> int:
+        """How many of its jobs are terminal (completed, failed or cancelled)."""
+        return sum(self.counts.get(s, 0) for s in TERMINAL_STATUSES)
+
+    def to_json(self) -> dict[str, JSON]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "status": self.status,
+            "created_at": _iso(self.created_at),
+            "counts": dict(self.counts),
+            "total": self.total,
+        }
 
 
 def workflow_status(statuses: Iterable[JobStatus]) -> WorkflowStatus:

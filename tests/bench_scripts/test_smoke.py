@@ -26,6 +26,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
         ["claim_scale.py", "--system", "jobledger", "--pending", "400", "-n", "200"],
         ["drain.py", "--system", "jobledger", "-n", "200"],
         ["flow.py", "-n", "300", "--keys", "10", "--only", "base,rate_high,keyed"],
+        ["workflows.py", "--chains", "50", "--width", "200"],
     ],
     ids=lambda a: "-".join(a[:3]),
 )

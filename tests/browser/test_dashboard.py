@@ -20,6 +20,7 @@ import jobledger as jl
 from jobledger._observe.http import create_app
 from jobledger.testing import FakeClock, drain
 from tests.http.conftest import WORK, BackgroundWorker, Item, running_server
+from tests.http.workflows import OK, Part, Workflows, build
 
 pytestmark = pytest.mark.browser
 
@@ -272,4 +273,116 @@ def test_retry_button_on_a_failed_job_opens_the_new_job(page: Any, tmp_path: Pat
         for used in app.state.action_managers.values():
             _stop(used)
         _stop(jobs)
+        app.state.read_model.close()
+
+
+def _built(path: str) -> Workflows:
+    """`build` in a thread of its own: Playwright's sync API owns this thread's loop."""
+    box: list[Workflows] = []
+    worker = threading.Thread(target=lambda: box.append(build(path)))
+    worker.start()
+    worker.join(60)
+    return box[0]
+
+
+def test_a_workflow_page_draws_its_graph_with_each_steps_status(page: Any, tmp_path: Path) -> None:
+    made = _built(str(tmp_path / "jobs.db"))
+    app = create_app(made.path, poll_interval=0.02)
+    try:
+        with running_server(app) as url:
+            page.goto(f"{url}/workflows")
+            page.click(f'tr[data-workflow-id="{made.diamond}"] a')
+            expect(page.locator("body")).to_have_attribute("data-page", "workflow")
+            svg = page.locator("#workflow-graph svg#workflow-svg")
+            expect(svg).to_be_visible()
+            nodes = svg.locator("g.node")
+            expect(nodes).to_have_count(4)
+            status = {
+                key: page.get_attribute(f'g.node[data-key="{key}"]', "class")
+                for key in ("top", "left", "right", "join")
+            }
+            assert status == {
+                "top": "node status-completed",
+                "left": "node status-failed",
+                "right": "node status-completed",
+                "join": "node status-cancelled",
+            }
+            right = svg.locator('g.node[data-key="right"]')
+            assert right.get_attribute("data-jobs") == "3"
+            assert right.locator("text.step-name").text_content() == "right \u00d73"
+            assert right.locator("text.step-counts").text_content() == "3 completed"
+            edges = page.eval_on_selector_all(
+                "svg#workflow-svg path.edge", "els => els.map(e => [e.dataset.from, e.dataset.to])"
+            )
+            assert sorted(map(tuple, edges)) == [
+                ("left", "join"),
+                ("right", "join"),
+                ("top", "left"),
+                ("top", "right"),
+            ]
+            # Laid out left to right: every edge goes from a node to one further right.
+            box = {k: svg.locator(f'g.node[data-key="{k}"] rect').bounding_box() for k in status}
+            for up, down in edges:
+                assert box[up]["x"] < box[down]["x"], (up, down)
+            _screenshot(page, "workflow")
+            # A one-job node opens its job; the failed one shows why.
+            svg.locator('g.node[data-key="left"]').click()
+            expect(page.locator("body")).to_have_attribute("data-page", "job")
+            assert page.url.endswith(f"/jobs/{made.steps['left'][0]}")
+            expect(page.locator("#error-message")).to_have_text("left fell over")
+            page.goto("about:blank")
+    finally:
+        app.state.read_model.close()
+
+
+def test_a_step_of_many_jobs_is_one_node_with_its_counts(page: Any, tmp_path: Path) -> None:
+    made = _built(str(tmp_path / "jobs.db"))
+    app = create_app(made.path, poll_interval=0.02)
+    try:
+        with running_server(app) as url:
+            page.goto(f"{url}/workflows/{made.fan}")
+            split = page.locator('svg#workflow-svg g.node[data-key="split"]')
+            expect(split).to_have_attribute("data-jobs", "12")
+            assert split.locator("text.step-name").text_content() == "split \u00d712"
+            assert split.locator("text.step-counts").text_content() == "12 completed"
+            expect(page.locator("svg#workflow-svg g.node")).to_have_count(2)
+            # The policy "run" edge is drawn dashed.
+            edge = page.locator("svg#workflow-svg path.edge")
+            expect(edge).to_have_class("edge policy-run")
+            split.click()  # many jobs: their row on this page
+            assert page.url.endswith("#step-0")
+            page.goto("about:blank")
+    finally:
+        app.state.read_model.close()
+
+
+def test_a_running_workflows_graph_follows_its_jobs(page: Any, tmp_path: Path) -> None:
+    db = str(tmp_path / "jobs.db")
+    jobs = jl.JobManager(db, startup_delay=0)
+
+    @jobs.handler(OK, recovery="retry")
+    async def ok(ctx: jl.JobContext[Part]) -> int:
+        return ctx.payload.n
+
+    wf = jobs.workflow("live")
+    first = wf.add(OK, Part(), name="first")
+    wf.add(OK, Part(), name="second", after=[first])
+    handle = wf.enqueue()  # nothing runs it yet
+    app = create_app(db, poll_interval=0.02)
+    try:
+        with running_server(app) as url:
+            page.goto(f"{url}/workflows/{handle.id}")
+            node = 'svg#workflow-svg g.node[data-key="{}"]'.format
+            expect(page.locator(node("first"))).to_have_class("node status-pending")
+            expect(page.locator(node("second"))).to_have_class("node status-waiting")
+            worker = BackgroundWorker(jobs)
+            try:
+                expect(page.locator(node("second"))).to_have_class("node status-completed")
+                expect(page.locator(node("first"))).to_have_class("node status-completed")
+                expect(page.locator("body")).to_have_attribute("data-status", "completed")
+                expect(page.locator("#live")).to_have_attribute("data-state", "done")
+            finally:
+                worker.close()
+            page.goto("about:blank")
+    finally:
         app.state.read_model.close()

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import pydantic
 import pytest
@@ -26,11 +26,12 @@ WAIT = 20.0
 
 
 @contextmanager
-def running_server(app: Any) -> Iterator[str]:
-    """Serve `app` with uvicorn on 127.0.0.1:<free port>; yield its base URL (no slash)."""
+def running_server(app: Any, *, lifespan: Literal["on", "off"] = "off") -> Iterator[str]:
+    """Serve `app` with uvicorn on 127.0.0.1:<free port>; yield its base URL (no slash).
+    `lifespan="on"` runs the app's lifespan (a failed startup stops the server)."""
     sock = bind("127.0.0.1", 0)
     config = uvicorn.Config(
-        app, lifespan="off", log_level="warning", access_log=False, timeout_graceful_shutdown=1
+        app, lifespan=lifespan, log_level="warning", access_log=False, timeout_graceful_shutdown=1
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)

@@ -31,6 +31,13 @@ Modes:
             CPU_MS without awaiting, holding the event loop as real computation does.
     rated   rec.rated (concurrency 20, a rate limit from --rate, per key `n % 3` with
             --keyed; without --rate none): records "<key>:<time.time()>" when it starts.
+    workflow  rec.wf (retry, concurrency from --concurrency), a workflow step of
+            `tests/workflows/test_workflow_processes.py`; its payload is
+            `{"name": STEP, "value": V, "meet": PATH?}`. It records
+            "start:<step>:<ctx.upstream as JSON>", then, when STEP is `--hold`, waits for
+            `<markers>.go`; with `meet`, waits until steps of its workflow run in two
+            processes at once (or PATH exists; the first to see it creates PATH). Then it
+            records "done:<step>" and returns V + the sum of its upstream outputs.
     idle    no jobs; only a started manager (for the leadership tests).
 """
 
@@ -38,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import signal
 import sqlite3
@@ -59,6 +67,7 @@ WAITER = jl.JobType("rec.waiter", int)
 KB = jl.JobType("rec.kb", int)
 CPU = jl.JobType("rec.cpu", int)
 RATED = jl.JobType("rec.rated", int)
+WF = jl.JobType("rec.wf", dict)
 CPU_MS = 2.0
 KB_QUEUES = 60
 KB_CONCURRENCY = 2
@@ -140,6 +149,17 @@ class Sampler:
             if conn is not None:
                 conn.close()
 
+    def running_workers(self, workflow_id: str) -> int:
+        """How many processes run jobs of this workflow now."""
+        sql = (
+            "SELECT count(DISTINCT worker_id) FROM jobs"
+            " WHERE status = 'running' AND workflow_id = ?"
+        )
+        if self.pg is not None:
+            return int(self.pg.execute(sql.replace("?", "%s"), (workflow_id,)).fetchone()[0])
+        assert self.sqlite is not None
+        return int(self.sqlite.execute(sql, (workflow_id,)).fetchone()[0])
+
     def running(self, queue: str) -> int:
         if self.pg is not None:
             sql = "SELECT count(*) FROM jobs WHERE status = 'running' AND queue = %s"
@@ -201,6 +221,47 @@ def register_rated(jobs: jl.JobManager, markers: Markers, rate: str | None, keye
         markers.mark(RATED.name, ctx.job_id, ctx.attempt, f"{ctx.payload % 3}:{time.time()}")
 
 
+def wf_total(upstream: dict[str, Any]) -> int:
+    total = 0
+    for value in upstream.values():
+        total += sum(value) if isinstance(value, list) else int(value)
+    return total
+
+
+def register_workflow(
+    jobs: jl.JobManager, markers: Markers, concurrency: int, hold: str | None, go: str, db: str
+) -> Sampler:
+    sampler = Sampler(db)
+
+    @jobs.handler(WF, recovery="retry", concurrency=concurrency)
+    async def step(ctx: jl.JobContext[dict[str, Any]]) -> int:
+        name = str(ctx.payload["name"])
+        upstream = dict(ctx.upstream)
+        seen = json.dumps(upstream, sort_keys=True, separators=(",", ":"))
+        markers.mark(WF.name, ctx.job_id, ctx.attempt, f"start:{name}:{seen}")
+        if name == hold:
+            while not os.path.exists(go):  # noqa: ASYNC240 (a stat of a local file)
+                await asyncio.sleep(0.01)
+        meet = ctx.payload.get("meet")
+        if meet is not None:
+            # A rendezvous, so that "both processes did work" never depends on timing:
+            # the first steps of each process hold their slots until the other process
+            # runs one too (a per-process cap leaves it pending work), then a file tells
+            # every later step, in either process, not to wait.
+            workflow_id = ctx.workflow_id
+            assert workflow_id is not None
+            while not os.path.exists(meet):  # noqa: ASYNC240 (a stat of a local file)
+                if sampler.running_workers(workflow_id) >= 2:
+                    with open(meet, "a"):  # noqa: ASYNC230 (creating an empty local file)
+                        pass
+                    break
+                await asyncio.sleep(0.01)
+        markers.mark(WF.name, ctx.job_id, ctx.attempt, f"done:{name}")
+        return int(ctx.payload["value"]) + wf_total(upstream)
+
+    return sampler
+
+
 def write_status(path: str, jobs: jl.JobManager) -> None:
     running = len(jobs._engine.inflight)
     tmp = f"{path}.tmp"
@@ -235,6 +296,10 @@ async def main(args: argparse.Namespace) -> int:
         register_rated(jobs, markers, args.rate, args.keyed)
     elif args.mode == "cpu":
         register_cpu(jobs, markers, args.concurrency)
+    elif args.mode == "workflow":
+        sampler = register_workflow(
+            jobs, markers, args.concurrency, args.hold, f"{args.markers}.go", args.db
+        )
     elif args.mode != "idle":
         raise SystemExit(f"unknown mode {args.mode!r}")
 
@@ -258,7 +323,8 @@ async def main(args: argparse.Namespace) -> int:
 def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="worker_proc")
     p.add_argument("db")
-    p.add_argument("mode", choices=("block", "work", "lock", "spread", "cpu", "rated", "idle"))
+    modes = ("block", "work", "lock", "spread", "cpu", "rated", "workflow", "idle")
+    p.add_argument("mode", choices=modes)
     p.add_argument("--markers", required=True)
     p.add_argument("--status", default=None)
     p.add_argument("--worker-id", default=None)
@@ -270,6 +336,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--leader-ttl", type=float, default=15.0)
     p.add_argument("--rate", default=None)
     p.add_argument("--keyed", action="store_true")
+    p.add_argument("--hold", default=None, help="workflow: the step that waits for .go")
     return p.parse_args(argv)
 
 

@@ -12,6 +12,7 @@ import pydantic
 import pytest
 
 import jobledger as jl
+from jobledger.testing import drain
 from tests.conftest import db_one, run
 from tests.engine import fast_retry, make_manager
 
@@ -197,7 +198,8 @@ def test_retry_workflow_refuses_unknown_running_and_completed_workflows(db: str)
         async with jobs:
             with pytest.raises(jl.JobError) as unknown:
                 jobs.retry_workflow("no-such-workflow")
-            assert unknown.value.code == "JOB_NOT_FOUND"
+            assert unknown.value.code == "JOB_WORKFLOW_NOT_FOUND"
+            assert isinstance(unknown.value, jl.JobNotFound)
             assert unknown.value.params["workflow_id"] == "no-such-workflow"
             with pytest.raises(jl.JobError) as bad:
                 jobs.retry_workflow(7)  # type: ignore[arg-type]
@@ -304,3 +306,26 @@ def test_cancel_many_cancels_waiting_steps_and_their_downstream(db: str) -> None
     assert got["mid"].status == jl.JobStatus.CANCELLED
     assert got["tail"].status == jl.JobStatus.CANCELLED
     assert g.steps_run() == ["top"]
+
+
+def test_a_paused_manager_holds_a_workflow_and_drain_runs_it_whole(db: str) -> None:
+    g = Graph(db)
+    jobs = g.jobs
+
+    async def main() -> list[jl.JobSnapshot]:
+        async with jobs:
+            hold = jobs.pause("deploy")
+            wf = jobs.workflow("held")
+            top = wf.add(ADD, N(n=1), name="top")
+            wf.add(SUM, N(), name="after", after=[top])
+            wf.enqueue()
+            await asyncio.sleep(0.1)
+            assert g.runs == []  # paused: not even the root runs
+            hold.dispose()
+            return await drain(jobs)
+
+    done = run(main())
+    assert [(j.step, j.status, j.output) for j in done] == [
+        ("top", jl.JobStatus.COMPLETED, 1),
+        ("after", jl.JobStatus.COMPLETED, 1),
+    ]

@@ -3,12 +3,15 @@
 Routes (see `openapi.py` for the schema served at `/openapi.json`):
 
     GET /api/jobs                 filters status (comma list), queue, type, schedule_id,
-                                  parent_id; limit 1-500 (50); offset >= 0
+                                  parent_id, workflow_id; limit 1-500 (50); offset >= 0
     GET /api/jobs/{id}            404 JOB_NOT_FOUND
     GET /api/jobs/{id}/events     server-sent events: `snapshot` and `progress`, ends after
                                   the terminal snapshot
+    GET /api/workflows            filter name; limit 1-500 (50); offset >= 0
+    GET /api/workflows/{id}       its jobs, edges and steps; 404 JOB_WORKFLOW_NOT_FOUND
     GET /api/queues, /api/schedules, /api/workers, /api/health, /metrics, /openapi.json
-    GET /, /jobs/{id}             the dashboard (HTML + /static/app.js)
+    GET /, /jobs/{id}, /workflows, /workflows/{id}
+                                  the dashboard (HTML + /static/app.js)
     POST /api/jobs/{id}/cancel, /api/jobs/{id}/retry, /api/schedules/{id}/run,
          /api/schedules/{id}/backfill, /api/queues/{queue}/pause|resume|limits
                                   the actions (with `allow_actions` and the token)
@@ -21,7 +24,8 @@ Invariants:
   job, retry a finished one and run a schedule now, done through a never-started
   `JobManager`.
 * Errors are one JSON envelope, `{"error": {"code", "message"}}`: 400 INVALID_QUERY /
-  INVALID_BODY, 401 UNAUTHORIZED, 403 FORBIDDEN_ORIGIN, 404 JOB_NOT_FOUND / NOT_FOUND, 405
+  INVALID_BODY, 401 UNAUTHORIZED, 403 FORBIDDEN_ORIGIN, 404 JOB_NOT_FOUND /
+  JOB_WORKFLOW_NOT_FOUND / NOT_FOUND, 405
   METHOD_NOT_ALLOWED, 409 JOB_NOT_RETRYABLE, 503 for a database that cannot be read, 500
   INTERNAL (never a traceback).
 * Without a token the app is meant for loopback: `allowed_hosts` (set by the CLI) refuses
@@ -82,7 +86,14 @@ from jobledger._runtime.manager import JobManager
 from jobledger._types import JobSnapshot, QueueLimits
 from jobledger.errors import JobError, JobNotFound, JobValidationError, StorageError
 
-__all__ = ["DEFAULT_LIMIT", "LOOPBACK_HOSTS", "MAX_LIMIT", "create_app", "parse_job_query"]
+__all__ = [
+    "DEFAULT_LIMIT",
+    "LOOPBACK_HOSTS",
+    "MAX_LIMIT",
+    "create_app",
+    "parse_job_query",
+    "parse_workflow_query",
+]
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
@@ -131,10 +142,23 @@ def parse_job_query(params: QueryParams) -> tuple[JobQuery, int, int]:
         type=text("type"),
         schedule_id=text("schedule_id"),
         parent_id=text("parent_id"),
+        workflow_id=text("workflow_id"),
     )
     limit = _int_param(params, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
     offset = _int_param(params, "offset", 0, 0, 10**18 - 1)
     return query, limit, offset
+
+
+def parse_workflow_query(params: QueryParams) -> tuple[str | None, int, int]:
+    """The name filter, limit and offset of `GET /api/workflows` (and its page)."""
+    name = params.get("name") or None
+    limit = _int_param(params, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
+    offset = _int_param(params, "offset", 0, 0, 10**18 - 1)
+    return name, limit, offset
+
+
+def _no_workflow(workflow_id: str) -> JSONResponse:
+    return _error(404, "JOB_WORKFLOW_NOT_FOUND", f"no workflow with id {workflow_id!r}")
 
 
 def _error(status: int, code: str, message: str) -> JSONResponse:
@@ -419,6 +443,21 @@ def create_app(
             headers={"cache-control": "no-store", "x-accel-buffering": "no"},
         )
 
+    async def api_workflows(request: Request) -> Response:
+        try:
+            name, limit, offset = parse_workflow_query(request.query_params)
+        except InvalidQuery as exc:
+            return _error(400, "INVALID_QUERY", str(exc))
+        page = await read(rm.workflow_page, limit=limit, offset=offset, name=name)
+        return JSONResponse(page.to_json())
+
+    async def api_workflow(request: Request) -> Response:
+        workflow_id = request.path_params["workflow_id"]
+        view = await read(rm.workflow, workflow_id)
+        if view is None:
+            return _no_workflow(workflow_id)
+        return JSONResponse(view.to_json())
+
     async def api_queues(request: Request) -> Response:
         stats = await read(rm.queue_stats)
         return JSONResponse({"items": [s.to_json() for s in stats]})
@@ -478,13 +517,34 @@ def create_app(
         attempts = await read(rm.attempts, job_id)
         return HTMLResponse(dashboard.render_job(snap, attempts, actions=allow_actions))
 
+    async def workflows_page(request: Request) -> Response:
+        try:
+            name, limit, offset = parse_workflow_query(request.query_params)
+            problem = None
+        except InvalidQuery as exc:
+            name, limit, offset, problem = None, DEFAULT_LIMIT, 0, str(exc)
+        page = await read(rm.workflow_page, limit=limit, offset=offset, name=name)
+        html = dashboard.render_workflows(page, name=name, problem=problem)
+        return HTMLResponse(html, status_code=400 if problem else 200)
+
+    async def workflow_page(request: Request) -> Response:
+        workflow_id = request.path_params["workflow_id"]
+        view = await read(rm.workflow, workflow_id)
+        if view is None:
+            return HTMLResponse(dashboard.render_no_workflow(workflow_id), status_code=404)
+        return HTMLResponse(dashboard.render_workflow(view))
+
     routes: list[Route | Mount] = [
         Route("/", index),
         Route("/jobs/{job_id:str}", job_page),
+        Route("/workflows", workflows_page),
+        Route("/workflows/{workflow_id:str}", workflow_page),
         Route("/api/jobs", api_jobs),
         Route("/api/jobs/{job_id:str}", api_job),
         Route("/api/jobs/{job_id:str}/attempts", api_job_attempts),
         Route("/api/jobs/{job_id:str}/events", api_job_events),
+        Route("/api/workflows", api_workflows),
+        Route("/api/workflows/{workflow_id:str}", api_workflow),
         Route("/api/queues", api_queues),
         Route("/api/schedules", api_schedules),
         Route("/api/workers", api_workers),

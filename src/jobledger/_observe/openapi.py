@@ -28,6 +28,8 @@ _STATUS = {
     "enum": ["pending", "delayed", "running", "completed", "failed", "cancelled", "waiting"],
 }
 
+_WORKFLOW_STATUS = {"type": "string", "enum": ["running", "completed", "failed", "cancelled"]}
+
 
 def _obj(props: dict[str, Any], required: list[str] | None = None) -> dict[str, Any]:
     return {
@@ -109,6 +111,65 @@ _SCHEMAS: dict[str, Any] = {
             "total": {"type": "integer", "minimum": 0},
             "limit": {"type": "integer", "minimum": 1, "maximum": 500},
             "offset": {"type": "integer", "minimum": 0},
+        }
+    ),
+    "StatusCounts": {
+        "type": "object",
+        "description": "Jobs per status; every status is a key.",
+        "properties": {status: {"type": "integer", "minimum": 0} for status in _STATUS["enum"]},
+        "required": list(_STATUS["enum"]),
+    },
+    "Workflow": _obj(
+        {
+            "id": _STR,
+            "name": _STR,
+            "status": _WORKFLOW_STATUS,
+            "created_at": _TIME,
+            "counts": {"$ref": "#/components/schemas/StatusCounts"},
+            "total": {"type": "integer", "minimum": 0},
+        }
+    ),
+    "WorkflowPage": _obj(
+        {
+            "items": {"type": "array", "items": {"$ref": "#/components/schemas/Workflow"}},
+            "total": {"type": "integer", "minimum": 0},
+            "limit": {"type": "integer", "minimum": 1, "maximum": 500},
+            "offset": {"type": "integer", "minimum": 0},
+        }
+    ),
+    "WorkflowEdge": _obj(
+        {
+            "upstream_id": _STR,
+            "job_id": _STR,
+            "on_upstream_failure": {"type": "string", "enum": ["cancel", "run"]},
+            "many": _BOOL,
+        }
+    ),
+    "WorkflowStep": _obj(
+        {
+            "key": _STR,
+            "name": _STR,
+            "workflow_id": _nullable(_STR),
+            "outside": _BOOL,
+            "types": {"type": "array", "items": _STR},
+            "jobs": {"type": "integer", "minimum": 1},
+            "job_ids": {"type": "array", "items": _STR},
+            "counts": {"$ref": "#/components/schemas/StatusCounts"},
+            "status": _STATUS,
+            "upstream": {"type": "array", "items": _STR},
+            "on_upstream_failure": _nullable({"type": "string", "enum": ["cancel", "run"]}),
+        }
+    ),
+    "WorkflowDetail": _obj(
+        {
+            "id": _STR,
+            "name": _STR,
+            "status": _WORKFLOW_STATUS,
+            "created_at": _TIME,
+            "counts": {"$ref": "#/components/schemas/StatusCounts"},
+            "jobs": {"type": "array", "items": {"$ref": "#/components/schemas/Job"}},
+            "edges": {"type": "array", "items": {"$ref": "#/components/schemas/WorkflowEdge"}},
+            "steps": {"type": "array", "items": {"$ref": "#/components/schemas/WorkflowStep"}},
         }
     ),
     "RateLimit": _obj({"limit": _INT, "per": {"type": "number"}, "text": _STR}),
@@ -225,6 +286,7 @@ def openapi_schema(*, actions: bool = False) -> dict[str, Any]:
                     _query("type", _STR, "Only this job type."),
                     _query("schedule_id", _STR, "Only jobs fired by this schedule."),
                     _query("parent_id", _STR, "Only children of this job."),
+                    _query("workflow_id", _STR, "Only jobs of this workflow."),
                     _query(
                         "limit",
                         {"type": "integer", "minimum": 1, "maximum": 500, "default": 50},
@@ -280,6 +342,42 @@ def openapi_schema(*, actions: bool = False) -> dict[str, Any]:
                         "content": {"text/event-stream": {"schema": _STR}},
                     },
                     "404": _error("JOB_NOT_FOUND"),
+                },
+            }
+        },
+        "/api/workflows": {
+            "get": {
+                "summary": "List workflows, newest first, with their jobs counted per status",
+                "operationId": "listWorkflows",
+                "parameters": [
+                    _query("name", _STR, "Only workflows of this name."),
+                    _query(
+                        "limit",
+                        {"type": "integer", "minimum": 1, "maximum": 500, "default": 50},
+                        "Page size.",
+                    ),
+                    _query(
+                        "offset", {"type": "integer", "minimum": 0, "default": 0}, "Rows to skip."
+                    ),
+                ],
+                "responses": {
+                    "200": _json("A page of workflows.", _ref("WorkflowPage")),
+                    "400": _error("INVALID_QUERY: limit or offset is invalid."),
+                },
+            }
+        },
+        "/api/workflows/{workflow_id}": {
+            "get": {
+                "summary": "One workflow: its jobs, the edges between them and its steps",
+                "description": "`steps` is the graph one node per step (an add_many step "
+                "is one node with its jobs counted per status); `upstream` lists the keys "
+                "of the steps a step waits for. An edge may start at a job of another "
+                "workflow; its step then appears with `outside: true`.",
+                "operationId": "getWorkflow",
+                "parameters": [{**_JOB_ID, "name": "workflow_id"}],
+                "responses": {
+                    "200": _json("The workflow.", _ref("WorkflowDetail")),
+                    "404": _error("JOB_WORKFLOW_NOT_FOUND"),
                 },
             }
         },

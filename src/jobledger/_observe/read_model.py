@@ -44,9 +44,19 @@ from jobledger._storage.observe import (
     pid_alive,
 )
 from jobledger._storage.open import is_postgres_url, open_store, redact
-from jobledger._storage.rows import attempt_snapshot, snapshot_from_row
+from jobledger._storage.rows import (
+    attempt_snapshot,
+    snapshot_from_row,
+    workflow_info,
+    workflow_snapshot,
+)
 from jobledger._storage.settings import by_queue
-from jobledger._types import AttemptSnapshot, JobSnapshot
+from jobledger._types import (
+    AttemptSnapshot,
+    JobSnapshot,
+    WorkflowInfo,
+    WorkflowSnapshot,
+)
 from jobledger.clock import Clock, SystemClock, from_ms
 
 __all__ = [
@@ -62,11 +72,16 @@ __all__ = [
     "QueueStats",
     "ReadModel",
     "WorkerInfo",
+    "WorkflowPage",
+    "WorkflowStep",
+    "WorkflowView",
     "iso",
     "parse_statuses",
     "progress_label",
     "shown_progress",
+    "step_status",
     "unlinked_problem",
+    "workflow_steps",
 ]
 
 _WAITING = ("pending", "delayed", "waiting")
@@ -151,9 +166,17 @@ class JobQuery:
     type: str | None = None
     schedule_id: str | None = None
     parent_id: str | None = None
+    workflow_id: str | None = None
 
     def filter(self) -> JobFilter:
-        return JobFilter(self.status, self.queue, self.type, self.schedule_id, self.parent_id)
+        return JobFilter(
+            self.status,
+            self.queue,
+            self.type,
+            self.schedule_id,
+            self.parent_id,
+            self.workflow_id,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +192,138 @@ class JobPage:
             "total": self.total,
             "limit": self.limit,
             "offset": self.offset,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowPage:
+    items: list[WorkflowInfo]
+    total: int
+    limit: int
+    offset: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "items": [w.to_json() for w in self.items],
+            "total": self.total,
+            "limit": self.limit,
+            "offset": self.offset,
+        }
+
+
+def step_status(counts: dict[str, int]) -> str:
+    """One status for a step (a group of jobs), as the graph colours it: while any of its
+    jobs is unfinished, the most active of running, pending, delayed, waiting; once all
+    are finished, the rule of `WorkflowSnapshot.status` (completed, failed, cancelled)."""
+    for status in ("running", "pending", "delayed", "waiting"):
+        if counts.get(status):
+            return status
+    if counts.get("failed"):
+        return "failed"
+    if counts.get("cancelled"):
+        return "cancelled"
+    return "completed"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowStep:
+    """One node of a workflow's graph: a step and its jobs (one, or an `add_many`'s
+    list), counted per status. `key` is unique in the graph: the step's name, or for a
+    step of another workflow that one of this workflow's steps waits for (`outside`),
+    `workflow_id/step`. `upstream` holds the keys of the steps it waits for."""
+
+    key: str
+    name: str
+    workflow_id: str | None
+    outside: bool
+    types: tuple[str, ...]
+    job_ids: tuple[str, ...]
+    counts: dict[str, int]
+    status: str
+    upstream: tuple[str, ...]
+    on_upstream_failure: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "name": self.name,
+            "workflow_id": self.workflow_id,
+            "outside": self.outside,
+            "types": list(self.types),
+            "jobs": len(self.job_ids),
+            "job_ids": list(self.job_ids),
+            "counts": dict(self.counts),
+            "status": self.status,
+            "upstream": list(self.upstream),
+            "on_upstream_failure": self.on_upstream_failure,
+        }
+
+
+def workflow_steps(
+    snap: WorkflowSnapshot, outside: Sequence[JobSnapshot] = ()
+) -> list[WorkflowStep]:
+    """The graph of `snap` one node per step, not per job (a step of 10,000 jobs is one
+    node with its counts): steps of other workflows that its edges start from
+    (`outside`, the jobs those edges name) first, then its own, in the order they were
+    written. An upstream job neither in `snap` nor in `outside` is left out."""
+    own_key = {j.id: j.step or "" for j in snap.jobs}
+    key_of = dict(own_key)
+    for j in outside:
+        if j.id not in key_of:
+            key_of[j.id] = f"{j.workflow_id or '-'}/{j.step or j.id}"
+    groups: dict[str, list[JobSnapshot]] = {}
+    for j in [*(j for j in outside if j.id not in own_key), *snap.jobs]:
+        groups.setdefault(key_of[j.id], []).append(j)
+    upstream: dict[str, dict[str, None]] = {k: {} for k in groups}
+    policy: dict[str, str] = {}
+    for e in snap.edges:
+        up, down = key_of.get(e.upstream_id), key_of.get(e.job_id)
+        if up is None or down is None or up == down:
+            continue
+        upstream[down][up] = None
+        policy[down] = e.on_upstream_failure
+    out: list[WorkflowStep] = []
+    for key, members in groups.items():
+        first = members[0]
+        counts = dict.fromkeys(STATUSES, 0)
+        for j in members:
+            counts[str(j.status)] += 1
+        out.append(
+            WorkflowStep(
+                key,
+                first.step or "",
+                first.workflow_id,
+                first.id not in own_key,
+                tuple(dict.fromkeys(j.type for j in members)),
+                tuple(j.id for j in members),
+                counts,
+                step_status(counts),
+                tuple(upstream[key]),
+                policy.get(key),
+            )
+        )
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowView:
+    """A workflow as the console shows it: its snapshot and its graph of steps."""
+
+    snapshot: WorkflowSnapshot
+    steps: list[WorkflowStep]
+
+    @property
+    def counts(self) -> dict[str, int]:
+        counts = dict.fromkeys(STATUSES, 0)
+        for j in self.snapshot.jobs:
+            counts[str(j.status)] += 1
+        return counts
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self.snapshot.to_json(),
+            "counts": self.counts,
+            "steps": [s.to_json() for s in self.steps],
         }
 
 
@@ -420,6 +575,42 @@ class ReadModel:
             limit,
             offset,
         )
+
+    # -- workflows ------------------------------------------------------------------
+
+    def list_workflows(
+        self, *, limit: int, offset: int = 0, name: str | None = None
+    ) -> list[WorkflowInfo]:
+        """Newest first, each with its jobs counted per status (`jobs.list_workflows`)."""
+        rows = self.store.list_workflows(limit=limit, offset=offset, name=name)
+        return [workflow_info(r) for r in rows]
+
+    def workflow_page(
+        self, *, limit: int, offset: int = 0, name: str | None = None
+    ) -> WorkflowPage:
+        return WorkflowPage(
+            self.list_workflows(limit=limit, offset=offset, name=name),
+            self.store.count_workflows(name=name),
+            limit,
+            offset,
+        )
+
+    def workflow(self, workflow_id: str) -> WorkflowView | None:
+        """The workflow with its jobs, edges and graph of steps; None for an unknown id.
+        Upstream jobs of other workflows are read in batches: they are finished ones
+        (a workflow is only built on jobs that completed), so `terminal_among` finds
+        them."""
+        head = self.store.get_workflow(workflow_id)
+        if head is None:
+            return None
+        store = self.store
+        snap = workflow_snapshot(
+            head, store.workflow_jobs(workflow_id), store.workflow_edges(workflow_id)
+        )
+        own = {j.id for j in snap.jobs}
+        foreign = list(dict.fromkeys(e.upstream_id for e in snap.edges if e.upstream_id not in own))
+        outside = [snapshot_from_row(r) for r in store.terminal_among(foreign)]
+        return WorkflowView(snap, workflow_steps(snap, outside))
 
     # -- queues ---------------------------------------------------------------------
 

@@ -65,6 +65,8 @@ layer-1 lock; its claim still counts both caps in SQL.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import json
 import logging
 import threading
@@ -79,6 +81,7 @@ from pydantic_core import to_jsonable_python
 
 from jobledger._core.backoff import compute_backoff
 from jobledger._core.registry import HandlerSpec, dumps
+from jobledger._runtime import tracing
 from jobledger._runtime.ahead import ClaimAhead
 from jobledger._runtime.attempt import Attempt
 from jobledger._runtime.context import JobContext
@@ -224,10 +227,10 @@ class Engine:
         self._unconfirmed = False
         self.on_delayed: Callable[[int], None] = lambda at_ms: None
         self.on_settled_row: Callable[[JobRow], None] = _ignore_row
-        # After a finalize that ended jobs of these workflows committed: its trigger may
-        # have released or cancelled their downstream jobs (the manager kicks and
-        # resolves those). Never called for a batch without a workflow's job.
-        self.on_workflow_step: Callable[[set[str]], None] = _ignore_workflows
+        # After a finalize that ended these jobs of workflows committed (their ids): its
+        # trigger may have released or cancelled their downstream jobs (the manager
+        # kicks and resolves those). Never called for a batch without a workflow's job.
+        self.on_workflow_step: Callable[[list[str]], None] = _ignore_workflows
         self.on_unregistered: Callable[[], None] = lambda: None
         # A claim older than this when its handler is about to start (`worker_timeout`)
         # is checked against the row first; None: never.
@@ -527,6 +530,9 @@ class Engine:
             self._submit(self._failed(attempt, job, "JOB_PAYLOAD_INVALID", str(exc), False))
             return
         ctx: JobContext[Any] = JobContext(attempt, payload, attempt.metadata)
+        inst = tracing.instruments()
+        traced = None if inst is None else self._process_span(inst, attempt, job)
+        raised: BaseException | None = None
         # Async handlers are also cancelled on timeout; plain ones only see the token.
         timer = self._arm_timeout(attempt, job.timeout_ms, cancel_task=spec.is_async)
         try:
@@ -536,14 +542,16 @@ class Engine:
                 assert self.loop is not None
                 if self._pool is None:
                     self._pool = ThreadPoolExecutor(self._pool_size, thread_name_prefix="jobledger")
+                execute: Callable[[JobContext[Any]], Any] = spec.execute
+                if traced is not None:  # the thread runs in the span's context too
+                    execute = functools.partial(contextvars.copy_context().run, spec.execute)  # type: ignore[call-arg]
                 # Shielded: a cancel of this task must not abandon the thread's result.
-                result = await asyncio.shield(
-                    self.loop.run_in_executor(self._pool, spec.execute, ctx)
-                )
+                result = await asyncio.shield(self.loop.run_in_executor(self._pool, execute, ctx))
         except asyncio.CancelledError:
             attempt.token.fire("shutdown", "the job's task was cancelled")
             outcome = self._interrupted(attempt, job)
         except Exception as exc:
+            raised = exc
             if worker_log.isEnabledFor(logging.DEBUG):
                 log_raised(attempt, exc)
             outcome = self._from_exception(attempt, job, exc)
@@ -552,7 +560,22 @@ class Engine:
         finally:
             if timer is not None:
                 timer.cancel()
+        if traced is not None:
+            error = outcome[0].error
+            traced.end(outcome[0].kind, None if error is None else json.loads(error), raised)
         self._submit(outcome)
+
+    def _process_span(
+        self, inst: tracing.Instruments, attempt: Attempt, job: ClaimedJob
+    ) -> tracing.Process:
+        return tracing.Process(
+            inst,
+            queue=attempt.queue,
+            job_id=job.id,
+            type_name=job.type,
+            attempt=job.attempt,
+            metadata=attempt.metadata,
+        )
 
     def _arm_timeout(self, attempt: Attempt, timeout_ms: int | None, *, cancel_task: bool) -> Any:
         if timeout_ms is None or self.loop is None:
@@ -720,14 +743,14 @@ class Engine:
             # The refill's claim raised (a closed gate means it never ran): did it commit?
             self._unconfirmed = True
         kicks: set[str] = set()
-        workflows: set[str] | None = None
+        workflows: list[str] | None = None
         for (outcome, attempt), row in zip(batch, rows, strict=True):
             self._release(attempt)
             kicks.add(attempt.queue)
             if attempt.workflow_id is not None and row is not None:
                 if workflows is None:
-                    workflows = set()
-                workflows.add(attempt.workflow_id)
+                    workflows = []
+                workflows.append(attempt.job_id)
             if row is None:
                 if attempt.kept or attempt.job_id in self.waiters:
                     # A waiter on a job running here is not read at await time
@@ -1198,7 +1221,7 @@ class Engine:
 _TERMINAL = frozenset({"completed", "failed", "cancelled"})
 
 
-def _ignore_workflows(workflow_ids: set[str]) -> None:
+def _ignore_workflows(job_ids: list[str]) -> None:
     return None
 
 

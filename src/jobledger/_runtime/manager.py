@@ -60,6 +60,7 @@ from jobledger._core.registry import (
     JobType,
     QueueOption,
 )
+from jobledger._runtime import tracing
 from jobledger._runtime.context import JobContext
 from jobledger._runtime.engine import Engine
 from jobledger._runtime.events import EventBus, JobEvent
@@ -92,7 +93,13 @@ from jobledger._storage.interface import (
 )
 from jobledger._storage.observe import STATUSES, QueueSettingsRecord
 from jobledger._storage.open import Synchronous, open_store
-from jobledger._storage.rows import attempt_snapshot, error_to_json, snapshot_from_row
+from jobledger._storage.rows import (
+    attempt_snapshot,
+    error_to_json,
+    snapshot_from_row,
+    workflow_info,
+    workflow_snapshot,
+)
 from jobledger._storage.settings import by_queue
 from jobledger._types import (
     AttemptSnapshot,
@@ -106,10 +113,10 @@ from jobledger._types import (
     QueueLimits,
     RecoveryStrategy,
     ScheduleSnapshot,
+    WorkflowInfo,
     WorkflowSnapshot,
-    workflow_status,
 )
-from jobledger.clock import Clock, SystemClock, from_ms
+from jobledger.clock import Clock, SystemClock
 from jobledger.errors import HandlerRegistrationError, JobError, JobNotFound, JobValidationError
 
 __all__ = ["JobManager", "ManagerState", "WriteTx"]
@@ -310,7 +317,7 @@ class JobManager:
         )
         self._engine.limit_process(process_max_concurrency)  # checked above
         self._engine.on_delayed = self._on_delayed
-        self._engine.on_workflow_step = self._after_workflow_step
+        self._engine.on_workflow_step = self._after_workflow_finalize
         self._loop: asyncio.AbstractEventLoop | None = None
         self._started = False
         self._stopping = False
@@ -535,7 +542,11 @@ class JobManager:
             jt, new = self._prepare(job_type, payload, opts)
             return self._enqueue_keyed(jt, [new], [key_rule(opts)], None)[0]
         jt, new = self._prepare(job_type, payload, opts)
-        row = self._store.enqueue_rows((new,), rate_keys=self._rate_keys((new,)))[0]
+        inst = tracing.instruments()
+        if inst is None:
+            row = self._store.enqueue_rows((new,), rate_keys=self._rate_keys((new,)))[0]
+        else:
+            row = tracing.traced_send(inst, (new,), self._plain_write(None))[0]
         self._after_one(new, row)
         return JobHandle(self._waiter, row, jt)
 
@@ -590,7 +601,11 @@ class JobManager:
             call = key_rule(opts) if any(plain) else None
             rules = [call if p else own_rules.get(i) for i, p in enumerate(plain)]
             return self._enqueue_keyed(jt, new, rules, None)
-        rows = self._store.enqueue_rows(new, rate_keys=self._rate_keys(new))
+        inst = tracing.instruments()
+        if inst is None:
+            rows = self._store.enqueue_rows(new, rate_keys=self._rate_keys(new))
+        else:
+            rows = tracing.traced_send(inst, new, self._plain_write(None))
         self._after_rows(new, rows)
         return [JobHandle(self._waiter, row, jt) for row in rows]
 
@@ -649,14 +664,9 @@ class JobManager:
         head = self._store.get_workflow(workflow_id)
         if head is None:
             return None
-        jobs = tuple(snapshot_from_row(r) for r in self._store.workflow_jobs(workflow_id))
-        return WorkflowSnapshot(
-            head.id,
-            head.name,
-            workflow_status(j.status for j in jobs),
-            jobs,
-            from_ms(head.created_at),
-            head.retry_of,
+        store = self._store
+        return workflow_snapshot(
+            head, store.workflow_jobs(workflow_id), store.workflow_edges(workflow_id)
         )
 
     def retry_workflow(self, workflow_id: str) -> WorkflowHandle:
@@ -690,6 +700,24 @@ class JobManager:
                 JobHandle(self._waiter, row, self._job_type_of(row))
             )
         return WorkflowHandle(self, plan.id, plan.name, handles)
+
+    def list_workflows(
+        self, *, name: str | None = None, limit: int = 50, offset: int = 0
+    ) -> builtins.list[WorkflowInfo]:
+        """Workflows newest first (only those called `name`, when given), each with its
+        jobs counted per status, not the jobs. `limit` is capped at 1000."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise JobValidationError("limit must be an integer >= 1", code="JOB_INVALID_OPTION")
+        if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= MAX_INT:
+            raise JobValidationError(
+                "offset must be an integer in [0, 2**62]", code="JOB_INVALID_OPTION"
+            )
+        rows = self._store.list_workflows(limit=min(limit, LIST_CAP), offset=offset, name=name)
+        return [workflow_info(r) for r in rows]
+
+    def count_workflows(self, *, name: str | None = None) -> int:
+        """How many workflows are stored (called `name`, when given)."""
+        return self._store.count_workflows(name=name)
 
     async def cancel_workflow(self, workflow_id: str, reason: str | None = None) -> int:
         """Cancel every job of the workflow that has not finished: waiting, pending and
@@ -726,6 +754,25 @@ class JobManager:
         ready = [r for r in wf.rows if r[_STATUS] != "waiting"]
         self._store.remember_queues(list({r[_QUEUE] for r in wf.rows}))
         self._after_rows(ready, ready)
+
+    def _after_workflow_finalize(self, job_ids: list[str]) -> None:
+        """After a finalize that ended these jobs of workflows (on the loop): kick the
+        queues of the jobs one edge downstream that the release made pending, in one
+        query for the batch. Reading each workflow whole instead made a fan-out of N
+        jobs cost O(N) per finalize batch (O(N^2) in all). A downstream job found
+        cancelled means the cancel may have gone further than one edge: those
+        workflows get `_after_workflow_step`'s full look."""
+        rows = self._store.downstream_jobs(job_ids)
+        whole = {r[L.C_WORKFLOW] for r in rows if r[_STATUS] == "cancelled"}
+        if whole:
+            self._after_workflow_step(whole)
+        engine = self._engine
+        for r in rows:
+            if r[_STATUS] != "pending" or r[L.C_WORKFLOW] in whole:
+                continue
+            if engine.ensure_queue(r[_QUEUE], r[_TYPE]):
+                self._queues.touch(r[_QUEUE], r[_TYPE])
+                engine.kick(r[_QUEUE])
 
     def _after_workflow_step(self, workflow_ids: set[str]) -> None:
         """After a finalize that ended jobs of these workflows (on the loop): kick the
@@ -794,9 +841,23 @@ class JobManager:
             jt, new = self._prepare(job_type, payload, opts)
             return self._enqueue_keyed(jt, [new], [key_rule(opts)], tx)[0]
         jt, new = self._prepare(job_type, payload, opts)
-        row = self._store.enqueue_rows((new,), conn=tx.conn, rate_keys=self._rate_keys((new,)))[0]
+        inst = tracing.instruments()
+        if inst is None:
+            rows = self._store.enqueue_rows((new,), conn=tx.conn, rate_keys=self._rate_keys((new,)))
+        else:
+            rows = tracing.traced_send(inst, (new,), self._plain_write(tx))
+        row = rows[0]
         tx.after_commit(lambda: self._after_one(new, row))
         return JobHandle(self._waiter, row, jt)
+
+    def _plain_write(
+        self, tx: WriteTx | None
+    ) -> Callable[[Sequence[JobRow]], builtins.list[JobRow]]:
+        """How `enqueue` writes fresh rows (`tracing.traced_send` patches them first)."""
+        conn = None if tx is None else tx.conn
+        return lambda rows: self._store.enqueue_rows(
+            rows, conn=conn, rate_keys=self._rate_keys(rows)
+        )
 
     def _enqueue_keyed(
         self,
@@ -807,12 +868,17 @@ class JobManager:
     ) -> builtins.list[JobHandle[R]]:
         """Write entries that have a `unique_for` or `debounce` rule (or share a batch with
         one): `Store.enqueue_keyed`, then what `_after_rows` does after COMMIT."""
-        keys = self._rate_keys(new)
+        conn = None if tx is None else tx.conn
+
+        def write(entries: Sequence[JobRow]) -> builtins.list[JobRow]:
+            keys = self._rate_keys(entries)
+            return self._store.enqueue_keyed(entries, rules, conn=conn, rate_keys=keys)
+
+        inst = tracing.instruments()
+        rows = write(new) if inst is None else tracing.traced_send(inst, new, write)
         if tx is None:
-            rows = self._store.enqueue_keyed(new, rules, rate_keys=keys)
             self._after_keyed(new, rows, rules)
         else:
-            rows = self._store.enqueue_keyed(new, rules, conn=tx.conn, rate_keys=keys)
             tx.after_commit(lambda: self._after_keyed(new, rows, rules))
         return [JobHandle(self._waiter, row, jt) for row in rows]
 
@@ -1694,7 +1760,9 @@ def _type_name(job_type: JobType[Any] | str) -> str:
 
 def _workflow_not_found(workflow_id: object) -> JobNotFound:
     return JobNotFound(
-        f"no workflow with id {workflow_id!r}", params={"workflow_id": str(workflow_id)}
+        f"no workflow with id {workflow_id!r}",
+        code="JOB_WORKFLOW_NOT_FOUND",
+        params={"workflow_id": str(workflow_id)},
     )
 
 

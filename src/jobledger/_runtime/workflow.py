@@ -35,6 +35,7 @@ from jobledger._core.enqueue import EnqueueOptions, prepare_row
 from jobledger._core.ids import new_id
 from jobledger._core.registry import JobType
 from jobledger._core.workflow import OnUpstreamFailure, Step, WorkflowGraph, invalid
+from jobledger._runtime import tracing
 from jobledger._runtime.handle import JobHandle
 from jobledger._storage import layout as L
 from jobledger._storage.interface import JobRow, NewWorkflow
@@ -125,7 +126,7 @@ class Workflow:
         """Check the graph, then write it in one transaction; its handle."""
         wf, handles = self._prepare()
         manager = self._manager
-        manager._store.enqueue_workflow(wf)
+        _write(manager, wf, None)
         manager._after_workflow_enqueue(wf)
         return WorkflowHandle(manager, wf.id, wf.name, handles)
 
@@ -135,7 +136,7 @@ class Workflow:
         manager = self._manager
         manager._check_tx(tx)
         wf, handles = self._prepare()
-        manager._store.enqueue_workflow(wf, conn=tx.conn)
+        _write(manager, wf, tx.conn)
         tx.after_commit(lambda: manager._after_workflow_enqueue(wf))
         return WorkflowHandle(manager, wf.id, wf.name, handles)
 
@@ -144,7 +145,7 @@ class Workflow:
         nothing is written and its handle is the stored one's (`workflow_handler`)."""
         wf, handles = self._prepare(workflow_id)
         manager = self._manager
-        if manager._store.enqueue_workflow(replace(wf, exists_ok=True)):
+        if _write(manager, replace(wf, exists_ok=True), None):
             manager._after_workflow_enqueue(wf)
             return WorkflowHandle(manager, wf.id, wf.name, handles)
         stored: dict[str, list[JobHandle[Any]]] = {}
@@ -218,6 +219,18 @@ class Workflow:
 
     def __repr__(self) -> str:
         return f"Workflow({self.name!r}, steps={len(self._graph.steps)})"
+
+
+def _write(manager: JobManager, wf: NewWorkflow, conn: Any) -> bool:
+    """`Store.enqueue_workflow`, inside a `send` span when tracing is on."""
+    store = manager._store
+    inst = tracing.instruments()
+    if inst is None:
+        return store.enqueue_workflow(wf, conn=conn)
+    written: bool = tracing.traced_send(
+        inst, wf.rows, lambda rows: store.enqueue_workflow(replace(wf, rows=rows), conn=conn)
+    )
+    return written
 
 
 def _options(

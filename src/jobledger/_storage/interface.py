@@ -41,6 +41,7 @@ from jobledger._storage.observe import (
     ScheduleRecord,
     StorageFacts,
     WorkerRecord,
+    WorkflowRecord,
 )
 
 __all__ = [
@@ -271,7 +272,7 @@ class ClaimedJob:
     scheduled_at: int
     started_at: int
     # The job's workflow (None outside one): its finalize releases downstream rows, so
-    # the runtime looks at the workflow after it commits (`Engine.on_workflow_step`).
+    # the runtime looks downstream after it commits (`Engine.on_workflow_step`).
     workflow_id: str | None = None
 
 
@@ -403,7 +404,7 @@ class NewWorkflow:
     exists_ok: bool = False
 
 
-class WorkflowRecord(NamedTuple):
+class WorkflowHead(NamedTuple):
     """A row of `workflows`."""
 
     id: str
@@ -663,12 +664,7 @@ class Store(Protocol):
         with its id exists."""
         ...
 
-    def get_workflow(self, workflow_id: str) -> WorkflowRecord | None: ...
-    def workflow_edges(self, workflow_id: str) -> builtins.list[tuple[str, str, str, bool]]:
-        """(upstream job id, job id, policy, many) of every edge into a job of the
-        workflow; an upstream job may be of the workflow it re-runs."""
-        ...
-
+    def get_workflow(self, workflow_id: str) -> WorkflowHead | None: ...
     def stranded_waiting(self, limit: int) -> builtins.list[str]:
         """Ids of `waiting` jobs none of whose upstream jobs is unfinished: nothing will
         ever release them (`doctor`); [] on a schema older than workflows."""
@@ -684,6 +680,10 @@ class Store(Protocol):
 
     def workflow_jobs(self, workflow_id: str) -> builtins.list[JobRow]:
         """Every job of the workflow, in the order they were written."""
+        ...
+
+    def downstream_jobs(self, job_ids: Sequence[str]) -> builtins.list[JobRow]:
+        """The jobs one edge downstream of any of `job_ids` (each once)."""
         ...
 
     def upstream_outputs(self, job_id: str) -> builtins.list[tuple[str | None, str | None, bool]]:
@@ -737,4 +737,20 @@ class Store(Protocol):
 
     def storage_facts(self) -> StorageFacts:
         """What `doctor` checks below the tables (can be slow: SQLite's integrity check)."""
+        ...
+
+    # -- workflows, observed (read-only; the console, DESIGN.md §8.9) ---------------
+    def list_workflows(
+        self, *, limit: int, offset: int = 0, name: str | None = None
+    ) -> builtins.list[WorkflowRecord]:
+        """Up to `limit` workflows (only those called `name`, when given), newest first
+        (by id, which is creation order), after skipping `offset`; each with its jobs
+        counted per status, in one statement. A database from before workflows has none."""
+        ...
+
+    def count_workflows(self, *, name: str | None = None) -> int: ...
+    def workflow_edges(self, workflow_id: str) -> builtins.list[tuple[str, str, str, bool]]:
+        """(upstream job id, job id, policy, many) of every edge into a job of the
+        workflow, ordered by downstream job, then upstream job. The upstream job may be
+        a job of another workflow; its edges leave with a collected job."""
         ...

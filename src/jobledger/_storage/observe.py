@@ -36,6 +36,7 @@ __all__ = [
     "ScheduleRecord",
     "StorageFacts",
     "WorkerRecord",
+    "WorkflowRecord",
     "pid_alive",
 ]
 
@@ -65,6 +66,17 @@ class QueueSettingsRecord:
     rate_per_ms: int | None
     paused: bool
     updated_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowRecord:
+    """One workflow of a listing (`Store.list_workflows`): its row and how many of its
+    jobs are in each status (`STATUSES` order), counted in the listing's one query."""
+
+    id: str
+    name: str
+    created_at: int
+    counts: tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,5 @@
-"""Turning stored job rows into `JobSnapshot`s (the read model's one mapping).
+"""Turning stored rows into snapshots (the read model's one mapping): jobs, attempts and
+workflows, so `jobs.get_workflow()` and the console agree on every field.
 
 Defensive on purpose: a stored `error` that is not the expected object becomes
 `JOB_CORRUPT_ERROR_ROW` instead of breaking every read of the table.
@@ -8,13 +9,25 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 from jobledger._storage import layout as L
-from jobledger._storage.interface import SUCCESSOR_SEP, JobRow, user_key
+from jobledger._storage.interface import SUCCESSOR_SEP, JobRow, WorkflowHead, user_key
+from jobledger._storage.observe import STATUSES, WorkflowRecord
 from jobledger._storage.records import AttemptRow
-from jobledger._types import AttemptSnapshot, JobErrorInfo, JobSnapshot, JobStatus, LogLine
+from jobledger._types import (
+    AttemptSnapshot,
+    JobErrorInfo,
+    JobSnapshot,
+    JobStatus,
+    LogLine,
+    WorkflowEdge,
+    WorkflowInfo,
+    WorkflowSnapshot,
+    workflow_status,
+)
 from jobledger.clock import from_ms
 
 __all__ = [
@@ -24,6 +37,8 @@ __all__ = [
     "logs_from_json",
     "lost_error",
     "snapshot_from_row",
+    "workflow_info",
+    "workflow_snapshot",
 ]
 
 _OUTCOMES = frozenset({"completed", "retry", "failed", "cancelled", "interrupted", "lost"})
@@ -167,4 +182,34 @@ def attempt_snapshot(row: AttemptRow) -> AttemptSnapshot:
         outcome=outcome,  # type: ignore[arg-type]  # checked against _OUTCOMES
         error=error_from_json(row.error),
         logs=logs_from_json(row.logs),
+    )
+
+
+def workflow_snapshot(
+    head: WorkflowHead,
+    rows: Sequence[JobRow],
+    edges: Sequence[tuple[str, str, str, bool]],
+) -> WorkflowSnapshot:
+    """The snapshot of `Store.get_workflow`'s row, its `workflow_jobs` and its
+    `workflow_edges`."""
+    jobs = tuple(snapshot_from_row(r) for r in rows)
+    return WorkflowSnapshot(
+        head[0],
+        head[1],
+        workflow_status(j.status for j in jobs),
+        jobs,
+        from_ms(head[2]),
+        tuple(
+            WorkflowEdge(up, down, "run" if policy == "run" else "cancel", many)
+            for up, down, policy, many in edges
+        ),
+        head.retry_of,
+    )
+
+
+def workflow_info(record: WorkflowRecord) -> WorkflowInfo:
+    counts = dict(zip(STATUSES, record.counts, strict=True))
+    present = (_STATUS[s] for s, n in counts.items() if n)
+    return WorkflowInfo(
+        record.id, record.name, workflow_status(present), from_ms(record.created_at), counts
     )

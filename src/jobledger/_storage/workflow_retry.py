@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 from jobledger._core import ids
 from jobledger._storage import layout as L
-from jobledger._storage.interface import TERMINAL, JobRow, NewWorkflow, WorkflowRecord, retry_row
+from jobledger._storage.interface import TERMINAL, JobRow, NewWorkflow, WorkflowHead, retry_row
 
 __all__ = ["NOTHING_TO_RETRY", "STILL_RUNNING", "plan_workflow_retry"]
 
@@ -31,7 +31,7 @@ NOTHING_TO_RETRY = "completed"
 
 
 def plan_workflow_retry(
-    old: WorkflowRecord,
+    old: WorkflowHead,
     rows: Sequence[JobRow],
     edges: Sequence[tuple[str, str, str, bool]],
     *,

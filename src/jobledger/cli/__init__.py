@@ -3,7 +3,7 @@
     jobledger [--db PATH] [--debug] COMMAND ...
 
 The database is `--db PATH`, else `$JOBLEDGER_DB`, else `./jobledger.db`. Commands that
-only look (jobs list/show/wait, queues, schedules list/show, doctor, serve) open it
+only look (jobs list/show/wait, queues, schedules list/show, workflows, doctor, serve) open it
 read-only and never create it; commands that change rows go through a `JobManager`
 (never started, unless it is `worker` or `demo`). See docs/reference/cli.md.
 """
@@ -132,12 +132,13 @@ def main(ctx: click.Context, db: str | None, debug: bool) -> None:
 
 
 def _register() -> None:
-    from jobledger.cli import _jobs, _ops, _queues, _schedules, _serve, _worker
+    from jobledger.cli import _jobs, _ops, _queues, _schedules, _serve, _worker, _workflows
 
     main.add_command(_worker.worker)
     main.add_command(_jobs.jobs)
     main.add_command(_schedules.schedules)
     main.add_command(_queues.queues)
+    main.add_command(_workflows.workflows)
     main.add_command(_ops.doctor)
     main.add_command(_ops.gc)
     main.add_command(_serve.serve)

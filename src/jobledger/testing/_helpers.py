@@ -99,7 +99,9 @@ async def drain(jobs: JobManager, *, timeout: float = 30.0) -> list[JobSnapshot]
         jobs.end_quiet_window()
     deadline = time.monotonic() + timeout
     start_ms = _now_ms(jobs)
-    involved = {s.id for s in _all(jobs, status=_LIVE)}
+    # A workflow's `waiting` jobs are involved too; they are never due by themselves (the
+    # finalize of their last upstream job makes them pending in its own transaction).
+    involved = {s.id for s in _all(jobs, status=(*_LIVE, "waiting"))}
     seen_before = {s.id for s in _all(jobs) if to_ms(s.created_at) >= start_ms}
 
     def overdue(what: str) -> TimeoutError:

@@ -1,5 +1,11 @@
 """Server-rendered dashboard pages (no build step; `static/app.js` adds live updates).
 
+The workflow page carries its graph as JSON (`data-graph`, one node per step with its
+jobs counted per status, never one per job) and `app.js` draws it as SVG; the node and
+edge positions come from the vendored dagre (`static/vendor/`, MIT, see its README),
+which lays out and draws nothing else. Without script the page's steps table says the
+same.
+
 Invariant: every value that comes from the database goes through `html.escape` here, and
 through `textContent` in `app.js`; job payloads, outputs, errors and metadata are user
 data and may contain markup. Pages carry a strict Content-Security-Policy (set by
@@ -18,13 +24,23 @@ from jobledger._observe.read_model import (
     STATUSES,
     JobQuery,
     ReadModel,
+    WorkflowPage,
+    WorkflowStep,
+    WorkflowView,
     iso,
     progress_label,
     shown_progress,
 )
 from jobledger._types import AttemptSnapshot, JobSnapshot
 
-__all__ = ["render_index", "render_job", "render_not_found"]
+__all__ = [
+    "render_index",
+    "render_job",
+    "render_no_workflow",
+    "render_not_found",
+    "render_workflow",
+    "render_workflows",
+]
 
 
 def _e(value: object) -> str:
@@ -55,8 +71,17 @@ def _progress(snap: JobSnapshot) -> str:
     )
 
 
-def _page(title: str, body: str, *, page: str, data: dict[str, str] | None = None) -> str:
+def _page(
+    title: str,
+    body: str,
+    *,
+    page: str,
+    data: dict[str, str] | None = None,
+    scripts: Sequence[str] = (),
+) -> str:
     attrs = "".join(f' data-{_e(k)}="{_e(v)}"' for k, v in (data or {}).items())
+    # `defer` runs scripts in document order: a page's own library before app.js.
+    extra = "".join(f'<script src="{_e(src)}" defer></script>\n' for src in scripts)
     return f"""<!doctype html>
 <html lang="en">
 <head>
@@ -69,14 +94,15 @@ def _page(title: str, body: str, *, page: str, data: dict[str, str] | None = Non
 <body data-page="{_e(page)}"{attrs}>
 <header class="top">
   <a class="brand" href="/">jobledger</a>
-  <nav><a href="/">Overview</a><a href="/#jobs">Jobs</a><a href="/#schedules">Schedules</a>
+  <nav><a href="/">Overview</a><a href="/#jobs">Jobs</a><a href="/workflows">Workflows</a>
+  <a href="/#schedules">Schedules</a>
   <a href="/#workers">Workers</a><a href="/metrics">Metrics</a><a href="/openapi.json">API</a></nav>
   <span class="live" id="live" title="live updates">●</span>
 </header>
 <main>
 {body}
 </main>
-<script src="/static/app.js" defer></script>
+{extra}<script src="/static/app.js" defer></script>
 </body>
 </html>
 """
@@ -415,3 +441,172 @@ def render_not_found(job_id: str) -> str:
 <h1>No such job</h1><p>There is no job <span class="mono">{_e(job_id)}</span> (it may have been
 garbage-collected).</p>"""
     return _page("job not found · jobledger", body, page="missing")
+
+
+# -- workflows ---------------------------------------------------------------------------
+
+
+def _workflow_href(workflow_id: str) -> str:
+    return f"/workflows/{quote(workflow_id, safe='')}"
+
+
+def _counts_text(counts: dict[str, int]) -> str:
+    """`98 completed, 2 failed`: the statuses that have jobs, in `STATUSES` order."""
+    return ", ".join(f"{counts[s]} {s}" for s in STATUSES if counts.get(s))
+
+
+def _count_badges(counts: dict[str, int]) -> str:
+    return " ".join(
+        f'<span class="count-badge status-{_e(s)}" data-status="{_e(s)}">{counts[s]} {_e(s)}</span>'
+        for s in STATUSES
+        if counts.get(s)
+    )
+
+
+def render_workflows(page: WorkflowPage, *, name: str | None, problem: str | None = None) -> str:
+    notice = f'<p class="notice error">{_e(problem)}</p>' if problem else ""
+    base = {"name": name, "limit": page.limit if page.limit != 50 else None}
+
+    def link(params: dict[str, Any]) -> str:
+        clean = {k: v for k, v in params.items() if v is not None and v != "" and v != 0}
+        return "/workflows?" + urlencode(clean) if clean else "/workflows"
+
+    first = page.offset + 1 if page.items else 0
+    last = page.offset + len(page.items)
+    pager = [f'<span class="muted">{first} to {last} of {page.total}</span>']
+    if page.offset > 0:
+        newer = link({**base, "offset": max(0, page.offset - page.limit)})
+        pager.append(f'<a href="{_e(newer)}">← newer</a>')
+    if last < page.total:
+        pager.append(
+            f'<a href="{_e(link({**base, "offset": page.offset + page.limit}))}">older →</a>'
+        )
+    if page.items:
+        rows = "".join(
+            f'<tr data-workflow-id="{_e(w.id)}">'
+            f'<td class="mono id"><a href="{_e(_workflow_href(w.id))}">{_e(w.id)}</a></td>'
+            f"<td>{_e(w.name)}</td><td>{_badge(w.status)}</td>"
+            f'<td class="num">{w.finished}/{w.total}</td>'
+            f"<td>{_count_badges(dict(w.counts))}</td><td>{_time(w.created_at)}</td></tr>"
+            for w in page.items
+        )
+        table = (
+            '<table class="grid" id="workflows-table"><thead><tr><th>ID</th><th>Name</th>'
+            "<th>Status</th><th class=num>Finished</th><th>Jobs</th><th>Created</th></tr>"
+            f"</thead><tbody>{rows}</tbody></table>"
+        )
+    else:
+        table = '<p class="empty" id="workflows-table">No workflows.</p>'
+    form = f"""<form class="filters" method="get" action="/workflows">
+  <label>Name <input name="name" value="{_e(name or "")}" placeholder="any"></label>
+  <button type="submit">Filter</button> <a class="button-link" href="/workflows">Clear</a>
+</form>"""
+    body = f"""{notice}<section id="workflows"><h1>Workflows</h1>{form}{table}
+<p class=pager>{" ".join(pager)}</p></section>"""
+    return _page("workflows · jobledger", body, page="workflows")
+
+
+# The jobs a step's row lists on the workflow page; the rest are a link away.
+_STEP_JOBS_SHOWN = 50
+
+
+def _step_href(step: WorkflowStep, index: int) -> str:
+    """Where a node of the graph leads: a one-job step to its job, a step of another
+    workflow to that workflow, a step of many jobs to its row on this page."""
+    if step.outside and step.workflow_id:
+        return _workflow_href(step.workflow_id)
+    if len(step.job_ids) == 1:
+        return f"/jobs/{quote(step.job_ids[0], safe='')}"
+    return f"#step-{index}"
+
+
+def _graph_json(view: WorkflowView) -> str:
+    nodes = [
+        {
+            "key": s.key,
+            "name": s.name,
+            "outside": s.outside,
+            "jobs": len(s.job_ids),
+            "status": s.status,
+            "counts": {k: n for k, n in s.counts.items() if n},
+            "upstream": list(s.upstream),
+            "policy": s.on_upstream_failure,
+            "href": _step_href(s, i),
+        }
+        for i, s in enumerate(view.steps)
+    ]
+    return json.dumps(nodes, ensure_ascii=False, separators=(",", ":"))
+
+
+def _step_rows(view: WorkflowView) -> str:
+    key_names = {s.key: s for s in view.steps}
+    by_id = {j.id: j for j in view.snapshot.jobs}
+    rows = []
+    for i, s in enumerate(view.steps):
+        ups = ", ".join(
+            _e(key_names[u].name + (" (other workflow)" if key_names[u].outside else ""))
+            for u in s.upstream
+        )
+        policy = (
+            f' <span class="muted">on failure: {_e(s.on_upstream_failure)}</span>'
+            if (s.on_upstream_failure == "run")
+            else ""
+        )
+        # Unfinished and failed jobs first: what an operator came to look at.
+        order = {"failed": 0, "running": 1, "pending": 2, "delayed": 3, "waiting": 4}
+        members = [by_id[j] for j in s.job_ids if j in by_id]
+        members.sort(key=lambda j: order.get(str(j.status), 9))
+        links = "".join(
+            f'<li><a class="mono" href="/jobs/{_e(quote(j.id, safe=""))}">{_e(j.id)}</a> '
+            f"{_badge(str(j.status))}</li>"
+            for j in members[:_STEP_JOBS_SHOWN]
+        )
+        more = len(members) - _STEP_JOBS_SHOWN
+        if more > 0:
+            href = f"/?{urlencode({'workflow_id': view.snapshot.id})}#jobs"
+            links += f'<li class="muted"><a href="{_e(href)}">{more} more</a></li>'
+        name = _e(s.name)
+        if s.outside and s.workflow_id:
+            name += (
+                f' <a class="muted" href="{_e(_workflow_href(s.workflow_id))}">(other workflow)</a>'
+            )
+        jobs = f"<details><summary>{len(s.job_ids)}</summary><ul class=jobs>{links}</ul></details>"
+        rows.append(
+            f'<tr id="step-{i}" data-step="{_e(s.key)}"><td>{name}</td>'
+            f"<td class=muted>{_e(', '.join(s.types))}</td>"
+            f"<td>{_badge(s.status)}</td><td>{_count_badges(s.counts)}</td>"
+            f"<td>{ups or '<span class=muted>—</span>'}{policy}</td><td>{jobs}</td></tr>"
+        )
+    return (
+        '<table class="grid" id="steps-table"><thead><tr><th>Step</th><th>Type</th>'
+        "<th>Status</th><th>Jobs by status</th><th>After</th><th>Jobs</th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def render_workflow(view: WorkflowView) -> str:
+    snap = view.snapshot
+    body = f"""<p><a href="/workflows">← all workflows</a></p>
+<h1>Workflow {_e(snap.name)} <span class="mono small">{_e(snap.id)}</span>
+<span id="status">{_badge(snap.status)}</span></h1>
+<p id="workflow-counts">{_count_badges(view.counts)}
+<span class="muted">· created {_time(snap.created_at)} ·
+<a href="{_e("/?" + urlencode({"workflow_id": snap.id}) + "#jobs")}">its jobs</a></span></p>
+<section id="graph-section"><h2>Graph</h2>
+<figure id="workflow-graph" class="graph" data-graph="{_e(_graph_json(view))}"></figure>
+</section>
+<section id="steps-section"><h2>Steps</h2>{_step_rows(view)}</section>"""
+    return _page(
+        f"workflow {snap.name} · jobledger",
+        body,
+        page="workflow",
+        data={"workflow-id": snap.id, "status": snap.status},
+        scripts=["/static/vendor/dagre.min.js"],
+    )
+
+
+def render_no_workflow(workflow_id: str) -> str:
+    body = f"""<p><a href="/workflows">← all workflows</a></p>
+<h1>No such workflow</h1><p>There is no workflow <span class="mono">{_e(workflow_id)}</span>
+(it may have been garbage-collected).</p>"""
+    return _page("workflow not found · jobledger", body, page="missing")

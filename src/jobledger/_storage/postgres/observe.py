@@ -24,12 +24,14 @@ from jobledger._storage.observe import (
     ScheduleRecord,
     StorageFacts,
     WorkerRecord,
+    WorkflowRecord,
 )
 from jobledger._storage.postgres.migrate import SCHEMA_VERSION
 from jobledger._storage.settings import record_of
 
 __all__ = [
     "count_finished_before",
+    "count_workflows",
     "has_job_of_type",
     "job_metrics",
     "leader_lease",
@@ -38,6 +40,8 @@ __all__ = [
     "schedule_records",
     "storage_facts",
     "worker_records",
+    "workflow_edges",
+    "workflow_records",
 ]
 
 Conn = psycopg.Connection[Any]
@@ -206,3 +210,56 @@ def storage_facts(conn: Conn) -> StorageFacts:
         server_version=None if version is None else str(version[0]),
         read_only=None if read_only is None else str(read_only[0]) == "on",
     )
+
+
+# -- workflows (the console's reads; `sqlite/observe.py` says why they are shaped so) ----
+
+
+@functools.cache
+def _workflow_page(s: str, by_name: bool) -> str:
+    where = " WHERE name = %s" if by_name else ""
+    return (
+        "SELECT w.id, w.name, w.created_at, "
+        + ", ".join(f"count(j.id) FILTER (WHERE j.status = '{status}')" for status in STATUSES)
+        + f" FROM (SELECT id, name, created_at FROM {s}.workflows{where} ORDER BY id DESC"
+        f" LIMIT %s OFFSET %s) w LEFT JOIN {s}.jobs j ON j.workflow_id = w.id"
+        " GROUP BY w.id, w.name, w.created_at ORDER BY w.id DESC"
+    )
+
+
+def _has_workflows(conn: Conn, s: str) -> bool:
+    found = conn.execute("SELECT to_regclass(%s)", (f"{s}.workflows",)).fetchone()
+    return found is not None and found[0] is not None
+
+
+def workflow_records(
+    conn: Conn, s: str, name: str | None, limit: int, offset: int
+) -> list[WorkflowRecord]:
+    if not _has_workflows(conn, s):  # a schema from before workflows
+        return []
+    params = (limit, offset) if name is None else (name, limit, offset)
+    rows = conn.execute(_workflow_page(s, name is not None), params).fetchall()
+    return [WorkflowRecord(str(r[0]), str(r[1]), int(r[2]), tuple(map(_int, r[3:]))) for r in rows]
+
+
+def count_workflows(conn: Conn, s: str, name: str | None) -> int:
+    if not _has_workflows(conn, s):
+        return 0
+    if name is None:
+        row = conn.execute(f"SELECT count(*) FROM {s}.workflows").fetchone()
+    else:
+        row = conn.execute(
+            f"SELECT count(*) FROM {s}.workflows WHERE name = %s", (name,)
+        ).fetchone()
+    return 0 if row is None else _int(row[0])
+
+
+def workflow_edges(conn: Conn, s: str, workflow_id: str) -> list[tuple[str, str, str, bool]]:
+    # Keyed on the downstream job being the workflow's (its upstream may be another's).
+    rows = conn.execute(
+        f"SELECT d.upstream_id, d.job_id, d.policy, d.many FROM {s}.jobs j "
+        f"JOIN {s}.job_deps d ON d.job_id = j.id WHERE j.workflow_id = %s "
+        "ORDER BY d.job_id, d.upstream_id",
+        (workflow_id,),
+    ).fetchall()
+    return [(str(r[0]), str(r[1]), str(r[2]), bool(r[3])) for r in rows]

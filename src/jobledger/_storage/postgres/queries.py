@@ -500,12 +500,11 @@ class Queries:
         "INSERT INTO {s}.job_deps (upstream_id, job_id, policy, many) VALUES (%s, %s, %s, %s)"
     )
     GET_WORKFLOW = "SELECT id, name, created_at, retry_of FROM {s}.workflows WHERE id = %s"
-    WORKFLOW_EDGES = (
-        "SELECT d.upstream_id, d.job_id, d.policy, d.many FROM {s}.jobs j "
-        "JOIN {s}.job_deps d ON d.job_id = j.id WHERE j.workflow_id = %s "
-        "ORDER BY d.job_id, d.upstream_id"
-    )
     WORKFLOW_JOBS = f"SELECT {JOB_COLUMNS} FROM {{s}}.jobs WHERE workflow_id = %s ORDER BY id"
+    DOWNSTREAM_JOBS = (
+        f"SELECT {JOB_COLUMNS} FROM {{s}}.jobs WHERE id IN "
+        "(SELECT d.job_id FROM {s}.job_deps d WHERE d.upstream_id = ANY(%s))"
+    )
     UPSTREAM_OUTPUTS = (
         "SELECT u.step, u.output, d.many FROM {s}.job_deps d "
         "JOIN {s}.jobs u ON u.id = d.upstream_id "

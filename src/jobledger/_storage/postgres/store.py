@@ -88,7 +88,7 @@ from jobledger._storage.interface import (
     Outcome,
     RetryFilter,
     SpreadRequest,
-    WorkflowRecord,
+    WorkflowHead,
     latest_versions,
     retry_row,
     successor_key,
@@ -101,6 +101,7 @@ from jobledger._storage.observe import (
     ScheduleRecord,
     StorageFacts,
     WorkerRecord,
+    WorkflowRecord,
 )
 from jobledger._storage.postgres import observe
 from jobledger._storage.postgres.migrate import migrate, schema_version
@@ -1338,9 +1339,9 @@ class PostgresStore(ScheduleOps, WorkerOps):
             return written
         return self.write(work, "enqueue_workflow")
 
-    def get_workflow(self, workflow_id: str) -> WorkflowRecord | None:
+    def get_workflow(self, workflow_id: str) -> WorkflowHead | None:
         row = self.read(lambda c: c.execute(self.q.GET_WORKFLOW, (workflow_id,)).fetchone())
-        return None if row is None else WorkflowRecord(*row)
+        return None if row is None else WorkflowHead(*row)
 
     def retry_workflow(
         self, workflow_id: str, *, enqueued_by: str, now_ms: int
@@ -1353,9 +1354,9 @@ class PostgresStore(ScheduleOps, WorkerOps):
             if head is None:
                 return None
             rows = [tuple(r) for r in c.execute(q.WORKFLOW_JOBS, (workflow_id,)).fetchall()]
-            edges = [tuple(e) for e in c.execute(q.WORKFLOW_EDGES, (workflow_id,)).fetchall()]
+            edges = observe.workflow_edges(c, self._ident, workflow_id)
             plan = plan_workflow_retry(
-                WorkflowRecord(*head), rows, edges, enqueued_by=enqueued_by, now_ms=now_ms
+                WorkflowHead(*head), rows, edges, enqueued_by=enqueued_by, now_ms=now_ms
             )
             if isinstance(plan, NewWorkflow):
                 self.enqueue_workflow(plan, conn=c)
@@ -1372,12 +1373,11 @@ class PostgresStore(ScheduleOps, WorkerOps):
 
         return self.read(read)
 
-    def workflow_edges(self, workflow_id: str) -> builtins.list[tuple[str, str, str, bool]]:
-        rows = self.read(lambda c: c.execute(self.q.WORKFLOW_EDGES, (workflow_id,)).fetchall())
-        return [(str(r[0]), str(r[1]), str(r[2]), bool(r[3])) for r in rows]
-
     def workflow_jobs(self, workflow_id: str) -> builtins.list[JobRow]:
         return self._rows(self.q.WORKFLOW_JOBS, (workflow_id,))
+
+    def downstream_jobs(self, job_ids: Sequence[str]) -> builtins.list[JobRow]:
+        return self._rows(self.q.DOWNSTREAM_JOBS, (list(job_ids),))
 
     def upstream_outputs(self, job_id: str) -> builtins.list[tuple[str | None, str | None, bool]]:
         rows = self.read(lambda c: c.execute(self.q.UPSTREAM_OUTPUTS, (job_id,)).fetchall())
@@ -1489,6 +1489,20 @@ class PostgresStore(ScheduleOps, WorkerOps):
 
     def storage_facts(self) -> StorageFacts:
         return self.read(observe.storage_facts)
+
+    # -- workflows, observed (the console's reads, DESIGN.md §8.9) ---------------------
+    # Kept apart from the workflow writes above: these only read, in one statement each.
+
+    def list_workflows(
+        self, *, limit: int, offset: int = 0, name: str | None = None
+    ) -> builtins.list[WorkflowRecord]:
+        return self.read(lambda c: observe.workflow_records(c, self._ident, name, limit, offset))
+
+    def count_workflows(self, *, name: str | None = None) -> int:
+        return self.read(lambda c: observe.count_workflows(c, self._ident, name))
+
+    def workflow_edges(self, workflow_id: str) -> builtins.list[tuple[str, str, str, bool]]:
+        return self.read(lambda c: observe.workflow_edges(c, self._ident, workflow_id))
 
 
 def _key_kept_changing(job: NewJob) -> WriteTransactionFailed:

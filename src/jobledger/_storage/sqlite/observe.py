@@ -28,6 +28,7 @@ from jobledger._storage.observe import (
     ScheduleRecord,
     StorageFacts,
     WorkerRecord,
+    WorkflowRecord,
 )
 from jobledger._storage.sqlite.connections import checkpoint_truncate, open_writer
 from jobledger._storage.sqlite.files import unlinked_holders
@@ -38,6 +39,7 @@ __all__ = [
     "checkpoint",
     "collected_totals",
     "count_finished_before",
+    "count_workflows",
     "get_by_id",
     "has_job_of_type",
     "job_metrics",
@@ -49,6 +51,8 @@ __all__ = [
     "storage_facts",
     "wal_bytes",
     "worker_records",
+    "workflow_edges",
+    "workflow_records",
 ]
 
 _TERMINAL = "status IN ('completed', 'failed', 'cancelled')"
@@ -256,3 +260,53 @@ def checkpoint(path: str) -> CheckpointResult:
     finally:
         conn.close()
     return CheckpointResult(busy, log, done, wal_bytes(path))
+
+
+# -- workflows (the console's reads, DESIGN.md §8.9) ------------------------------------
+# A workflow's id is made from the clock that stamped its `created_at` (`ids.new_id`),
+# so id order is creation order and the listing pages along the primary key, newest
+# first, with no index of its own. Its jobs are counted through `jobs_workflow_idx`, one
+# page of workflows at a time (never the whole table), in the listing's one statement.
+_WORKFLOW_PAGE = (
+    "SELECT w.id, w.name, w.created_at, "
+    + ", ".join(f"coalesce(sum(j.status = '{status}'), 0)" for status in STATUSES)
+    + " FROM (SELECT id, name, created_at FROM workflows{where} ORDER BY id DESC"
+    " LIMIT ? OFFSET ?) w LEFT JOIN jobs j ON j.workflow_id = w.id"
+    " GROUP BY w.id ORDER BY w.id DESC"
+)
+_COUNT_WORKFLOWS = "SELECT count(*) FROM workflows{where}"
+# Keyed on the downstream job being the workflow's: an edge's upstream job may be a job
+# of another workflow. A collected job takes its edges with it (`jobs_collect_deps`).
+_WORKFLOW_EDGES = (
+    "SELECT u.id, j.id, d.policy, d.many FROM jobs j "
+    "JOIN job_deps d ON d.job_key = j.rowid JOIN jobs u ON u.rowid = d.upstream_key "
+    "WHERE j.workflow_id = ? ORDER BY j.rowid, u.rowid"
+)
+
+
+def workflow_records(
+    conn: sqlite3.Connection, name: str | None, limit: int, offset: int
+) -> list[WorkflowRecord]:
+    if not _has_table(conn, "workflows"):  # a file from before workflows
+        return []
+    where, params = _name_filter(name)
+    rows = conn.execute(_WORKFLOW_PAGE.format(where=where), (*params, limit, offset)).fetchall()
+    return [
+        WorkflowRecord(str(r[0]), str(r[1]), int(r[2]), tuple(int(n) for n in r[3:])) for r in rows
+    ]
+
+
+def count_workflows(conn: sqlite3.Connection, name: str | None) -> int:
+    if not _has_table(conn, "workflows"):
+        return 0
+    where, params = _name_filter(name)
+    return int(conn.execute(_COUNT_WORKFLOWS.format(where=where), params).fetchone()[0])
+
+
+def workflow_edges(conn: sqlite3.Connection, workflow_id: str) -> list[tuple[str, str, str, bool]]:
+    rows = conn.execute(_WORKFLOW_EDGES, (workflow_id,)).fetchall()
+    return [(str(r[0]), str(r[1]), str(r[2]), bool(r[3])) for r in rows]
+
+
+def _name_filter(name: str | None) -> tuple[str, tuple[str, ...]]:
+    return ("", ()) if name is None else (" WHERE name = ?", (name,))

@@ -447,13 +447,11 @@ INSERT_WORKFLOW_JOB = (
 )
 INSERT_JOB_DEP = "INSERT INTO job_deps (upstream_key, job_key, policy, many) VALUES (?, ?, ?, ?)"
 GET_WORKFLOW = "SELECT id, name, created_at, retry_of FROM workflows WHERE id = ?"
-# The edges into the workflow's jobs (an upstream job may be of an older workflow that
-# `retry_workflow` re-ran), as (upstream id, job id, policy, many), in written order.
-WORKFLOW_EDGES = (
-    "SELECT u.id, j.id, d.policy, d.many FROM jobs j JOIN job_deps d ON d.job_key = j.rowid "
-    "JOIN jobs u ON u.rowid = d.upstream_key WHERE j.workflow_id = ? ORDER BY j.rowid, u.rowid"
-)
 WORKFLOW_JOBS = f"SELECT {JOB_COLUMNS} FROM jobs WHERE workflow_id = ? ORDER BY rowid"
+DOWNSTREAM_JOBS = (
+    f"SELECT {JOB_COLUMNS} FROM jobs WHERE rowid IN (SELECT d.job_key FROM job_deps d "
+    "WHERE d.upstream_key IN (SELECT value FROM json_each(?)))"
+)
 UPSTREAM_OUTPUTS = (
     "SELECT u.step, u.output, d.many FROM job_deps d JOIN jobs u ON u.rowid = d.upstream_key "
     "WHERE d.job_key = ? ORDER BY u.rowid"

@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TypeVar
 
 from jobledger._storage.attempts import with_final_attempt
-from jobledger._storage.interface import JobRow, WorkflowRecord
+from jobledger._storage.interface import JobRow, WorkflowHead
 from jobledger._storage.layout import JOB_COLUMNS, older_job_columns
 from jobledger._storage.observe import DatabaseMissing, ReadOnlyStoreError
 from jobledger._storage.records import AttemptRow
@@ -128,8 +128,8 @@ class ReadOnlySqliteStore(SqliteStore):
             row = self._read(lambda c: observe.get_by_id(c, job_id))
         return row
 
-    def get_workflow(self, workflow_id: str) -> WorkflowRecord | None:
-        def read(conn: sqlite3.Connection) -> WorkflowRecord | None:
+    def get_workflow(self, workflow_id: str) -> WorkflowHead | None:
+        def read(conn: sqlite3.Connection) -> WorkflowHead | None:
             # A file older than workflows (migration 11) has none; one older than
             # migration 12 has no `retry_of`.
             columns = {r[1] for r in conn.execute("PRAGMA table_info(workflows)")}
@@ -137,7 +137,7 @@ class ReadOnlySqliteStore(SqliteStore):
                 return None
             sql = q.GET_WORKFLOW if "retry_of" in columns else _GET_WORKFLOW_BEFORE_RETRIES
             row = conn.execute(sql, (workflow_id,)).fetchone()
-            return None if row is None else WorkflowRecord(*row)
+            return None if row is None else WorkflowHead(*row)
 
         return self._read(read)
 

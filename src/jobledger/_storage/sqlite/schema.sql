@@ -2,7 +2,7 @@
 -- After adding a migration, regenerate it from the repository root with
 --   python -m jobledger._storage.sqlite.migrate \
 --       > src/jobledger/_storage/sqlite/schema.sql
--- user_version = 13
+-- user_version = 14
 
 CREATE INDEX job_deps_job_idx ON job_deps (job_key);
 
@@ -186,63 +186,9 @@ CREATE TABLE workflows (
     created_at  INTEGER NOT NULL
 , retry_of TEXT);
 
-CREATE TRIGGER jobs_collect_attempts AFTER DELETE ON jobs
-BEGIN
-    DELETE FROM job_attempts WHERE job_key = old.rowid;
-END;
-
-CREATE TRIGGER jobs_collect_deps AFTER DELETE ON jobs
-WHEN old.step IS NOT NULL
-BEGIN
-    DELETE FROM job_deps WHERE job_key = old.rowid;
-    DELETE FROM job_deps WHERE upstream_key = old.rowid;
-END;
-
-CREATE TRIGGER jobs_collect_totals AFTER DELETE ON jobs
-WHEN old.status = 'completed' OR old.status = 'failed' OR old.status = 'cancelled'
-BEGIN
-    INSERT INTO job_totals (queue, status, jobs, started, retried)
-    VALUES (old.queue, old.status, 1, old.attempt + (old.started_at IS NOT NULL), old.attempt)
-    ON CONFLICT (queue, status) DO UPDATE SET
-        jobs = jobs + 1,
-        started = started + excluded.started,
-        retried = retried + excluded.retried;
-END;
-
-CREATE TRIGGER jobs_orphan_children AFTER DELETE ON jobs BEGIN
-    UPDATE jobs SET parent_id = NULL WHERE parent_id = old.id;
-END;
-
-CREATE TRIGGER jobs_record_retries AFTER UPDATE OF status ON jobs
-WHEN old.status = 'running' AND new.status = 'delayed'
-BEGIN
-    INSERT OR IGNORE INTO job_attempts
-        (job_key, n, attempt, worker_id, started_at, finished_at, outcome, error)
-    VALUES (new.rowid, old.attempt, old.attempt, old.worker_id, old.started_at,
-        new.updated_at, 'retry', new.error);
-END;
-
-CREATE TRIGGER jobs_release_buffered_fire AFTER UPDATE OF status ON jobs
-WHEN new.schedule_id IS NOT NULL AND old.status <> new.status
-    AND (new.status = 'completed' OR new.status = 'failed' OR new.status = 'cancelled')
-BEGIN
-    UPDATE jobs SET status = 'pending', scheduled_at = min(scheduled_at, new.updated_at),
-        updated_at = new.updated_at
-    WHERE schedule_id = new.schedule_id AND finished_at IS NULL AND status = 'waiting'
-        AND workflow_id IS NULL AND step IS NULL
-        -- Never a second live row under one key (the unique index would fail the
-        -- ending write): such a row stays waiting, where `doctor` reports it.
-        AND (idempotency_key IS NULL OR NOT EXISTS (SELECT 1 FROM jobs k
-            WHERE k.idempotency_key = jobs.idempotency_key
-            AND (k.status = 'pending' OR k.status = 'delayed' OR k.status = 'running')))
-        AND NOT EXISTS (SELECT 1 FROM jobs o WHERE o.schedule_id = new.schedule_id
-            AND o.finished_at IS NULL
-            AND (o.status = 'pending' OR o.status = 'delayed' OR o.status = 'running'));
-END;
-
-CREATE TRIGGER jobs_release_downstream AFTER UPDATE OF status ON jobs
+CREATE TRIGGER jobs_cancel_downstream AFTER UPDATE OF status ON jobs
 WHEN new.workflow_id IS NOT NULL AND old.status <> new.status
-    AND (new.status = 'completed' OR new.status = 'failed' OR new.status = 'cancelled')
+    AND (new.status = 'failed' OR new.status = 'cancelled')
 BEGIN
     UPDATE jobs SET
         upstream_left = upstream_left - (
@@ -303,4 +249,69 @@ BEGIN
             SELECT d.job_key FROM job_deps d JOIN doomed ON d.upstream_key = doomed.key
                 WHERE d.policy = 'cancel'
         ) SELECT key FROM doomed);
+END;
+
+CREATE TRIGGER jobs_collect_attempts AFTER DELETE ON jobs
+BEGIN
+    DELETE FROM job_attempts WHERE job_key = old.rowid;
+END;
+
+CREATE TRIGGER jobs_collect_deps AFTER DELETE ON jobs
+WHEN old.step IS NOT NULL
+BEGIN
+    DELETE FROM job_deps WHERE job_key = old.rowid;
+    DELETE FROM job_deps WHERE upstream_key = old.rowid;
+END;
+
+CREATE TRIGGER jobs_collect_totals AFTER DELETE ON jobs
+WHEN old.status = 'completed' OR old.status = 'failed' OR old.status = 'cancelled'
+BEGIN
+    INSERT INTO job_totals (queue, status, jobs, started, retried)
+    VALUES (old.queue, old.status, 1, old.attempt + (old.started_at IS NOT NULL), old.attempt)
+    ON CONFLICT (queue, status) DO UPDATE SET
+        jobs = jobs + 1,
+        started = started + excluded.started,
+        retried = retried + excluded.retried;
+END;
+
+CREATE TRIGGER jobs_orphan_children AFTER DELETE ON jobs BEGIN
+    UPDATE jobs SET parent_id = NULL WHERE parent_id = old.id;
+END;
+
+CREATE TRIGGER jobs_record_retries AFTER UPDATE OF status ON jobs
+WHEN old.status = 'running' AND new.status = 'delayed'
+BEGIN
+    INSERT OR IGNORE INTO job_attempts
+        (job_key, n, attempt, worker_id, started_at, finished_at, outcome, error)
+    VALUES (new.rowid, old.attempt, old.attempt, old.worker_id, old.started_at,
+        new.updated_at, 'retry', new.error);
+END;
+
+CREATE TRIGGER jobs_release_buffered_fire AFTER UPDATE OF status ON jobs
+WHEN new.schedule_id IS NOT NULL AND old.status <> new.status
+    AND (new.status = 'completed' OR new.status = 'failed' OR new.status = 'cancelled')
+BEGIN
+    UPDATE jobs SET status = 'pending', scheduled_at = min(scheduled_at, new.updated_at),
+        updated_at = new.updated_at
+    WHERE schedule_id = new.schedule_id AND finished_at IS NULL AND status = 'waiting'
+        AND workflow_id IS NULL AND step IS NULL
+        -- Never a second live row under one key (the unique index would fail the
+        -- ending write): such a row stays waiting, where `doctor` reports it.
+        AND (idempotency_key IS NULL OR NOT EXISTS (SELECT 1 FROM jobs k
+            WHERE k.idempotency_key = jobs.idempotency_key
+            AND (k.status = 'pending' OR k.status = 'delayed' OR k.status = 'running')))
+        AND NOT EXISTS (SELECT 1 FROM jobs o WHERE o.schedule_id = new.schedule_id
+            AND o.finished_at IS NULL
+            AND (o.status = 'pending' OR o.status = 'delayed' OR o.status = 'running'));
+END;
+
+CREATE TRIGGER jobs_release_downstream AFTER UPDATE OF status ON jobs
+WHEN new.workflow_id IS NOT NULL AND old.status <> new.status AND new.status = 'completed'
+BEGIN
+    UPDATE jobs SET
+        upstream_left = upstream_left - 1,
+        status = CASE WHEN upstream_left <= 1 THEN 'pending' ELSE 'waiting' END,
+        updated_at = new.updated_at
+    WHERE rowid IN (SELECT d.job_key FROM job_deps d WHERE d.upstream_key = new.rowid)
+        AND status = 'waiting';
 END;

@@ -53,7 +53,7 @@ from jobledger._storage.interface import (
     Reissued,
     RetryFilter,
     SpreadRequest,
-    WorkflowRecord,
+    WorkflowHead,
     fresh_row,
     latest_versions,
     retry_row,
@@ -67,6 +67,7 @@ from jobledger._storage.observe import (
     ScheduleRecord,
     StorageFacts,
     WorkerRecord,
+    WorkflowRecord,
 )
 from jobledger._storage.records import AttemptRow
 from jobledger._storage.schedule_ops import ScheduleOps
@@ -946,9 +947,9 @@ class SqliteStore(ScheduleOps, WorkerOps):
             return work(conn)
         return self.write(work, "enqueue_workflow")
 
-    def get_workflow(self, workflow_id: str) -> WorkflowRecord | None:
+    def get_workflow(self, workflow_id: str) -> WorkflowHead | None:
         row = self.read(lambda c: c.execute(q.GET_WORKFLOW, (workflow_id,)).fetchone())
-        return None if row is None else WorkflowRecord(*row)
+        return None if row is None else WorkflowHead(*row)
 
     def retry_workflow(
         self, workflow_id: str, *, enqueued_by: str, now_ms: int
@@ -958,11 +959,10 @@ class SqliteStore(ScheduleOps, WorkerOps):
             if head is None:
                 return None
             rows = c.execute(q.WORKFLOW_JOBS, (workflow_id,)).fetchall()
-            edges = c.execute(q.WORKFLOW_EDGES, (workflow_id,)).fetchall()
             plan = plan_workflow_retry(
-                WorkflowRecord(*head),
+                WorkflowHead(*head),
                 rows,
-                [(u, d, p, bool(m)) for u, d, p, m in edges],
+                observe.workflow_edges(c, workflow_id),
                 enqueued_by=enqueued_by,
                 now_ms=now_ms,
             )
@@ -980,12 +980,15 @@ class SqliteStore(ScheduleOps, WorkerOps):
 
         return self.read(read)
 
-    def workflow_edges(self, workflow_id: str) -> builtins.list[tuple[str, str, str, bool]]:
-        rows = self.read(lambda c: c.execute(q.WORKFLOW_EDGES, (workflow_id,)).fetchall())
-        return [(str(r[0]), str(r[1]), str(r[2]), bool(r[3])) for r in rows]
-
     def workflow_jobs(self, workflow_id: str) -> builtins.list[JobRow]:
         return self.read(lambda c: c.execute(q.WORKFLOW_JOBS, (workflow_id,)).fetchall())
+
+    def downstream_jobs(self, job_ids: Sequence[str]) -> builtins.list[JobRow]:
+        def work(c: sqlite3.Connection) -> builtins.list[JobRow]:
+            keys = json.dumps(keys_of(c, job_ids))
+            return c.execute(q.DOWNSTREAM_JOBS, (keys,)).fetchall()
+
+        return self.read(work)
 
     def upstream_outputs(self, job_id: str) -> builtins.list[tuple[str | None, str | None, bool]]:
         rows = self.read(lambda c: c.execute(q.UPSTREAM_OUTPUTS, (key_of(c, job_id),)).fetchall())
@@ -1092,6 +1095,20 @@ class SqliteStore(ScheduleOps, WorkerOps):
 
     def storage_facts(self) -> StorageFacts:
         return self.read(lambda c: observe.storage_facts(c, self.path))
+
+    # -- workflows, observed (the console's reads, DESIGN.md §8.9) ---------------------
+    # Kept apart from the workflow writes above: these only read, in one statement each.
+
+    def list_workflows(
+        self, *, limit: int, offset: int = 0, name: str | None = None
+    ) -> builtins.list[WorkflowRecord]:
+        return self.read(lambda c: observe.workflow_records(c, name, limit, offset))
+
+    def count_workflows(self, *, name: str | None = None) -> int:
+        return self.read(lambda c: observe.count_workflows(c, name))
+
+    def workflow_edges(self, workflow_id: str) -> builtins.list[tuple[str, str, str, bool]]:
+        return self.read(lambda c: observe.workflow_edges(c, workflow_id))
 
 
 def _insert(conn: sqlite3.Connection, rows: Sequence[JobRow]) -> builtins.list[JobRow]:

@@ -239,6 +239,138 @@
     window.setInterval(refresh, 2000);
   }
 
+  // ---- workflow page: the graph, drawn as SVG -----------------------------------------
+  // dagre (static/vendor/) gives the positions of nodes and edge points; nothing else
+  // of it is used. One node per step (a step of many jobs shows its counts), so a
+  // workflow of 10,000 jobs is still a graph of a few nodes.
+
+  const SVG = "http://www.w3.org/2000/svg";
+  const NODE_W = 220;
+  const NODE_H = 52;
+  const STATUS_ORDER = ["pending", "delayed", "running", "completed", "failed", "cancelled", "waiting"];
+
+  function svgEl(name, attrs, parent) {
+    const el = document.createElementNS(SVG, name);
+    for (const [k, v] of Object.entries(attrs || {})) el.setAttribute(k, String(v));
+    if (parent) parent.appendChild(el);
+    return el;
+  }
+
+  function clip(text, max) {
+    return text.length > max ? `${text.slice(0, max - 1)}…` : text;
+  }
+
+  function countsText(counts) {
+    return STATUS_ORDER.filter((s) => counts[s]).map((s) => `${counts[s]} ${s}`).join(", ");
+  }
+
+  function drawGraph(figure) {
+    const steps = JSON.parse(figure.dataset.graph || "[]");
+    const g = new dagre.graphlib.Graph();
+    g.setGraph({ rankdir: "LR", nodesep: 20, ranksep: 56, marginx: 12, marginy: 12 });
+    g.setDefaultEdgeLabel(() => ({}));
+    for (const s of steps) g.setNode(s.key, { width: NODE_W, height: NODE_H });
+    for (const s of steps) {
+      for (const up of s.upstream) if (g.hasNode(up)) g.setEdge(up, s.key, { policy: s.policy });
+    }
+    dagre.layout(g);
+    const size = g.graph();
+    const svg = svgEl("svg", {
+      id: "workflow-svg",
+      class: "graph",
+      viewBox: `0 0 ${Math.ceil(size.width)} ${Math.ceil(size.height)}`,
+      width: Math.ceil(size.width),
+      height: Math.ceil(size.height),
+      role: "img",
+      "aria-label": "workflow graph",
+    });
+    const defs = svgEl("defs", {}, svg);
+    const marker = svgEl("marker", {
+      id: "arrow", viewBox: "0 0 10 10", refX: 9, refY: 5,
+      markerWidth: 7, markerHeight: 7, orient: "auto-start-reverse",
+    }, defs);
+    svgEl("path", { d: "M 0 0 L 10 5 L 0 10 z", class: "arrow" }, marker);
+    const edges = svgEl("g", { class: "edges" }, svg);
+    for (const e of g.edges()) {
+      const info = g.edge(e);
+      const d = info.points.map((p, i) => `${i ? "L" : "M"} ${p.x.toFixed(1)} ${p.y.toFixed(1)}`).join(" ");
+      const path = svgEl("path", {
+        d, class: `edge${info.policy === "run" ? " policy-run" : ""}`, "marker-end": "url(#arrow)",
+      }, edges);
+      path.dataset.from = e.v;
+      path.dataset.to = e.w;
+    }
+    const nodes = svgEl("g", { class: "nodes" }, svg);
+    for (const s of steps) {
+      const n = g.node(s.key);
+      const link = svgEl("a", { href: s.href }, nodes);
+      const node = svgEl("g", {
+        class: `node status-${s.status}${s.outside ? " outside" : ""}`,
+        transform: `translate(${(n.x - NODE_W / 2).toFixed(1)} ${(n.y - NODE_H / 2).toFixed(1)})`,
+      }, link);
+      node.dataset.key = s.key;
+      node.dataset.status = s.status;
+      node.dataset.jobs = String(s.jobs);
+      const summary = s.jobs === 1 ? s.status : countsText(s.counts);
+      const title = svgEl("title", {}, node);
+      title.textContent = `${s.name}${s.outside ? " (another workflow)" : ""}: ${s.jobs} job(s), ${countsText(s.counts)}`;
+      svgEl("rect", { width: NODE_W, height: NODE_H, rx: 6, ry: 6 }, node);
+      const head = svgEl("text", { x: 10, y: 20, class: "step-name" }, node);
+      head.textContent = clip(s.name + (s.jobs > 1 ? ` ×${s.jobs}` : ""), 28);
+      const counts = svgEl("text", { x: 10, y: 40, class: "step-counts" }, node);
+      counts.textContent = clip(summary, 34);
+    }
+    const old = figure.querySelector("svg");
+    if (old) old.replaceWith(svg);
+    else figure.appendChild(svg);
+  }
+
+  function workflowPage() {
+    const figure = document.getElementById("workflow-graph");
+    if (!figure || typeof dagre === "undefined") return;
+    drawGraph(figure);
+    if (TERMINAL.has(document.body.dataset.status)) {
+      setLive("done");
+      return;
+    }
+    // While it runs: the page again, its graph and tables swapped in place.
+    let busy = false;
+    async function refresh() {
+      if (busy || document.hidden) return;
+      busy = true;
+      try {
+        const res = await fetch(window.location.href, { headers: { accept: "text/html" } });
+        if (!res.ok) throw new Error(String(res.status));
+        const doc = new DOMParser().parseFromString(await res.text(), "text/html");
+        const fresh = doc.getElementById("workflow-graph");
+        if (fresh) {
+          figure.dataset.graph = fresh.dataset.graph;
+          drawGraph(figure);
+        }
+        for (const id of ["status", "workflow-counts", "steps-table"]) {
+          const next = doc.getElementById(id);
+          const old = document.getElementById(id);
+          if (next && old) old.replaceWith(document.adoptNode(next));
+        }
+        localizeTimes(document);
+        const status = doc.body.dataset.status;
+        document.body.dataset.status = status;
+        if (TERMINAL.has(status)) {
+          window.clearInterval(timer);
+          setLive("done");
+        } else {
+          setLive("on");
+        }
+      } catch (e) {
+        setLive("off");
+      } finally {
+        busy = false;
+      }
+    }
+    setLive("on");
+    const timer = window.setInterval(refresh, 2000);
+  }
+
   // ---- actions (only rendered with --allow-actions) --------------------------------
 
   document.addEventListener("click", async (ev) => {
@@ -269,4 +401,5 @@
   const page = document.body.dataset.page;
   if (page === "job") jobPage();
   else if (page === "index") indexPage();
+  else if (page === "workflow") workflowPage();
 })();

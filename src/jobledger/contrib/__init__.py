@@ -1,0 +1,1 @@
+"""Integrations with other frameworks: `jobledger.contrib.asgi` (Starlette, FastAPI)."""
