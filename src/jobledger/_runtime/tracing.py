@@ -152,13 +152,22 @@ def traced_send(
     if inst.tracer is None:
         out = write(rows)
     else:
+        api = _otel()
         name = "send" if queue is None else f"send {queue}"
-        with inst.tracer.start_as_current_span(
-            name, kind=_otel().trace.SpanKind.PRODUCER, attributes=attrs
-        ):
+        # Not made current: the write makes no spans, and attaching costs a context swap.
+        span = inst.tracer.start_span(name, kind=api.trace.SpanKind.PRODUCER, attributes=attrs)
+        try:
             carrier: dict[str, str] = {}
-            _otel().propagate.inject(carrier)
-            out = write([_with_carrier(r, carrier) for r in rows])
+            api.propagate.inject(carrier, context=api.trace.set_span_in_context(span))
+            encoded = json.dumps(carrier, separators=(",", ":"))
+            out = write([_with_carrier(r, carrier, encoded) for r in rows])
+        except BaseException as exc:
+            span.record_exception(exc)
+            span.set_status(api.trace.Status(api.trace.StatusCode.ERROR, str(exc)))
+            span.set_attribute("error.type", f"{type(exc).__module__}.{type(exc).__qualname__}")
+            raise
+        finally:
+            span.end()
     if inst.sent is not None:
         counted = {k: v for k, v in attrs.items() if k != "messaging.message.id"}
         counted.pop("messaging.batch.message_count", None)
@@ -167,10 +176,17 @@ def traced_send(
     return out
 
 
-def _with_carrier(row: JobRow, carrier: dict[str, str]) -> JobRow:
-    metadata = json.loads(row[L.C_METADATA])
-    metadata[METADATA_KEY] = carrier
-    text = json.dumps(metadata, separators=(",", ":"), ensure_ascii=False)
+def _with_carrier(row: JobRow, carrier: dict[str, str], encoded: str) -> JobRow:
+    """`row` with the carrier in its metadata (a JSON object, as every row's is)."""
+    text = row[L.C_METADATA]
+    if text == "{}":
+        text = f'{{"{METADATA_KEY}":{encoded}}}'
+    elif f'"{METADATA_KEY}"' not in text:  # the common case: splice, without a parse
+        text = f'{text[:-1]},"{METADATA_KEY}":{encoded}}}'
+    else:  # a re-run's copy, or the caller's own key: replaced
+        metadata = json.loads(text)
+        metadata[METADATA_KEY] = carrier
+        text = json.dumps(metadata, separators=(",", ":"), ensure_ascii=False)
     return (*row[: L.C_METADATA], text, *row[L.C_METADATA + 1 :])
 
 
