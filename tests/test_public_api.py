@@ -8,6 +8,7 @@ import jobledger.testing
 CONTRACT = {
     # DESIGN.md §2 names these; removing one is a breaking change.
     "AfterStartup",
+    "AllMissed",  # DESIGN.md §8.11
     "AttemptSnapshot",
     "CancelManyResult",
     "CancelToken",

@@ -15,6 +15,7 @@ from jobledger._runtime.workflow import Workflow, WorkflowHandle
 from jobledger._scheduling.scheduler import SchedulerService
 from jobledger._scheduling.triggers import (
     AfterStartup,
+    AllMissed,
     CatchUpPolicy,
     Cron,
     Interval,
@@ -58,6 +59,7 @@ from jobledger.errors import (
 
 __all__ = [
     "AfterStartup",
+    "AllMissed",
     "AttemptSnapshot",
     "CancelManyResult",
     "CancelToken",

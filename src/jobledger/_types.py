@@ -331,6 +331,11 @@ class ScheduleSnapshot:
     metadata: Mapping[str, JSON]
     created_at: datetime
     updated_at: datetime
+    # What a natural fire does while the schedule's previous job has not ended:
+    # "allow", "skip" or "buffer_one" (docs/design/schedules.md, "Overlap").
+    overlap: str = "allow"
+    jitter: float = 0.0  # seconds: each fire's job is due a stable offset in [0, jitter)
+    skipped_fires: int = 0  # natural fires `overlap` skipped
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,8 @@ Codes are a public contract: they are added, never renamed. A caller matches on
     │                                JOB_RESULT_INVALID: its output does not fit the result type
     ├── ScheduleError                JOB_SCHEDULE_TRIGGER_INVALID, JOB_SCHEDULE_NAME_INVALID,
     │                                JOB_SCHEDULE_NAME_CONFLICT, JOB_SCHEDULE_SINGLETON_EXISTS,
-    │                                JOB_SCHEDULE_NAME_REQUIRED, JOB_SCHEDULE_NOT_FOUND_BY_NAME
+    │                                JOB_SCHEDULE_NAME_REQUIRED, JOB_SCHEDULE_NOT_FOUND_BY_NAME,
+    │                                JOB_SCHEDULE_NOT_FOUND (`backfill_job_schedule`)
     ├── HandlerRegistrationError     JOB_HANDLER_ALREADY_REGISTERED, JOB_HANDLER_INVALID
     ├── PermanentError               raised *by handlers*: fail now, do not retry
     ├── JobCancelled                 JOB_CANCELLED (raised by ctx.raise_if_cancelled())

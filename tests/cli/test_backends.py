@@ -291,3 +291,50 @@ def test_doctor_reports_a_waiting_workflow_job_nothing_will_release(cli_on: Cli)
     cancelled = cli("jobs", "cancel", then_id)
     assert cancelled.exit_code == 0, cancelled.stderr
     assert json.loads(cli("doctor", "--json").stdout)["stranded_waiting"] == []
+
+
+def test_schedules_backfill_writes_each_past_fire_once_on_every_backend(cli_on: Cli) -> None:
+    """`schedules backfill ID --from --to` without `--app`: the jobs carry the natural
+    keys, a second run writes none; `list` and `show` show overlap and jitter."""
+    cli = cli_on
+    add = jl.JobType("math.add", dict)
+    jobs = jl.JobManager(cli.db)
+
+    @jobs.handler(add, recovery="retry")
+    def adder(ctx: jl.JobContext[dict[str, int]]) -> None:
+        return None
+
+    sid = jobs.register_job_schedule(
+        add, {"a": 1}, trigger=jl.Cron("0 * * * *"), overlap="skip", jitter=90, enabled=False
+    )
+    first = cli(
+        "schedules", "backfill", sid, "--from", "2026-01-01T00:00", "--to", "2026-01-01T05:00"
+    )
+    assert first.exit_code == 0, first.stderr
+    assert first.stdout.strip() == "5 job(s) written"
+    again = cli(
+        "schedules",
+        "backfill",
+        sid,
+        "--from",
+        "2026-01-01T00:00+00:00",
+        "--to",
+        "2026-01-01T05:00Z",
+    )
+    assert again.stdout.strip() == "0 job(s) written"
+    keys = sorted(str(s.idempotency_key) for s in jobs.list(schedule_id=sid))
+    assert keys == [f"schedule:{sid}:{1_767_225_600_000 + h * 3_600_000}" for h in range(5)]
+    shown = json.loads(cli("schedules", "show", sid).stdout)
+    assert (shown["overlap"], shown["jitter"], shown["skipped_fires"]) == ("skip", 90.0, 0)
+    assert "skip, jitter 90s" in cli("schedules", "list").stdout
+    for bad in (
+        ["--from", "2026-01-02T00:00", "--to", "2026-01-01T00:00"],
+        ["--from", "soon", "--to", "2026-01-01T00:00"],
+    ):
+        refused = cli("schedules", "backfill", sid, *bad)
+        assert refused.exit_code == 1
+        assert "JOB_INVALID_OPTION" in refused.stderr
+    missing = cli("schedules", "backfill", "nope", "--from", "2026-01-01", "--to", "2026-01-02")
+    assert missing.exit_code == 1
+    assert "JOB_SCHEDULE_NOT_FOUND" in missing.stderr
+    assert jobs.count(schedule_id=sid) == 5

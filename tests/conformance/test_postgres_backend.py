@@ -404,7 +404,7 @@ def test_schedule_operations_stay_in_the_stores_schema(
         assert b.get_schedule("s") == row
         a.set_schedule_next_run("s", 1_000, 3)
         assert b.get_schedule("s") == row
-        assert a.delete_schedule("s") is True
+        assert a.delete_schedule("s", 2) is True
         assert b.list_schedules() == [row]
         for bad in ({"name; DROP TABLE x": 1}, {}):
             with pytest.raises(ValueError, match="schedule columns"):

@@ -98,7 +98,7 @@ def test_schedule_rows_round_trip(store: ConformantStore) -> None:
     assert isinstance(got, ScheduleRow)
     assert got == s1
     assert got == (
-        "s1", "t.a", "", TRIGGER, "{}", "{}", 1, None, None, 0, "{}", 10, 10,
+        "s1", "t.a", "", TRIGGER, "{}", "{}", 1, None, None, 0, "{}", 10, 10, "allow", 0, 0,
     )  # fmt: skip
     assert store.get_schedule("missing") is None
     # By name: "" is the type's singleton.
@@ -172,10 +172,10 @@ def test_deleting_a_schedule_detaches_its_jobs(store: ConformantStore) -> None:
     _insert(store, "s")
     job = new_job(schedule="s")
     store.enqueue([job])
-    assert store.delete_schedule("s") is True
+    assert store.delete_schedule("s", 20) is True
     assert col(store.get(job.id), L.C_SCHEDULE) is None
     assert store.get_schedule("s") is None
-    assert store.delete_schedule("s") is False
+    assert store.delete_schedule("s", 21) is False
 
 
 def test_set_next_run_arms_and_disarms(store: ConformantStore) -> None:

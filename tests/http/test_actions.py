@@ -93,3 +93,39 @@ def test_without_a_handler_run_now_is_refused_and_without_actions_there_are_no_p
             for used in app.state.action_managers.values():
                 asyncio.run(used.stop())
             app.state.read_model.close()
+
+
+def test_backfill_a_schedule_needs_the_token_and_writes_each_fire_once(tmp_path: Path) -> None:
+    db = str(tmp_path / "jobs.db")
+    jobs = _manager(db)
+    sid = jobs.register_job_schedule(
+        WORK, Item(n=3), trigger=jl.Cron("0 * * * *"), enabled=False, overlap="buffer_one"
+    )
+    body = {"from": "2026-01-01T00:00:00Z", "to": "2026-01-01T03:00:00Z"}
+    app = create_app(db, token="t0ken", allow_actions=True, action_manager=jobs)
+    try:
+        with running_server(app) as url, httpx.Client(base_url=url, timeout=20) as client:
+            url_of = f"/api/schedules/{sid}/backfill"
+            assert client.post(url_of, json=body).status_code == 401
+            first = client.post(url_of, json=body, headers=TOKEN)
+            assert first.json() == {"id": sid, "written": 3}
+            assert client.post(url_of, json=body, headers=TOKEN).json()["written"] == 0
+            listed = client.get("/api/schedules", headers=TOKEN).json()["items"]
+            assert (listed[0]["overlap"], listed[0]["jitter"]) == ("buffer_one", 0.0)
+            future = {"from": "2026-01-01T00:00:00Z", "to": "2999-01-01T00:00:00Z"}
+            refused = client.post(url_of, json=future, headers=TOKEN)
+            assert (refused.status_code, refused.json()["error"]["code"]) == (
+                400,
+                "JOB_INVALID_OPTION",
+            )
+            shape = client.post(url_of, json={"from": "x"}, headers=TOKEN)
+            assert (shape.status_code, shape.json()["error"]["code"]) == (400, "INVALID_BODY")
+            gone = client.post("/api/schedules/nope/backfill", json=body, headers=TOKEN)
+            assert (gone.status_code, gone.json()["error"]["code"]) == (
+                404,
+                "JOB_SCHEDULE_NOT_FOUND",
+            )
+    finally:
+        asyncio.run(jobs.stop())
+        app.state.read_model.close()
+    assert jobs.count(schedule_id=sid) == 3

@@ -55,3 +55,17 @@ def test_static_assets_are_served(base_url: str) -> None:
     assert "innerHTML" not in js.text.replace("never innerHTML", "")
     css = httpx.get(f"{base_url}/static/style.css", timeout=10)
     assert css.status_code == 200
+
+
+def test_the_schedules_table_shows_overlap_jitter_and_the_last_fires(
+    base_url: str, populated: Populated
+) -> None:
+    html = httpx.get(f"{base_url}/", timeout=10).text
+    table = html[html.index('id="schedules-table"') :]
+    table = table[: table.index("</table>")]
+    for heading in ("Overlap", "Jitter", "Last fires"):
+        assert f">{heading}</th>" in table
+    assert 'data-overlap="allow"' in table
+    # The schedule's one job (a manual run), linked with its status.
+    assert f'href="/jobs/{populated.ids["scheduled"]}"' in table
+    assert 'data-status="completed"' in table

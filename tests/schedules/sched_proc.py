@@ -1,7 +1,9 @@
-"""A worker process for the schedule tests: `python -m tests.schedules.sched_proc DB STATUS`.
+"""A worker process for the schedule tests:
+`python -m tests.schedules.sched_proc DB STATUS [SECONDS]`.
 
-It starts a `JobManager` on DB (wall clock, `startup_delay=0`) with a `TICK` handler and
-runs until SIGTERM, then stops cleanly and exits 0. Every ~20 ms it rewrites STATUS
+It starts a `JobManager` on DB (wall clock, `startup_delay=0`) with a `TICK` handler
+(which sleeps SECONDS, default 0, so a run can outlast a schedule's period) and runs
+until SIGTERM, then stops cleanly and exits 0. Every ~20 ms it rewrites STATUS
 atomically (write + rename) with `<worker id> <leader 0|1>`; the file first appears once
 `start()` returned. The schedules themselves are rows the parent wrote: the child only
 arms what the database holds (if it leads).
@@ -27,7 +29,7 @@ def write_status(path: str, jobs: jl.JobManager) -> None:
     os.replace(tmp, path)
 
 
-async def main(db: str, status: str) -> int:
+async def main(db: str, status: str, busy: float) -> int:
     jobs = jl.JobManager(
         db,
         startup_delay=0,
@@ -38,7 +40,8 @@ async def main(db: str, status: str) -> int:
 
     @jobs.handler(TICK, recovery="retry", concurrency=4)
     async def tick(ctx: jl.JobContext[Tick]) -> None:
-        return None
+        if busy:
+            await asyncio.sleep(busy)
 
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
@@ -54,4 +57,5 @@ async def main(db: str, status: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main(sys.argv[1], sys.argv[2])))
+    busy = float(sys.argv[3]) if len(sys.argv) > 3 else 0.0
+    sys.exit(asyncio.run(main(sys.argv[1], sys.argv[2], busy)))

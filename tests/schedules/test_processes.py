@@ -23,6 +23,7 @@ from typing import TypeVar
 import pytest
 
 import jobledger as jl
+from jobledger._scheduling.overlap import Overlap
 from jobledger.testing import FakeClock
 from tests.conftest import db_rows
 from tests.schedules import (
@@ -316,11 +317,12 @@ WAIT = 20.0
 class Worker:
     """One `sched_proc` child; it reports `<worker id> <leader 0|1>` in a status file."""
 
-    def __init__(self, db: str, tmp: Path, name: str) -> None:
+    def __init__(self, db: str, tmp: Path, name: str, busy: float = 0.0) -> None:
         self.status = tmp / f"{name}.status"
         self.log = open(tmp / f"{name}.log", "wb")  # noqa: SIM115 - closed in close()
+        args = [str(db), str(self.status), str(busy)]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.schedules.sched_proc", str(db), str(self.status)],
+            [sys.executable, "-m", "tests.schedules.sched_proc", *args],
             cwd=ROOT,
             stdout=self.log,
             stderr=subprocess.STDOUT,
@@ -417,3 +419,92 @@ def test_two_worker_processes_fire_once_and_survive_the_leader_s_death(
         prefix, _, fire_ms = key.rpartition(":")
         assert prefix == f"schedule:{sid}"
         assert (int(fire_ms) - anchor_ms) % period_ms == 0, key
+
+
+def _unfinished(db: str, sid: str) -> tuple[int, int]:
+    """(pending, delayed or running jobs; waiting jobs) of the schedule, one snapshot."""
+    sql = "SELECT status FROM jobs WHERE schedule_id = ? AND finished_at IS NULL"
+    statuses = [str(r[0]) for r in db_rows(db, sql, (sid,))]
+    return sum(s != "waiting" for s in statuses), statuses.count("waiting")
+
+
+def _skipped(db: str, sid: str) -> int:
+    rows = db_rows(db, "SELECT skipped_count FROM job_schedules WHERE id = ?", (sid,))
+    return int(rows[0][0])
+
+
+@pytest.mark.parametrize("overlap", ["skip", "buffer_one"])
+def test_overlap_decisions_hold_across_two_processes_and_the_leader_s_death(
+    db: str, tmp_path: Path, overlap: Overlap
+) -> None:
+    """Runs of 0.25 s on a 0.1 s schedule: most fires meet an unfinished job. Each
+    decision is its fire's own transaction, so whichever process fires (the first leader,
+    the follower after the SIGKILL, both during the takeover), a snapshot of the table
+    never shows more unfinished jobs than the policy allows; the killed leader's running
+    job stays unfinished until the new leader rescues it, and blocks fires meanwhile."""
+    setup = jl.JobManager(db, startup_delay=0)
+
+    @setup.handler(TICK, recovery="retry")
+    def tick(ctx: jl.JobContext[Tick]) -> None:
+        return None
+
+    sid = setup.register_job_schedule(
+        TICK, Tick(n=1), trigger=jl.Interval(seconds=PERIOD), overlap=overlap
+    )
+    run(setup.stop())
+    allowed_waiting = 1 if overlap == "buffer_one" else 0
+    seen: list[tuple[int, int]] = []
+
+    def sample() -> None:
+        seen.append(_unfinished(db, sid))
+        live, waiting = seen[-1]
+        assert live <= 1, seen[-20:]
+        assert waiting <= allowed_waiting, seen[-20:]
+
+    workers = [Worker(db, tmp_path, name, busy=0.25) for name in ("w1", "w2")]
+    try:
+
+        def leader() -> Worker | None:
+            sample()
+            leaders = [w for w in workers if (s := w.read()) is not None and s[1]]
+            return leaders[0] if len(leaders) == 1 else None
+
+        first = _wait(leader, "exactly one leader")
+        first_id = first.read()
+        assert first_id is not None
+
+        def fired_by(worker_id: str, n: int) -> bool:
+            sample()
+            return sum(1 for _, w in _fires(db) if w == worker_id) >= n
+
+        def held_one() -> bool:
+            # buffer_one: wait until a snapshot showed a fire held back behind a run.
+            return allowed_waiting == 0 or any(waiting for _, waiting in seen)
+
+        _wait(
+            lambda: fired_by(first_id[0], 3) and _skipped(db, sid) >= 3 and held_one(),
+            "skips (and a held-back fire) under the first leader",
+        )
+        os.kill(first.proc.pid, signal.SIGKILL)
+        first.proc.wait(WAIT)
+        second = next(w for w in workers if w is not first)
+
+        def leading() -> tuple[str, bool] | None:
+            sample()
+            return _leading(second)
+
+        second_id = _wait(leading, "the follower to lead")
+        skipped = _skipped(db, sid)
+        _wait(
+            lambda: fired_by(second_id[0], 3) and _skipped(db, sid) >= skipped + 3,
+            "fires and skips under the new leader",
+        )
+        second.proc.send_signal(signal.SIGTERM)
+        assert second.proc.wait(WAIT) == 0
+        fires = _fires(db)
+    finally:
+        for w in workers:
+            w.close()
+    counts = Counter(k for k, _ in fires)
+    assert max(counts.values()) == 1, [k for k, n in counts.items() if n > 1]
+    assert len(seen) > 20

@@ -104,11 +104,26 @@ SECONDS = st.one_of(
 )
 
 
+def _first_instant_past(zone: ZoneInfo, reading: datetime) -> datetime:
+    """The first instant whose local reading is past `reading` (a reading inside a gap),
+    found by walking whole seconds from well before it: slow, and independent of the
+    implementation's halving (every zone's transitions fall on whole seconds)."""
+    at = reading.replace(tzinfo=UTC) - timedelta(hours=15)
+    step = timedelta(minutes=1)
+    while at.astimezone(zone).replace(tzinfo=None) <= reading:
+        at += step
+    at -= step
+    while at.astimezone(zone).replace(tzinfo=None) <= reading:
+        at += timedelta(seconds=1)
+    return at
+
+
 def _reference_next(cron: Cron, after: datetime) -> datetime | None:
     """The contract, spelled out slowly. UTC and 5-field wall-clock expressions: cronsim's
     own answer. Otherwise: the earliest real instant after `after` whose local reading
-    cronsim matches (a wall-clock reading only at its first instant), found by mapping
-    every matching naive reading within generous margins."""
+    cronsim matches (a wall-clock reading only at its first instant, and at the end of the
+    gap when it has none), found by mapping every matching naive reading within generous
+    margins."""
     zone = ZoneInfo(cron.timezone) if cron.timezone else UTC
     parts = cron.expr.split()
     wall_clock = not parts[-5].startswith("*") and not parts[-4].startswith("*")
@@ -127,6 +142,8 @@ def _reference_next(cron: Cron, after: datetime) -> datetime | None:
             for x in (reading.replace(tzinfo=zone, fold=f).astimezone(UTC) for f in (0, 1))
             if x.astimezone(zone).replace(tzinfo=None) == reading
         )
+        if wall_clock and not instants and isinstance(zone, ZoneInfo):
+            instants = [_first_instant_past(zone, reading)]
         for x in instants[:1] if wall_clock else instants:
             if x > after and (best is None or x < best):
                 best = x
@@ -320,14 +337,50 @@ def test_berlin_fall_back_fixed_time_fires_once() -> None:
     )
 
 
+@CRON_PROPS
+@given(FIVE_FIELD, ZONES, INSTANTS)
+def test_a_six_field_cron_with_second_zero_fires_as_its_five_field_twin(
+    five: str, zone: str | None, after: datetime
+) -> None:
+    # The 5-field form is cronsim's own DST walk; the 6-field form is ours (readings
+    # mapped by zoneinfo). Both run a missing wall-clock time at the end of the gap.
+    assert next_after(Cron("0 " + five, zone), after) == next_after(Cron(five, zone), after)
+
+
 def test_berlin_six_field_fixed_time() -> None:
-    # cronsim skips a missing time for 6 fields; the repeat still fires only once.
+    # A missing time runs at the end of the gap, as with 5 fields; the repeat fires once.
     cron = Cron("0 30 2 * * *", BERLIN)
-    assert _fires(cron, utc(2026, 3, 28, 12), 1) == [utc(2026, 3, 30, 0, 30)]
+    assert _fires(cron, utc(2026, 3, 28, 12), 2) == [
+        utc(2026, 3, 29, 1, 0),  # 03:00 CEST, the jump
+        utc(2026, 3, 30, 0, 30),
+    ]
+    # Seconds inside the gap make one fire at its end, not three.
+    assert _fires(Cron("*/20 30 2 * * *", BERLIN), utc(2026, 3, 28, 12), 2) == [
+        utc(2026, 3, 29, 1, 0),
+        utc(2026, 3, 30, 0, 30),
+    ]
     assert _fires(cron, utc(2026, 10, 24, 12), 2) == [
         utc(2026, 10, 25, 0, 30),
         utc(2026, 10, 26, 1, 30),
     ]
+
+
+def test_lord_howe_thirty_minute_gap_runs_a_fixed_time_at_its_end() -> None:
+    # 2026-10-04 02:00 LHST (+10:30) -> 02:30 LHDT (+11): 02:15 does not exist that day.
+    lord_howe = "Australia/Lord_Howe"
+    for expr in ("15 2 * * *", "0 15 2 * * *"):
+        assert _fires(Cron(expr, lord_howe), utc(2026, 10, 2, 12), 3) == [
+            utc(2026, 10, 2, 15, 45),  # 02:15 LHST
+            utc(2026, 10, 3, 15, 30),  # 02:30 LHDT, the jump
+            utc(2026, 10, 4, 15, 15),  # 02:15 LHDT
+        ], expr
+    # 2026-04-05 02:00 LHDT -> 01:30 LHST: 01:45 happens twice, fires the first time.
+    for expr in ("45 1 * * *", "0 45 1 * * *"):
+        assert _fires(Cron(expr, lord_howe), utc(2026, 4, 3, 12), 3) == [
+            utc(2026, 4, 3, 14, 45),  # 01:45 LHDT
+            utc(2026, 4, 4, 14, 45),  # 01:45 LHDT, before the repeat
+            utc(2026, 4, 5, 15, 15),  # 01:45 LHST
+        ], expr
 
 
 def test_berlin_hourly_follows_real_time() -> None:

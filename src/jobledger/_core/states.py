@@ -13,8 +13,8 @@ stateDiagram-v2
     pending --> cancelled: cancel / recovery
     delayed --> cancelled: cancel / recovery
     running --> pending: shutdown (retry, singleton) / rescue of a dead worker's row
-    [*] --> waiting: workflow enqueue (upstream steps unfinished)
-    waiting --> pending: last upstream job finished (completed, or policy run)
+    [*] --> waiting: workflow enqueue (upstream steps unfinished) / a held-back fire
+    waiting --> pending: last upstream job finished (completed, or policy run) / held fire freed
     waiting --> cancelled: an upstream job failed or was cancelled (policy cancel) / cancel
 ```
 

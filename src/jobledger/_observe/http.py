@@ -13,7 +13,7 @@ Routes (see `openapi.py` for the schema served at `/openapi.json`):
     GET /, /jobs/{id}, /workflows, /workflows/{id}
                                   the dashboard (HTML + /static/app.js)
     POST /api/jobs/{id}/cancel, /api/jobs/{id}/retry, /api/schedules/{id}/run,
-         /api/queues/{queue}/pause|resume|limits
+         /api/schedules/{id}/backfill, /api/queues/{queue}/pause|resume|limits
                                   the actions (with `allow_actions` and the token)
 
 Invariants:
@@ -56,6 +56,7 @@ import json
 import re
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -651,6 +652,35 @@ def _action_routes(manager: Callable[[], JobManager], rm: ReadModel) -> list[Rou
         written = await manager().trigger_job_schedule_now_by_id(schedule_id)
         return JSONResponse({"id": schedule_id, "enqueued": bool(written)})
 
+    async def backfill_schedule(request: Request) -> Response:
+        schedule_id = request.path_params["schedule_id"]
+        try:
+            body = json.loads(await request.body() or b"null")
+        except ValueError as exc:
+            return _error(400, "INVALID_BODY", f"the body is not JSON: {exc}")
+        if not isinstance(body, dict) or set(body) != {"from", "to"}:
+            return _error(
+                400, "INVALID_BODY", 'the body is a JSON object: {"from": ISO-8601, "to": ISO-8601}'
+            )
+        bounds: list[datetime] = []
+        for field in ("from", "to"):
+            try:
+                at = datetime.fromisoformat(str(body[field]))
+            except ValueError:
+                return _error(400, "JOB_INVALID_OPTION", f"{field!r} is not an ISO 8601 time")
+            bounds.append(at.replace(tzinfo=UTC) if at.tzinfo is None else at)
+        try:
+            written = await run_in_threadpool(
+                lambda: manager().backfill_job_schedule(schedule_id, bounds[0], bounds[1])
+            )
+        except JobError as exc:
+            if exc.code == "JOB_SCHEDULE_NOT_FOUND":
+                return _error(404, exc.code, exc.message)
+            if isinstance(exc, JobValidationError):
+                return _error(400, exc.code, exc.message)
+            raise
+        return JSONResponse({"id": schedule_id, "written": written})
+
     async def queue_action(request: Request) -> Response:
         # `{rest:path}`: a queue's name may contain "/", so the action is the last part.
         queue, _, action = request.path_params["rest"].rpartition("/")
@@ -685,5 +715,6 @@ def _action_routes(manager: Callable[[], JobManager], rm: ReadModel) -> list[Rou
         Route("/api/jobs/{job_id:str}/cancel", cancel, methods=["POST"]),
         Route("/api/jobs/{job_id:str}/retry", retry, methods=["POST"]),
         Route("/api/schedules/{schedule_id:str}/run", run_schedule, methods=["POST"]),
+        Route("/api/schedules/{schedule_id:str}/backfill", backfill_schedule, methods=["POST"]),
         Route("/api/queues/{rest:path}", queue_action, methods=["POST"]),
     ]

@@ -208,6 +208,9 @@ _SCHEMAS: dict[str, Any] = {
             "metadata": {"type": "object"},
             "created_at": _nullable(_TIME),
             "updated_at": _nullable(_TIME),
+            "overlap": {"type": "string", "enum": ["allow", "skip", "buffer_one"]},
+            "jitter": {"type": "number"},
+            "skipped_fires": _INT,
         }
     ),
     "Worker": _obj(
@@ -546,6 +549,33 @@ def openapi_schema(*, actions: bool = False) -> dict[str, Any]:
                     "400": _error(
                         "The schedule cannot run here (e.g. JOB_UNKNOWN_TYPE: serve without "
                         "--app has no handler for its type)."
+                    ),
+                    **_ACTION_REFUSALS,
+                    "404": _error("JOB_SCHEDULE_NOT_FOUND"),
+                },
+            }
+        }
+        paths["/api/schedules/{schedule_id}/backfill"] = {
+            "post": {
+                "summary": "Enqueue every fire of a schedule in [from, to) not written yet "
+                "(needs --allow-actions and the token)",
+                "operationId": "backfillSchedule",
+                "parameters": [{**_JOB_ID, "name": "schedule_id"}],
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {
+                            "schema": _obj({"from": _STR, "to": _STR}),
+                        }
+                    },
+                },
+                "responses": {
+                    "200": _json(
+                        "How many jobs were written.", _obj({"id": _STR, "written": _INT})
+                    ),
+                    "400": _error(
+                        "INVALID_BODY, or JOB_INVALID_OPTION (a bad or future range, more "
+                        "than 1000 fires, a one-shot schedule)."
                     ),
                     **_ACTION_REFUSALS,
                     "404": _error("JOB_SCHEDULE_NOT_FOUND"),

@@ -925,4 +925,8 @@ def _schedule_json(row: ScheduleRecord) -> dict[str, Any]:
         "metadata": metadata if isinstance(metadata, dict) else {},
         "created_at": _ms(row.created_at),
         "updated_at": _ms(row.updated_at),
+        # Issue 24's columns; a database no worker migrated yet reads the defaults.
+        "overlap": row.overlap if row.overlap in ("allow", "skip", "buffer_one") else "allow",
+        "jitter": row.jitter_ms / 1000 if isinstance(row.jitter_ms, int) else 0.0,
+        "skipped_fires": row.skipped_count if isinstance(row.skipped_count, int) else 0,
     }

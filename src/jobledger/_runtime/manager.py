@@ -79,6 +79,7 @@ from jobledger._runtime.timers import wait_with_timeout
 from jobledger._runtime.transactions import WriteTx
 from jobledger._runtime.workflow import Workflow, WorkflowHandle
 from jobledger._scheduling.job_schedules import HostState, JobSchedules, snapshot_of
+from jobledger._scheduling.overlap import Overlap
 from jobledger._scheduling.triggers import CatchUpPolicy, SkipMissed, Trigger
 from jobledger._storage import layout as L
 from jobledger._storage.interface import (
@@ -1406,8 +1407,15 @@ class JobManager:
         catch_up: CatchUpPolicy | None = None,
         metadata: Mapping[str, Any] | None = None,
         enabled: bool = True,
+        overlap: Overlap = "allow",
+        jitter: float | None = None,
     ) -> str:
-        """Persist a schedule that enqueues `payload` as `job_type` on `trigger`; arm it."""
+        """Persist a schedule that enqueues `payload` as `job_type` on `trigger`; arm it.
+
+        `overlap`: what a fire does while the schedule's previous job has not ended
+        ("allow" enqueues, "skip" does not, "buffer_one" holds at most one back until it
+        ends); `jitter`: seconds, each fire's job is due a stable offset in [0, jitter)
+        after the fire."""
         sid = self._store.write(
             lambda conn: self._schedules.register_in(
                 conn,
@@ -1418,6 +1426,8 @@ class JobManager:
                 catch_up=catch_up or SkipMissed(),
                 metadata=metadata,
                 enabled=enabled,
+                overlap=overlap,
+                jitter=jitter,
             ),
             "register_schedule",
         )
@@ -1435,6 +1445,8 @@ class JobManager:
         catch_up: CatchUpPolicy | None = None,
         metadata: Mapping[str, Any] | None = None,
         enabled: bool = True,
+        overlap: Overlap = "allow",
+        jitter: float | None = None,
     ) -> str:
         """Insert through `tx`; no timer is touched: call `sync_job_schedule_timer_by_id`
         after the commit."""
@@ -1448,6 +1460,8 @@ class JobManager:
             catch_up=catch_up or SkipMissed(),
             metadata=metadata,
             enabled=enabled,
+            overlap=overlap,
+            jitter=jitter,
         )
 
     def ensure_job_schedule(
@@ -1460,14 +1474,17 @@ class JobManager:
         catch_up: CatchUpPolicy | None = None,
         metadata: Mapping[str, Any] | None = None,
         enabled: bool | None = None,
+        overlap: Overlap = "allow",
+        jitter: float | None = None,
     ) -> str:
         """The id of the schedule `(job_type, name)`, created or brought up to date.
 
         Idempotent, for schedules declared in code: a new one is registered (enabled
-        unless `enabled=False`); an existing one gets this trigger, payload, catch-up and
-        metadata where they differ, and keeps its id, its calendar (an unchanged trigger
-        keeps its phase and `next_run`) and its `enabled` unless `enabled` is given. Any
-        number of processes may call it at once for one schedule: all get the same id.
+        unless `enabled=False`); an existing one gets this trigger, payload, catch-up,
+        metadata, overlap and jitter where they differ, and keeps its id, its calendar
+        (an unchanged trigger keeps its phase and `next_run`) and its `enabled` unless
+        `enabled` is given. Any number of processes may call it at once for one
+        schedule: all get the same id.
         """
         ensured = self._schedules.ensure(
             job_type,
@@ -1477,6 +1494,8 @@ class JobManager:
             catch_up=catch_up or SkipMissed(),
             metadata=metadata,
             enabled=enabled,
+            overlap=overlap,
+            jitter=jitter,
         )
         sid = ensured.row.id
         if ensured.inserted or {"trigger", "enabled"} & set(ensured.changed):
@@ -1484,7 +1503,8 @@ class JobManager:
         return sid
 
     def update_job_schedule(self, schedule_id: str, **patch: Any) -> ScheduleSnapshot | None:
-        """Change fields (name, trigger, payload, catch_up, enabled, metadata).
+        """Change fields (name, trigger, payload, catch_up, enabled, metadata, overlap,
+        jitter).
 
         A patch with `trigger` or `enabled` re-syncs the timer; others keep it (and its phase)."""
         snap = self._store.write(
@@ -1523,9 +1543,21 @@ class JobManager:
         """Delete the schedule; its jobs stay, with `schedule_id` set to None."""
         if not findable(schedule_id, "schedule_id"):
             return False
-        deleted = self._store.delete_schedule(schedule_id)
+        deleted = self._store.delete_schedule(schedule_id, self._engine.now_ms())
         self._schedules.sync(schedule_id)  # no row: disarms (on the loop, from any thread)
         return bool(deleted)
+
+    def backfill_job_schedule(self, schedule_id: str, start: datetime, end: datetime) -> int:
+        """Enqueue every fire of the schedule in `[start, end)`; how many jobs it wrote.
+
+        Each job has its fire's natural key `schedule:{id}:{fire_ms}` and is due at once
+        (at the fire's jittered time, which is past). Fires already written (by a natural
+        fire, a catch-up or an earlier backfill, while their job is stored) are not
+        written again, nor are the calendar's own: the range stops before `next_run`.
+        `end` must not be after now, and the range may hold at most 1000 fires
+        (JOB_INVALID_OPTION otherwise, nothing written); an unknown id is
+        JOB_SCHEDULE_NOT_FOUND. Ignores `overlap` and the pause of the schedule."""
+        return self._schedules.backfill(schedule_id, start, end)
 
     def get_job_schedule_by_id(self, schedule_id: str) -> ScheduleSnapshot | None:
         row = self._schedules.get_row(schedule_id)

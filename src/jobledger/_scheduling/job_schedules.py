@@ -18,11 +18,23 @@ turns a timer's fire into a job. Rules:
   re-arming (the interval phase is kept). A trigger change re-arms once.
 * `next_run` is the next automatic fire; `last_run` the last fire of any kind; manual
   triggers set `last_run` only (and consume an overdue, never-fired one-shot).
+* Overlap (`_scheduling/overlap.py`): a natural fire of a `skip` or `buffer_one`
+  schedule is decided inside its own write transaction, after its compare-and-set won;
+  a skipped fire still moves `next_run` (and counts in `skipped_count`, logged at INFO).
+* Jitter: a fire's job is due `jitter_offset_ms(id, T, jitter_ms)` after T, a hash that
+  every process computes alike; its key stays the fire's own `schedule:<id>:<T ms>`.
 * Catch-up (once, at startup recovery) finds overdue crons/intervals, counts the real
   number of missed fires (for a limited cron, at most what its quota had left), and for
   `AfterStartup(minutes)` enqueues one make-up job keyed
-  `schedule:<id>:catchup:<first missed ms>`, guarded by a compare-and-set on `next_run`;
-  the process that wins it calls `on_missed` (`last_fire_at` = the last real fire).
+  `schedule:<id>:catchup:<first missed ms>`, for `AllMissed(max)` one job per missed fire
+  (the newest `max`) under each fire's natural key, guarded by a compare-and-set on
+  `next_run`; the process that wins it calls `on_missed` (`last_fire_at` = the last real
+  fire, `missed_count` the real count, not the number written).
+* Backfill writes every fire in `[start, end)` that is before the calendar's `next_run`
+  and not after now, under natural keys, skipping keys a stored job holds: fires at or
+  after `next_run` belong to the natural fires and the catch-up, so the three never write
+  one fire twice, and a second backfill of a range writes nothing. At most
+  `MAX_CATCH_UP_FIRES` fires a call (more: JOB_INVALID_OPTION, nothing written).
 * Pause: cron timers are paused in the scheduler (so `limit` quotas survive), interval
   fires are no-ops, suppressed one-shot fires are recorded and re-armed exactly once on
   release; release resumes crons and refreshes `next_run`.
@@ -50,7 +62,7 @@ from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from jobledger._core.enqueue import EnqueueOptions, prepare
-from jobledger._core.limits import findable, has_surrogate
+from jobledger._core.limits import findable, has_surrogate, is_finite_number, ms_in_range
 from jobledger._core.registry import (
     MAX_PAYLOAD_BYTES,
     HandlerSpec,
@@ -58,10 +70,14 @@ from jobledger._core.registry import (
     dumps,
     encode_metadata,
 )
+from jobledger._scheduling import overlap as overlap_policy
 from jobledger._scheduling.hooks import ScheduleHooks
 from jobledger._scheduling.scheduler import SchedulerService
 from jobledger._scheduling.triggers import (
+    MAX_CATCH_UP_FIRES,
+    MAX_JITTER_SECONDS,
     AfterStartup,
+    AllMissed,
     CatchUpPolicy,
     Cron,
     Interval,
@@ -71,14 +87,17 @@ from jobledger._scheduling.triggers import (
     catch_up_from_json,
     catch_up_to_json,
     count_fires_between,
+    fires_between,
+    jitter_offset_ms,
     next_after,
     trigger_from_json,
     trigger_to_json,
     validate_catch_up,
 )
 from jobledger._storage import layout as L
-from jobledger._storage.interface import JobFilter, JobRow, NewJob, Store
+from jobledger._storage.interface import JobFilter, JobRow, NewJob, Store, fresh_row, was_inserted
 from jobledger._storage.records import EnsuredSchedule, ScheduleRow
+from jobledger._storage.schedule_ops import Decide, OverlapDecision
 from jobledger._types import MissedEvent, ScheduleSnapshot
 from jobledger.clock import Clock, from_ms, to_ms
 from jobledger.errors import JobValidationError, ScheduleError
@@ -87,7 +106,9 @@ __all__ = ["HostState", "JobSchedules", "validate_name"]
 
 log = logging.getLogger("jobledger.schedules")
 
-_PATCH_KEYS = frozenset({"name", "trigger", "payload", "catch_up", "enabled", "metadata"})
+_PATCH_KEYS = frozenset(
+    {"name", "trigger", "payload", "catch_up", "enabled", "metadata", "overlap", "jitter"}
+)
 
 
 def validate_name(name: object) -> str:
@@ -129,7 +150,25 @@ def snapshot_of(row: ScheduleRow) -> ScheduleSnapshot:
         metadata=json.loads(row.metadata) or {},
         created_at=from_ms(row.created_at),
         updated_at=from_ms(row.updated_at),
+        # A value another release wrote that this one does not know reads as the default.
+        overlap=row.overlap if row.overlap in overlap_policy.OVERLAP_POLICIES else "allow",
+        jitter=max(0, int(row.jitter_ms)) / 1000,
+        skipped_fires=int(row.skipped_count),
     )
+
+
+def validate_jitter(jitter: object) -> int:
+    """`jitter` (seconds, None = none) in whole milliseconds, the resolution of a row."""
+    if jitter is None:
+        return 0
+    if not is_finite_number(jitter) or not 0 <= jitter <= MAX_JITTER_SECONDS:
+        raise JobValidationError(
+            f"jitter must be a finite number of seconds within [0, {MAX_JITTER_SECONDS}] "
+            f"or None, not {jitter!r}",
+            code="JOB_INVALID_OPTION",
+            params={"jitter": repr(jitter)[:200]},
+        )
+    return round(jitter * 1000)
 
 
 class HostState(NamedTuple):
@@ -213,9 +252,10 @@ class JobSchedules(ScheduleHooks):
         return dumps(trigger_to_json(trigger))
 
     def _catch_up_json(self, policy: CatchUpPolicy) -> str:
-        if not isinstance(policy, SkipMissed | AfterStartup):
+        if not isinstance(policy, SkipMissed | AfterStartup | AllMissed):
             raise ScheduleError(
-                f"catch_up must be SkipMissed() or AfterStartup(...), not {policy!r}",
+                "catch_up must be SkipMissed(), AfterStartup(...) or AllMissed(...), "
+                f"not {policy!r}",
                 code="JOB_SCHEDULE_TRIGGER_INVALID",
             )
         validate_catch_up(policy)
@@ -238,6 +278,8 @@ class JobSchedules(ScheduleHooks):
         catch_up: CatchUpPolicy,
         metadata: Mapping[str, Any] | None,
         enabled: bool,
+        overlap: str = "allow",
+        jitter: float | None = None,
     ) -> str:
         spec = self._spec(job_type)
         if not isinstance(enabled, bool):
@@ -245,6 +287,8 @@ class JobSchedules(ScheduleHooks):
         stored_name = validate_name(name)
         trigger_json = self._trigger_json(trigger)
         catch_up_json = self._catch_up_json(catch_up)
+        policy = overlap_policy.validate_overlap(overlap)
+        jitter_ms = validate_jitter(jitter)
         payload_json = self._payload_json(spec, payload)
         metadata_json = self._metadata_json(metadata)
         self._check_free(conn, spec.name, stored_name, None)
@@ -252,7 +296,7 @@ class JobSchedules(ScheduleHooks):
         now = self.now_ms()
         row = ScheduleRow(
             sid, spec.name, stored_name, trigger_json, payload_json, catch_up_json,
-            1 if enabled else 0, None, None, 0, metadata_json, now, now,
+            1 if enabled else 0, None, None, 0, metadata_json, now, now, policy, jitter_ms,
         )  # fmt: skip
         self.store.insert_schedule(row, conn)
         return sid
@@ -267,10 +311,13 @@ class JobSchedules(ScheduleHooks):
         catch_up: CatchUpPolicy,
         metadata: Mapping[str, Any] | None,
         enabled: bool | None,
+        overlap: str = "allow",
+        jitter: float | None = None,
     ) -> EnsuredSchedule:
         """Create the schedule `(type, name)`, or bring the existing one's trigger,
-        payload, catch-up and metadata (and `enabled`, unless None) to these where they
-        differ. Validated like `register_in`; the write is `Store.ensure_schedule`."""
+        payload, catch-up, metadata, overlap and jitter (and `enabled`, unless None) to
+        these where they differ. Validated like `register_in`; the write is
+        `Store.ensure_schedule`."""
         spec = self._spec(job_type)
         if enabled is not None and not isinstance(enabled, bool):
             raise JobValidationError("enabled must be a bool or None", code="JOB_INVALID_OPTION")
@@ -281,11 +328,14 @@ class JobSchedules(ScheduleHooks):
             "payload": self._payload_json(spec, payload),
             "metadata": self._metadata_json(metadata),
         }
+        policy = overlap_policy.validate_overlap(overlap)
+        jitter_ms = validate_jitter(jitter)
+        plain: dict[str, str | int] = {"overlap": policy, "jitter_ms": jitter_ms}
         now = self.now_ms()
         row = ScheduleRow(
             str(uuid.uuid4()), spec.name, stored_name, wanted["trigger"], wanted["payload"],
             wanted["catch_up"], 0 if enabled is False else 1, None, None, 0,
-            wanted["metadata"], now, now,
+            wanted["metadata"], now, now, policy, jitter_ms,
         )  # fmt: skip
 
         def changes(existing: ScheduleRow) -> dict[str, Any]:
@@ -296,6 +346,13 @@ class JobSchedules(ScheduleHooks):
                 for column, text in wanted.items()
                 if _canonical(getattr(existing, column)) != _canonical(text)
             }
+            sets.update(
+                {
+                    column: value
+                    for column, value in plain.items()
+                    if getattr(existing, column) != value
+                }
+            )
             if enabled is not None and bool(existing.enabled) != enabled:
                 sets.update(_enabled_columns(enabled))
             if sets:
@@ -346,6 +403,10 @@ class JobSchedules(ScheduleHooks):
             sets["catch_up"] = self._catch_up_json(patch["catch_up"])
         if "metadata" in patch:
             sets["metadata"] = self._metadata_json(patch["metadata"])
+        if "overlap" in patch:
+            sets["overlap"] = overlap_policy.validate_overlap(patch["overlap"])
+        if "jitter" in patch:
+            sets["jitter_ms"] = validate_jitter(patch["jitter"])
         if "enabled" in patch:
             if not isinstance(patch["enabled"], bool):
                 raise JobValidationError("enabled must be a bool", code="JOB_INVALID_OPTION")
@@ -495,14 +556,21 @@ class JobSchedules(ScheduleHooks):
             limit = snap.trigger.limit if isinstance(snap.trigger, Cron) else None
             if limit is not None and int(row.fire_count) + 1 >= limit:
                 next_ms = None
+        due = to_ms(fire_time)
+        offset = jitter_offset_ms(sid, due, int(row.jitter_ms))
+        policy = snap.overlap
         # Compare against the fire's own time, never the row's current value: a stale
         # second leader firing the same T must lose.
         self._enqueue_fire(
             row,
-            key=f"schedule:{sid}:{to_ms(fire_time)}",
-            expected_next=to_ms(fire_time),
+            key=f"schedule:{sid}:{due}",
+            expected_next=due,
             last_run=fire_ms,
             next_run=next_ms,
+            run_at=from_ms(due + offset) if offset else None,
+            decide=None
+            if policy == "allow"
+            else lambda live: _logged(sid, due, policy, overlap_policy.decide(policy, live)),
         )
 
     def _enqueue_fire(
@@ -515,41 +583,173 @@ class JobSchedules(ScheduleHooks):
         next_run: int | None,
         delay: float | None = None,
         catch_up_next: int | None = None,
+        run_at: datetime | None = None,
+        decide: Decide | None = None,
+        make_up: Sequence[int] = (),
     ) -> bool:
-        """One transaction: the calendar compare-and-set and the job row. True if written."""
+        """One transaction: the calendar compare-and-set and the job row (or, with
+        `make_up`, one job per fire time listed, under its natural key). True if the
+        compare-and-set won."""
         sid, type_name = row.id, row.type
-        job = None
+        jobs: list[NewJob] = []
         try:
             spec = self._spec(type_name)
-            job = prepare(
-                spec.job_type,
-                spec,
-                json.loads(row.payload),
-                EnqueueOptions(idempotency_key=key, schedule_id=sid, delay=delay),
-                now_ms=self.now_ms(),
-                enqueued_by=self.worker_id,
-                max_payload_bytes=self.max_payload_bytes,
-            )
+            if make_up:
+                jobs = [self._fire_job(row, spec, fire) for fire in make_up]
+            else:
+                opts = EnqueueOptions(
+                    idempotency_key=key, schedule_id=sid, delay=delay, run_at=run_at
+                )
+                jobs = [self._build(row, spec, opts)]
         except Exception:
             log.exception("schedule %s: its job could not be built; the fire is consumed", sid)
+            jobs = []
         try:
             answer = self.store.fire_schedule(
                 sid,
-                job,
+                jobs or None,
                 expected_next=expected_next,
                 last_run=last_run,
                 next_run=next_run,
                 catch_up_next=catch_up_next,
                 now_ms=self.now_ms(),
+                decide=decide,
             )
         except Exception:
             log.exception("schedule %s: the fire could not be written", sid)
             return False
         if answer is None:
             return False
-        if job is not None:
-            self.after_enqueue([job], answer)
+        # [] with jobs: the overlap policy skipped the fire. A held-back job is handed
+        # over as built (pending): its queue is kicked for nothing, which costs a look.
+        if answer and len(answer) == len(jobs):
+            self.after_enqueue(jobs, answer)
         return True
+
+    def _build(
+        self, row: ScheduleRow, spec: HandlerSpec[Any] | None, opts: EnqueueOptions
+    ) -> NewJob:
+        """The job a fire of `row` writes: by the type's handler when this host has it,
+        else (the CLI) from the row, with the handler's choices copied from the
+        schedule's newest job (`_row_options`)."""
+        if spec is not None:
+            return prepare(
+                spec.job_type,
+                spec,
+                json.loads(row.payload),
+                opts,
+                now_ms=self.now_ms(),
+                enqueued_by=self.worker_id,
+                max_payload_bytes=self.max_payload_bytes,
+            )
+        self._row_options(row, opts)
+        return prepare(
+            JobType(row.type, object),
+            None,
+            json.loads(row.payload),
+            opts,
+            now_ms=self.now_ms(),
+            enqueued_by=self.worker_id,
+            # Accepted when it was stored, perhaps under a larger limit than this host's.
+            max_payload_bytes=max(self.max_payload_bytes, len(row.payload.encode())),
+        )
+
+    def _fire_job(self, row: ScheduleRow, spec: HandlerSpec[Any] | None, fire_ms: int) -> NewJob:
+        """A make-up job (catch-up or backfill) for the fire at `fire_ms`: its natural key,
+        due at the fire's jittered time (already past: it runs at once, oldest first)."""
+        offset = jitter_offset_ms(row.id, fire_ms, int(row.jitter_ms))
+        opts = EnqueueOptions(
+            idempotency_key=f"schedule:{row.id}:{fire_ms}",
+            schedule_id=row.id,
+            run_at=from_ms(fire_ms + offset),
+        )
+        return self._build(row, spec, opts)
+
+    def _row_options(self, row: ScheduleRow, opts: EnqueueOptions) -> None:
+        newest = self.store.list(JobFilter(schedule_id=row.id), limit=1, offset=0)
+        if newest:
+            made = newest[0]
+            opts.queue = made[L.C_QUEUE]
+            opts.priority = made[L.C_PRIORITY]
+            opts.max_attempts = made[L.C_MAX_ATTEMPTS]
+            timeout_ms = made[L.C_TIMEOUT]
+            opts.timeout = None if timeout_ms is None else timeout_ms / 1000
+
+    # -- backfill -------------------------------------------------------------------
+
+    def backfill(self, sid: str, start: datetime, end: datetime) -> int:
+        """Write every fire of the schedule in `[start, end)` not yet written; how many
+        it wrote (module docstring). Raises for bad input, writing nothing."""
+        start_ms, end_ms = _range_ms(start, "start"), _range_ms(end, "end")
+        now = self.now_ms()
+        if start_ms >= end_ms:
+            raise JobValidationError(
+                "backfill needs start < end",
+                code="JOB_INVALID_OPTION",
+                params={"start": str(start), "end": str(end)},
+            )
+        if end_ms > now:
+            raise JobValidationError(
+                "backfill writes past fires only: end must not be after now (the natural "
+                "calendar owns the future)",
+                code="JOB_INVALID_OPTION",
+                params={"end": str(end), "now": str(from_ms(now))},
+            )
+        row = self.get_row(sid) if findable(sid, "schedule_id") else None
+        if row is None:
+            raise _no_schedule(sid)
+        snap = snapshot_of(row)
+        if isinstance(snap.trigger, Once):
+            raise JobValidationError(
+                "a one-shot schedule has no range of fires to backfill; use "
+                "trigger_job_schedule_now_by_id",
+                code="JOB_INVALID_OPTION",
+                params={"schedule_id": sid},
+            )
+        spec = self.handlers.get(row.type)
+
+        def plan(current: ScheduleRow) -> list[NewJob]:
+            trigger = snapshot_of(current).trigger
+            if isinstance(trigger, Once):  # changed since the check above
+                raise JobValidationError(
+                    "a one-shot schedule has no range of fires to backfill",
+                    code="JOB_INVALID_OPTION",
+                    params={"schedule_id": sid},
+                )
+            fires, total = fires_between(
+                trigger,
+                from_ms(start_ms),
+                from_ms(end_ms),
+                anchor=from_ms(current.created_at),
+                newest=MAX_CATCH_UP_FIRES + 1,
+            )
+            if total > MAX_CATCH_UP_FIRES:
+                raise JobValidationError(
+                    f"[start, end) holds {total} fires; one backfill writes at most "
+                    f"{MAX_CATCH_UP_FIRES}: split the range",
+                    code="JOB_INVALID_OPTION",
+                    params={"fires": total, "max": MAX_CATCH_UP_FIRES},
+                )
+            # From next_run on, fires are the calendar's own (a natural fire, or the
+            # catch-up of an overdue row): never written here, so never twice.
+            limit = current.next_run
+            return [
+                self._fire_job(current, spec, to_ms(fire))
+                for fire in fires
+                if limit is None or to_ms(fire) < limit
+            ]
+
+        written = self.store.backfill_schedule(sid, plan)
+        if written is None:
+            raise _no_schedule(sid)
+        jobs, rows = written
+        if rows:
+            self.after_enqueue(jobs, rows)
+        return sum(
+            1
+            for job, stored in zip(jobs, rows, strict=True)
+            if was_inserted(fresh_row(job), stored)
+        )
 
     async def manual(self, row: ScheduleRow) -> bool:
         spec = self._spec(row.type)
@@ -573,25 +773,7 @@ class JobSchedules(ScheduleHooks):
         schedule's newest job, which that handler made for the same schedule; a schedule
         without jobs gets the type's defaults, as `enqueue` of a type without a handler.
         """
-        opts = EnqueueOptions(schedule_id=row.id)
-        newest = self.store.list(JobFilter(schedule_id=row.id), limit=1, offset=0)
-        if newest:
-            made = newest[0]
-            opts.queue = made[L.C_QUEUE]
-            opts.priority = made[L.C_PRIORITY]
-            opts.max_attempts = made[L.C_MAX_ATTEMPTS]
-            timeout_ms = made[L.C_TIMEOUT]
-            opts.timeout = None if timeout_ms is None else timeout_ms / 1000
-        job = prepare(
-            JobType(row.type, object),
-            None,
-            json.loads(row.payload),
-            opts,
-            now_ms=self.now_ms(),
-            enqueued_by=self.worker_id,
-            # Accepted when it was stored, perhaps under a larger limit than this host's.
-            max_payload_bytes=max(self.max_payload_bytes, len(row.payload.encode())),
-        )
+        job = self._build(row, None, EnqueueOptions(schedule_id=row.id))
         written = self._manual_write(row, job)
         # The stored row's id: SQLite may have reissued the job under a fresh one.
         return None if written is None else str(written[0][L.C_ID])
@@ -661,6 +843,16 @@ class JobSchedules(ScheduleHooks):
                 next_run=following_ms,
                 delay=policy.minutes * 60.0,
                 catch_up_next=following_ms,
+            )
+        elif isinstance(policy, AllMissed):
+            won = self._enqueue_fire(
+                row,
+                key=None,
+                expected_next=row.next_run,
+                last_run=now_ms,
+                next_run=following_ms,
+                catch_up_next=following_ms,
+                make_up=_missed_fires(snap.trigger, row.next_run, now, count, policy.max, snap),
             )
         else:
             won = self._cas_only(row.id, row.next_run, following_ms)
@@ -798,6 +990,71 @@ class JobSchedules(ScheduleHooks):
             except (asyncio.CancelledError, Exception):
                 pass
         await self.sched.stop()
+
+
+def _missed_fires(
+    trigger: Trigger, first_ms: int, now: datetime, count: int, most: int, snap: ScheduleSnapshot
+) -> list[int]:
+    """The fire times `AllMissed(max=most)` makes up, oldest first: the newest `most` of
+    the fires in `[first_ms, now]`, or, for a limited cron, of the first `count` of them
+    (what its quota had left)."""
+    if isinstance(trigger, Cron) and trigger.limit is not None:
+        out: list[int] = []
+        at: datetime | None = from_ms(first_ms - 1)
+        for _ in range(count):
+            at = None if at is None else next_after(trigger, at, anchor=snap.created_at)
+            if at is None or at > now:
+                break
+            out.append(to_ms(at))
+        return out[-most:]
+    fires, _ = fires_between(
+        trigger,
+        from_ms(first_ms),
+        now + timedelta(milliseconds=1),
+        anchor=snap.created_at,
+        newest=most,
+    )
+    return [to_ms(f) for f in fires]
+
+
+def _logged(sid: str, fire_ms: int, policy: str, verdict: OverlapDecision) -> OverlapDecision:
+    if verdict == "skip":
+        log.info(
+            "schedule %s: the fire at %s is skipped (overlap=%s: its previous job has not ended)",
+            sid,
+            from_ms(fire_ms).isoformat(),
+            policy,
+            extra={"schedule_id": sid, "fire_ms": fire_ms, "overlap": policy},
+        )
+    return verdict
+
+
+def _range_ms(value: object, what: str) -> int:
+    if not isinstance(value, datetime) or value.tzinfo is None or value.utcoffset() is None:
+        raise JobValidationError(
+            f"backfill {what} must be an aware datetime, not {value!r}",
+            code="JOB_INVALID_OPTION",
+            params={what: repr(value)[:200]},
+        )
+    try:
+        at = to_ms(value)
+    except (OverflowError, ValueError, OSError):
+        at = -1
+    if not ms_in_range(at):
+        raise JobValidationError(
+            f"backfill {what} must be between 1970 and the end of year 9999 (UTC)",
+            code="JOB_INVALID_OPTION",
+            params={what: str(value)},
+        )
+    return at
+
+
+def _no_schedule(sid: str) -> ScheduleError:
+    return ScheduleError(
+        f"no schedule with id {sid!r}",
+        code="JOB_SCHEDULE_NOT_FOUND",
+        params={"schedule_id": repr(sid)[:200]},
+    )
 
 
 def _enabled_columns(enabled: bool) -> dict[str, Any]:

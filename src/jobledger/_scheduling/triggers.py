@@ -11,22 +11,28 @@ Invariants (docs/design/scheduling.md has the long form):
   `timezone=None` means UTC, not the host's local time: every process that shares the
   database must agree on the calendar.
 * DST: expressions whose minute and hour fields are both specific (neither starts with
-  `*`) run at a local wall-clock time. A local time that does not exist is handled as
-  cronsim does (5 fields: the first valid minute after the gap, 02:30 -> 03:00; 6 fields:
-  skipped that day). A local time that occurs twice fires once, at its first occurrence.
-  Every other expression ("*/5 * * * *", "0 * * * *") follows real elapsed time: it fires
-  at every instant whose local reading matches, so an hourly cron fires in both copies of
-  a repeated hour and never in the missing one. 5-field wall-clock expressions use
-  cronsim's own DST walk; for the rest cronsim enumerates naive local readings and
-  zoneinfo maps each to its instants (cronsim's aware walk skips fires across offset
-  changes that are not whole hours, e.g. Australia/Lord_Howe).
+  `*`) run at a local wall-clock time. A local time that does not exist (spring forward)
+  runs at the first valid instant after the gap, the instant the clocks jump (Berlin
+  02:30 -> 03:00 CEST; Lord Howe 02:15 -> 02:30), with 5 fields and with 6 alike; several
+  readings inside one gap make one fire there. A local time that occurs twice fires once,
+  at its first occurrence. Every other expression ("*/5 * * * *", "0 * * * *") follows
+  real elapsed time: it fires at every instant whose local reading matches, so an hourly
+  cron fires in both copies of a repeated hour and never in the missing one. 5-field
+  wall-clock expressions use cronsim's own DST walk (which has exactly this rule); for
+  the rest cronsim enumerates naive local readings and zoneinfo maps each to its
+  instants (cronsim's aware walk skips fires across offset changes that are not whole
+  hours, e.g. Australia/Lord_Howe, and skips a 6-field reading in a gap for the day).
 * Interval: the grid `anchor + k*seconds` (any integer k, so `after` may precede the
   anchor), computed in whole microseconds: the period is `round(seconds * 1e6)` us.
 * `Cron.limit` is not applied here; callers count fires.
+* Jitter: `jitter_offset_ms(schedule_id, fire_ms, jitter_ms)` is a pure function of its
+  arguments (a hash, never a random draw), in `[0, jitter_ms)`, so every process that
+  fires the same point computes the same delay.
 """
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -41,9 +47,12 @@ from jobledger.clock import from_ms, to_ms
 from jobledger.errors import ScheduleError
 
 __all__ = [
+    "MAX_CATCH_UP_FIRES",
     "MAX_INTERVAL_SECONDS",
+    "MAX_JITTER_SECONDS",
     "MIN_INTERVAL_SECONDS",
     "AfterStartup",
+    "AllMissed",
     "CatchUpPolicy",
     "Cron",
     "Interval",
@@ -53,6 +62,8 @@ __all__ = [
     "catch_up_from_json",
     "catch_up_to_json",
     "count_fires_between",
+    "fires_between",
+    "jitter_offset_ms",
     "next_after",
     "trigger_from_json",
     "trigger_to_json",
@@ -65,6 +76,11 @@ TRIGGER_INVALID = "JOB_SCHEDULE_TRIGGER_INVALID"
 MIN_INTERVAL_SECONDS = 0.001
 # Longer periods belong to a cron or a once trigger.
 MAX_INTERVAL_SECONDS = 366 * 24 * 3600.0
+# One write transaction holds every job a catch-up or a backfill writes: a bound keeps it
+# short (and a mistaken range from writing years of jobs).
+MAX_CATCH_UP_FIRES = 1000
+# A delay longer than the longest interval is no longer jitter.
+MAX_JITTER_SECONDS = MAX_INTERVAL_SECONDS
 
 _US = timedelta(microseconds=1)
 _ZERO = timedelta(0)
@@ -110,8 +126,16 @@ class AfterStartup:
     minutes: float = 0
 
 
+@dataclass(frozen=True, slots=True)
+class AllMissed:
+    """One job per missed fire (the newest `max` of them), each under its natural fire's
+    key, due at once when startup recovery runs."""
+
+    max: int = 100
+
+
 Trigger: TypeAlias = Cron | Interval | Once
-CatchUpPolicy: TypeAlias = SkipMissed | AfterStartup
+CatchUpPolicy: TypeAlias = SkipMissed | AfterStartup | AllMissed
 
 
 def _invalid(message: str, **params: Any) -> ScheduleError:
@@ -217,6 +241,10 @@ def _real_time_fires(
         real = [
             x for x in sorted({early, late}) if x.astimezone(zone).replace(tzinfo=None) == reading
         ]
+        if first_only and not real:
+            # A wall-clock time inside a gap runs when the clocks jump, as cronsim runs a
+            # 5-field one: the first instant whose reading is past this one.
+            real = [_end_of_gap(zone, reading, min(early, late), max(early, late))]
         for instant in real[:1] if first_only else real:
             if instant > last:
                 heapq.heappush(pending, instant)
@@ -233,6 +261,20 @@ def _real_time_fires(
         if fire > last:
             last = fire
             yield fire
+
+
+def _end_of_gap(zone: tzinfo, reading: datetime, low: datetime, high: datetime) -> datetime:
+    """The first instant in `(low, high]` whose local reading is later than `reading`, a
+    reading the zone skips. `low` (read with the offset after the jump) is before the
+    jump and `high` (with the one before) after it; halving the microseconds between them
+    finds the jump, so offsets that are not whole hours need no table of transitions."""
+    while high - low > _US:
+        mid = low + (high - low) // 2
+        if mid.astimezone(zone).replace(tzinfo=None) > reading:
+            high = mid
+        else:
+            low = mid
+    return high
 
 
 def _cron_fires(cron: Cron, after: datetime) -> Iterator[datetime]:
@@ -351,6 +393,60 @@ def count_fires_between(
     raise _invalid(f"not a trigger: {trigger!r}")
 
 
+def fires_between(
+    trigger: Trigger,
+    start: datetime,
+    end: datetime,
+    *,
+    anchor: datetime | None = None,
+    newest: int,
+) -> tuple[list[datetime], int]:
+    """The newest `newest` fires in `[start, end)`, oldest first, and how many fires the
+    range holds in all (for a cron, counted up to 100 000). A half-open range, as a
+    backfill's: a fire exactly at `end` belongs to the next range."""
+    start, end = _utc(start), _utc(end)
+    if end <= start or newest <= 0:
+        return [], 0
+    if isinstance(trigger, Interval):
+        origin = _anchor(anchor)
+        period = _period_us(trigger)
+        first = _grid_index(origin, start - _US, period) + 1
+        last = _grid_index(origin, end - _US, period)
+        total = max(0, last - first + 1)
+        points = [
+            _grid_point(origin, k, period) for k in range(max(first, last - newest + 1), last + 1)
+        ]
+        return [p for p in points if p is not None], total
+    if isinstance(trigger, Once):
+        at = _utc(trigger.at)
+        return ([at], 1) if start <= at < end else ([], 0)
+    if isinstance(trigger, Cron):
+        kept: list[datetime] = []
+        total = 0
+        for fire in _cron_fires(trigger, start - _US):
+            if fire >= end:
+                break
+            total += 1
+            kept.append(fire)
+            if len(kept) > newest:
+                del kept[0]
+            if total >= 100_000:
+                break
+        return kept, total
+    raise _invalid(f"not a trigger: {trigger!r}")
+
+
+def jitter_offset_ms(schedule_id: str, fire_ms: int, jitter_ms: int) -> int:
+    """The delay of the fire at `fire_ms` of schedule `schedule_id`, in `[0, jitter_ms)`.
+
+    A hash of the two, not a random draw: every process that fires (or backfills) this
+    point computes the same delay, and a restart does not move it."""
+    if jitter_ms <= 0:
+        return 0
+    digest = hashlib.blake2b(f"{schedule_id}:{fire_ms}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % jitter_ms
+
+
 # --- validation -----------------------------------------------------------------------
 
 
@@ -396,6 +492,18 @@ def validate_catch_up(policy: CatchUpPolicy) -> None:
             raise _invalid(
                 "after-startup minutes must be a finite number >= 0 (at most 10 years)",
                 minutes=repr(minutes),
+            )
+        return
+    if isinstance(policy, AllMissed):
+        most = policy.max
+        if (
+            not isinstance(most, int)
+            or isinstance(most, bool)
+            or not 1 <= most <= MAX_CATCH_UP_FIRES
+        ):
+            raise _invalid(
+                f"all-missed max must be an integer within [1, {MAX_CATCH_UP_FIRES}]",
+                max=repr(most),
             )
         return
     raise _invalid(f"not a catch-up policy: {policy!r}")
@@ -457,6 +565,8 @@ def trigger_from_json(data: object) -> Trigger:
 def catch_up_to_json(policy: CatchUpPolicy) -> dict[str, Any]:
     if isinstance(policy, AfterStartup):
         return {"kind": "after-startup", "minutes": policy.minutes}
+    if isinstance(policy, AllMissed):
+        return {"kind": "all-missed", "max": policy.max}
     return {"kind": "skip-missed"}
 
 
@@ -466,4 +576,8 @@ def catch_up_from_json(data: object) -> CatchUpPolicy:
         minutes = data.get("minutes", 0)
         if is_finite_number(minutes) and minutes >= 0:
             return AfterStartup(minutes)
+    if isinstance(data, Mapping) and data.get("kind") == "all-missed":
+        most = data.get("max")
+        if isinstance(most, int) and not isinstance(most, bool) and most >= 1:
+            return AllMissed(min(most, MAX_CATCH_UP_FIRES))
     return SkipMissed()

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         ScheduleRow,
         WorkerRow,
     )
+    from jobledger._storage.schedule_ops import Decide
 
 from jobledger._storage.observe import (
     JobMetrics,
@@ -149,7 +150,7 @@ def user_key(stored: str | None) -> str | None:
 class NewJob:
     id: str
     type: str
-    status: Literal["pending", "delayed"]
+    status: Literal["pending", "delayed", "waiting"]  # waiting: a fire `buffer_one` held back
     queue: str
     priority: int
     payload: str
@@ -594,7 +595,7 @@ class Store(Protocol):
     def update_schedule(
         self, sid: str, fields: Mapping[str, Any], conn: Any | None = None
     ) -> None: ...
-    def delete_schedule(self, sid: str) -> bool: ...
+    def delete_schedule(self, sid: str, now_ms: int) -> bool: ...
     def set_schedule_next_run(self, sid: str, next_ms: int | None, now_ms: int) -> None: ...
     def catch_up_schedule(
         self, sid: str, expected_next: int, following: int | None, now_ms: int
@@ -602,14 +603,18 @@ class Store(Protocol):
     def fire_schedule(
         self,
         sid: str,
-        job: NewJob | None,
+        job: NewJob | Sequence[NewJob] | None,
         *,
         expected_next: int | None,
         last_run: int,
         next_run: int | None,
         catch_up_next: int | None,
         now_ms: int,
+        decide: Decide | None = None,
     ) -> list[JobRow] | None: ...
+    def backfill_schedule(
+        self, sid: str, plan: Callable[[ScheduleRow], Sequence[NewJob]]
+    ) -> tuple[list[NewJob], list[JobRow]] | None: ...
     def manual_fire(
         self, sid: str, job: NewJob, *, consume: bool, now_ms: int
     ) -> list[JobRow] | None: ...

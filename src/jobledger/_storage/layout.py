@@ -86,5 +86,5 @@ def older_job_columns(columns: set[str]) -> str | None:
 
 SCHEDULE_COLUMNS = (
     "id, type, name, trigger, payload, catch_up, enabled, next_run, last_run, fire_count, "
-    "metadata, created_at, updated_at"
+    "metadata, created_at, updated_at, overlap, jitter_ms, skipped_count"
 )

@@ -128,6 +128,9 @@ class ScheduleRecord:
     metadata: Any = None
     created_at: Any = None
     updated_at: Any = None
+    overlap: Any = None
+    jitter_ms: Any = None
+    skipped_count: Any = None
 
     @classmethod
     def from_columns(cls, columns: dict[str, Any]) -> ScheduleRecord:

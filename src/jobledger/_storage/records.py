@@ -81,6 +81,10 @@ class ScheduleRow(NamedTuple):
     metadata: str  # JSON
     created_at: int
     updated_at: int
+    # Added by SQLite 14 / PostgreSQL 10 (issue 24), last so positions above stay.
+    overlap: str = "allow"  # "allow" | "skip" | "buffer_one"
+    jitter_ms: int = 0
+    skipped_count: int = 0  # natural fires `overlap` skipped
 
 
 class EnsuredSchedule(NamedTuple):

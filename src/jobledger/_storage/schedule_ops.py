@@ -10,7 +10,15 @@ transaction of its own.
 Rules kept here, so every backend keeps them the same way:
 * a natural fire at T is a compare-and-set of `next_run` from a value <= T (`MARK_FIRED`)
   and its job row, in one transaction: two processes firing T cannot both win;
+* the overlap decision of a natural fire is taken inside the fire's transaction, after its
+  compare-and-set won (so the fire is single-writer) and from the schedule's jobs that
+  have not ended, as the transaction sees them (`LIVE_SCHEDULE_JOBS`): two leaders can
+  never both decide, and on PostgreSQL those rows are locked, so an end racing the fire
+  is either seen by it or sees its held-back row;
 * a catch-up is a compare-and-set on `next_run == expected` (`CATCH_UP_CAS`);
+* a backfill writes, in one transaction with the schedule row read under the write lock,
+  only the fires whose key no stored job holds (live, held back or ended, `KEY_STORED`);
+* deleting a schedule releases its held-back fire in the same transaction;
 * a manual trigger re-reads the row under the write lock and writes back its current
   `next_run` (or NULL when it consumes an overdue one-shot);
 * an ensure is an insert that does nothing when `(type, name)` is taken (the unique
@@ -22,14 +30,22 @@ Rules kept here, so every backend keeps them the same way:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol, TypeVar
+from dataclasses import replace
+from typing import Any, Literal, Protocol, TypeAlias, TypeVar
 
 from jobledger._storage.interface import JobRow, NewJob
 from jobledger._storage.records import EnsuredSchedule, ScheduleRow, schedule_row
 
-__all__ = ["ScheduleOps"]
+__all__ = ["Decide", "OverlapDecision", "ScheduleOps"]
 
 T = TypeVar("T")
+
+# What a natural fire does, given the schedule's jobs that have not ended as
+# `(status, held_back)` pairs (`held_back`: a waiting fire of `buffer_one`, not a
+# workflow's step): "enqueue", "hold" (write it `waiting`, released when the last of
+# those ends) or "skip". Decided above the dialects (`_scheduling/overlap.py`).
+OverlapDecision: TypeAlias = Literal["enqueue", "hold", "skip"]
+Decide: TypeAlias = Callable[[Sequence[tuple[str, bool]]], OverlapDecision]
 
 
 class _Backend(Protocol):
@@ -50,7 +66,7 @@ class ScheduleOps:
     def insert_schedule(self: _Backend, row: ScheduleRow, conn: Any | None = None) -> None:
         params = (
             row.id, row.type, row.name, row.trigger, row.payload, row.catch_up, row.enabled,
-            row.metadata, row.created_at, row.updated_at,
+            row.metadata, row.created_at, row.updated_at, row.overlap, row.jitter_ms,
         )  # fmt: skip
         if conn is not None:
             conn.execute(self.q.INSERT_SCHEDULE, params)
@@ -67,7 +83,7 @@ class ScheduleOps:
         transaction, so `changes` sees the row as it is under the write."""
         insert = (
             row.id, row.type, row.name, row.trigger, row.payload, row.catch_up, row.enabled,
-            row.metadata, row.created_at, row.updated_at,
+            row.metadata, row.created_at, row.updated_at, row.overlap, row.jitter_ms,
         )  # fmt: skip
         by_name = (row.type, row.name)
 
@@ -129,13 +145,15 @@ class ScheduleOps:
         else:
             self.write(lambda c: c.execute(sql, params), "update_schedule")
 
-    def delete_schedule(self: _Backend, sid: str) -> bool:
-        """Delete the row; its jobs stay (their `schedule_id` is set to NULL by the schema)."""
-        return bool(
-            self.write(
-                lambda c: c.execute(self.q.DELETE_SCHEDULE, (sid,)).rowcount, "delete_schedule"
-            )
-        )
+    def delete_schedule(self: _Backend, sid: str, now_ms: int) -> bool:
+        """Delete the row; its jobs stay (their `schedule_id` is set to NULL by the schema),
+        and a fire it held back (`buffer_one`) becomes pending: nothing would release it."""
+
+        def work(conn: Any) -> bool:
+            conn.execute(self.q.RELEASE_BUFFERED, (now_ms, now_ms, sid))
+            return bool(conn.execute(self.q.DELETE_SCHEDULE, (sid,)).rowcount)
+
+        return self.write(work, "delete_schedule")
 
     def set_schedule_next_run(self: _Backend, sid: str, next_ms: int | None, now_ms: int) -> None:
         self.write(
@@ -157,18 +175,25 @@ class ScheduleOps:
     def fire_schedule(
         self: _Backend,
         sid: str,
-        job: NewJob | None,
+        job: NewJob | Sequence[NewJob] | None,
         *,
         expected_next: int | None,
         last_run: int,
         next_run: int | None,
         catch_up_next: int | None,
         now_ms: int,
+        decide: Decide | None = None,
     ) -> list[JobRow] | None:
-        """One transaction: the calendar's compare-and-set, then `job`. None when the
-        compare-and-set lost (nothing written); else the job's row as stored ([] for no
-        job). With `catch_up_next` (or no `expected_next`) the compare-and-set is the
-        catch-up's (`next_run == expected_next`), else a natural fire's."""
+        """One transaction: the calendar's compare-and-set, then `job` (or jobs: a
+        catch-up's make-up jobs). None when the compare-and-set lost (nothing written);
+        else the jobs' rows as stored ([] for no job, or a fire `decide` skipped). With
+        `catch_up_next` (or no `expected_next`) the compare-and-set is the catch-up's
+        (`next_run == expected_next`), else a natural fire's.
+
+        `decide` (a natural fire under an overlap policy) is asked after the
+        compare-and-set won, from the schedule's jobs that have not ended; "skip" counts
+        the fire in `skipped_count` and writes no job, "hold" writes it `waiting`."""
+        jobs: Sequence[NewJob] = () if job is None else [job] if isinstance(job, NewJob) else job
 
         def work(conn: Any) -> list[JobRow] | None:
             if catch_up_next is not None or expected_next is None:
@@ -179,9 +204,48 @@ class ScheduleOps:
                 )
             if cas.rowcount != 1:
                 return None
-            return [] if job is None else self.enqueue([job], conn=conn)
+            if not jobs:
+                return []
+            todo = list(jobs)
+            if decide is not None:
+                live = conn.execute(self.q.LIVE_SCHEDULE_JOBS, (sid,)).fetchall()
+                verdict = decide([(str(status), bool(held)) for status, held in live])
+                if verdict == "skip":
+                    conn.execute(self.q.SKIP_FIRE, (sid,))
+                    return []
+                if verdict == "hold":
+                    todo = [replace(j, status="waiting") for j in todo]
+            return self.enqueue(todo, conn=conn)
 
         return self.write(work, "schedule_fire")
+
+    def backfill_schedule(
+        self: _Backend,
+        sid: str,
+        plan: Callable[[ScheduleRow], Sequence[NewJob]],
+    ) -> tuple[list[NewJob], list[JobRow]] | None:
+        """Write the jobs `plan(row)` makes from the schedule as stored, except those whose
+        idempotency key a stored job already holds (live, held back or ended), in one
+        transaction; the jobs written and their rows as stored, or None when the schedule
+        does not exist. `plan` may raise (nothing is written then)."""
+
+        def work(conn: Any) -> tuple[list[NewJob], list[JobRow]] | None:
+            row = _row(conn.execute(self.q.GET_SCHEDULE_FOR_WRITE, (sid,)).fetchone())
+            if row is None:
+                return None
+            fresh = [
+                j
+                for j in plan(row)
+                if j.idempotency_key is None
+                or conn.execute(
+                    self.q.KEY_STORED,
+                    (j.idempotency_key, sid, j.idempotency_key, j.idempotency_key),
+                ).fetchone()
+                is None
+            ]
+            return fresh, self.enqueue(fresh, conn=conn) if fresh else []
+
+        return self.write(work, "schedule_backfill")
 
     def manual_fire(
         self: _Backend, sid: str, job: NewJob, *, consume: bool, now_ms: int

@@ -1,10 +1,12 @@
-"""`jobledger schedules ...`: look at persistent schedules; run, pause or resume one.
+"""`jobledger schedules ...`: look at persistent schedules; run, pause, resume or
+backfill one.
 
 Listing reads the table through the read model. Changes need no app: the row is enough.
 They go through the store's schedule operations (`JobSchedules.for_rows`, the schedules
 of a host that runs nothing): `pause`/`resume` set `enabled` (and clear `next_run`) as
-`jobs.pause_job_schedule_by_id` does, and `run-now` is the manager's manual fire
-(`manual_fire`: the job and `last_run` in one transaction), its job built from the row.
+`jobs.pause_job_schedule_by_id` does, `run-now` is the manager's manual fire
+(`manual_fire`: the job and `last_run` in one transaction), and `backfill` is
+`jobs.backfill_job_schedule`, its jobs built from the row as `run-now`'s are.
 The leader process follows the committed row and re-arms its timers.
 """
 
@@ -14,6 +16,7 @@ import os
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import Any
 
 import click
@@ -24,6 +27,7 @@ from jobledger._storage.open import open_store
 from jobledger.cli._common import Settings, error_line, fail, out, reader
 from jobledger.cli._text import cell, dumps, when
 from jobledger.clock import SystemClock
+from jobledger.errors import JobError
 
 __all__ = ["schedules"]
 
@@ -49,7 +53,8 @@ def list_schedules(settings: Settings, type_: str | None, as_json: bool) -> None
         console.print("no schedules")
         return
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for name in ("ID", "TYPE", "NAME", "TRIGGER", "STATE", "NEXT RUN", "LAST RUN", "FIRES"):
+    columns = ("ID", "TYPE", "NAME", "TRIGGER", "STATE", "OVERLAP", "NEXT RUN", "LAST RUN", "FIRES")
+    for name in columns:
         table.add_column(name, no_wrap=True)
     for s in items:
         table.add_row(
@@ -58,11 +63,20 @@ def list_schedules(settings: Settings, type_: str | None, as_json: bool) -> None
             cell(s["name"] or "-"),
             cell(s["trigger_text"]),
             cell("enabled", "green") if s["enabled"] else cell("paused", "yellow"),
+            cell(_overlap_text(s)),
             cell(when(s["next_run"])),
             cell(when(s["last_run"])),
-            cell(s["fire_count"]),
+            # Fires an overlap policy skipped are fires too (they count toward a limit).
+            cell(f"{s['fire_count']} ({s['skipped_fires']} skipped)")
+            if s["skipped_fires"]
+            else cell(s["fire_count"]),
         )
     console.print(table)
+
+
+def _overlap_text(item: dict[str, Any]) -> str:
+    text = str(item["overlap"])
+    return f"{text}, jitter {item['jitter']:g}s" if item["jitter"] else text
 
 
 def _get(settings: Settings, schedule_id: str) -> dict[str, Any]:
@@ -153,3 +167,34 @@ def pause(settings: Settings, schedule_id: str, app: str | None) -> None:
 def resume(settings: Settings, schedule_id: str, app: str | None) -> None:
     """Let a paused schedule fire again."""
     _flip(settings, schedule_id, app, enabled=True)
+
+
+def _instant(value: str, what: str) -> datetime:
+    try:
+        at = datetime.fromisoformat(value)
+    except ValueError:
+        fail(f"JOB_INVALID_OPTION: {what} {value!r} is not an ISO 8601 time")
+    # A time without an offset is UTC, as every time the CLI prints.
+    return at.replace(tzinfo=UTC) if at.tzinfo is None else at
+
+
+@schedules.command("backfill")
+@click.argument("schedule_id")
+@click.option("--from", "start", required=True, metavar="TIME", help="First instant (ISO 8601).")
+@click.option("--to", "end", required=True, metavar="TIME", help="End, excluded (ISO 8601).")
+@click.pass_obj
+def backfill(settings: Settings, schedule_id: str, start: str, end: str) -> None:
+    """Enqueue every fire of the schedule in [--from, --to) not written yet; print how many.
+
+    Times without an offset are UTC. Each job carries its fire's natural key, so a fire
+    already written (naturally, by a catch-up or an earlier backfill) is not written
+    again; the range must end by now and hold at most 1000 fires.
+    """
+    begin, until = _instant(start, "--from"), _instant(end, "--to")
+    _get(settings, schedule_id)
+    with _schedules_of(settings) as rows:
+        try:
+            written = rows.backfill(schedule_id, begin, until)
+        except JobError as exc:
+            fail(f"{exc.code}: {exc.message}")
+    click.echo(f"{written} job(s) written")

@@ -203,6 +203,29 @@ def _action(url: str, label: str, *, opens_job: bool = False) -> str:
     )
 
 
+# How many of a schedule's newest jobs its row shows (one listing each, newest first).
+_LAST_FIRES = 3
+
+
+def _overlap_cell(s: dict[str, Any]) -> str:
+    text = _e(s["overlap"])
+    if s["skipped_fires"]:
+        text += f' <span class="muted">({_e(s["skipped_fires"])} skipped)</span>'
+    return f'<td data-overlap="{_e(s["overlap"])}">{text}</td>'
+
+
+def _last_fires(rm: ReadModel, schedule_id: str) -> str:
+    jobs = rm.list_jobs(JobQuery(schedule_id=schedule_id), limit=_LAST_FIRES)
+    if not jobs:
+        return '<td class="last-fires">—</td>'
+    links = [
+        f'<a href="/jobs/{quote(j.id, safe="")}" title="{_e(j.created_at.isoformat())}">'
+        f"{_badge(str(j.status))}</a>"
+        for j in jobs
+    ]
+    return f'<td class="last-fires">{" ".join(links)}</td>'
+
+
 def _schedules_table(rm: ReadModel, actions: bool) -> str:
     items = rm.schedules()
     if not items:
@@ -212,19 +235,22 @@ def _schedules_table(rm: ReadModel, actions: bool) -> str:
         state = "enabled" if s["enabled"] else "paused"
         run_url = f"/api/schedules/{quote(str(s['id']), safe='')}/run"
         run_now = f"<td>{_action(run_url, 'Run now')}</td>" if actions else ""
+        jitter = f"{s['jitter']:g}s" if s["jitter"] else "—"
         rows.append(
             f'<tr data-schedule-id="{_e(s["id"])}"><td>{_e(s["type"])}</td>'
             f"<td>{_e(s['name'] or '(singleton)')}</td><td class=mono>{_e(s['trigger_text'])}</td>"
             f'<td><span class="badge sched-{state}">{state}</span></td>'
+            f"{_overlap_cell(s)}<td class=num>{_e(jitter)}</td>"
             f"<td>{_time(s['next_run'])}</td><td>{_time(s['last_run'])}</td>"
-            f"<td class=num>{_e(s['fire_count'])}</td>"
+            f"<td class=num>{_e(s['fire_count'])}</td>{_last_fires(rm, str(s['id']))}"
             f'<td><a href="{_e(_link({"schedule_id": s["id"]}))}">jobs</a></td>'
             f"{run_now}</tr>"
         )
     return (
         '<table class="grid" id="schedules-table"><thead><tr><th>Type</th><th>Name</th>'
-        "<th>Trigger</th><th>State</th><th>Next run</th><th>Last run</th>"
-        f"<th class=num>Fires</th><th></th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+        "<th>Trigger</th><th>State</th><th>Overlap</th><th class=num>Jitter</th>"
+        "<th>Next run</th><th>Last run</th><th class=num>Fires</th>"
+        f"<th>Last fires</th><th></th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
     )
 
 

@@ -519,7 +519,11 @@ class Queries:
     STRANDED_WAITING = (
         "SELECT j.id FROM {s}.jobs j WHERE j.status = 'waiting' AND NOT EXISTS (SELECT 1 "
         "FROM {s}.job_deps d JOIN {s}.jobs u ON u.id = d.upstream_id WHERE d.job_id = j.id "
-        "AND u.status IN ('waiting', 'pending', 'delayed', 'running')) ORDER BY j.id LIMIT %s"
+        "AND u.status IN ('waiting', 'pending', 'delayed', 'running')) "
+        "AND NOT (j.schedule_id IS NOT NULL AND j.workflow_id IS NULL AND j.step IS NULL "
+        "AND EXISTS (SELECT 1 FROM {s}.jobs o WHERE o.schedule_id = j.schedule_id "
+        "AND o.finished_at IS NULL AND o.status IN ('pending', 'delayed', 'running'))) "
+        "ORDER BY j.id LIMIT %s"
     )
     HAS_JOB_DEPS = "SELECT to_regclass('{s}.job_deps') IS NOT NULL"
     # As on SQLite: workflows whose every job was collected.
@@ -605,7 +609,7 @@ class Queries:
     # -- persistent schedules (same names and parameters as sqlite/queries.py) --------
     INSERT_SCHEDULE = (
         f"INSERT INTO {{s}}.job_schedules ({SCHEDULE_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, "
-        "%s, NULL, NULL, 0, %s, %s, %s)"
+        "%s, NULL, NULL, 0, %s, %s, %s, %s, %s, 0)"
     )
     # A concurrent insert of the same (type, name) makes this one wait for its commit and
     # then do nothing; the caller's next statement (a fresh snapshot under READ
@@ -634,6 +638,33 @@ class Queries:
     CATCH_UP_CAS = (
         "UPDATE {s}.job_schedules SET next_run = %s, updated_at = %s WHERE id = %s "
         "AND next_run = %s"
+    )
+    # A backfill decides from the row: two at once for one schedule take turns.
+    GET_SCHEDULE_FOR_WRITE = (
+        f"SELECT {SCHEDULE_COLUMNS} FROM {{s}}.job_schedules WHERE id = %s FOR UPDATE"
+    )
+    # Locked (in id order), so that a finalize ending one of them either committed before
+    # the fire looks (which then sees it ended) or sees the fire's waiting row when its
+    # release trigger runs (migration 0010).
+    LIVE_SCHEDULE_JOBS = (
+        "SELECT status, status = 'waiting' AND workflow_id IS NULL AND step IS NULL "
+        "FROM {s}.jobs "
+        "WHERE schedule_id = %s AND finished_at IS NULL "
+        "AND status IN ('pending', 'delayed', 'running', 'waiting') ORDER BY id FOR UPDATE"
+    )
+    SKIP_FIRE = "UPDATE {s}.job_schedules SET skipped_count = skipped_count + 1 WHERE id = %s"
+    RELEASE_BUFFERED = (
+        "UPDATE {s}.jobs SET status = 'pending', scheduled_at = least(scheduled_at, %s), "
+        "updated_at = %s WHERE schedule_id = %s AND finished_at IS NULL "
+        "AND status = 'waiting' AND workflow_id IS NULL AND step IS NULL"
+    )
+    KEY_STORED = (
+        "SELECT 1 FROM {s}.jobs WHERE idempotency_key = %s "
+        "AND status IN ('pending', 'delayed', 'running') "
+        "UNION ALL SELECT 1 FROM {s}.jobs WHERE schedule_id = %s AND finished_at IS NULL "
+        "AND status = 'waiting' AND idempotency_key = %s "
+        "UNION ALL SELECT 1 FROM {s}.jobs WHERE idempotency_key = %s "
+        "AND status IN ('completed', 'failed', 'cancelled') LIMIT 1"
     )
 
     # -- the leader lease (same names as sqlite/queries.py) ---------------------------

@@ -464,12 +464,17 @@ CANCEL_WORKFLOW_STATUS = (
 )
 
 # `doctor`: waiting rows none of whose upstream jobs is unfinished, which nothing will
-# release (the release trigger makes none; a hand-edited table can). A scan of the
-# table: `doctor` is no hot path.
+# release (the release trigger makes none; a hand-edited table can), and fires a schedule
+# held back (`buffer_one`) while none of its jobs is left to end. A scan of the table:
+# `doctor` is no hot path.
 STRANDED_WAITING = (
     "SELECT j.id FROM jobs j WHERE j.status = 'waiting' AND NOT EXISTS (SELECT 1 FROM "
     "job_deps d JOIN jobs u ON u.rowid = d.upstream_key WHERE d.job_key = j.rowid "
-    "AND u.status IN ('waiting', 'pending', 'delayed', 'running')) ORDER BY j.rowid LIMIT ?"
+    "AND u.status IN ('waiting', 'pending', 'delayed', 'running')) "
+    "AND NOT (j.schedule_id IS NOT NULL AND j.workflow_id IS NULL AND j.step IS NULL "
+    "AND EXISTS (SELECT 1 FROM jobs o WHERE o.schedule_id = j.schedule_id "
+    "AND o.finished_at IS NULL AND o.status IN ('pending', 'delayed', 'running'))) "
+    "ORDER BY j.rowid LIMIT ?"
 )
 HAS_JOB_DEPS = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'job_deps'"
 
@@ -557,7 +562,7 @@ CANCEL_RECOVERED = (
 # Persistent schedules (`SCHEDULE_COLUMNS` is the shared layout's).
 INSERT_SCHEDULE = (
     f"INSERT INTO job_schedules ({SCHEDULE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, NULL, NULL, 0, "
-    "?, ?, ?)"
+    "?, ?, ?, ?, ?, 0)"
 )
 # `ensure_schedule`: insert unless `(type, name)` has a schedule (job_schedules_type_name_uq,
 # schema 0001); the caller then reads the one that is there.
@@ -580,6 +585,37 @@ MARK_FIRED = (
 )
 MARK_MANUAL = "UPDATE job_schedules SET last_run = ?, next_run = ?, updated_at = ? WHERE id = ?"
 CATCH_UP_CAS = "UPDATE job_schedules SET next_run = ?, updated_at = ? WHERE id = ? AND next_run = ?"
+# The schedule read by a write that decides from it (a backfill); SQLite's BEGIN IMMEDIATE
+# already holds the one write lock.
+GET_SCHEDULE_FOR_WRITE = GET_SCHEDULE
+# The overlap decision's look at the schedule's jobs that have not ended (one seek of
+# jobs_schedule_idx: only ended rows have `finished_at`), and whether each waiting one is
+# a fire `buffer_one` held back (no workflow) rather than a workflow's step.
+LIVE_SCHEDULE_JOBS = (
+    "SELECT status, status = 'waiting' AND workflow_id IS NULL AND step IS NULL FROM jobs "
+    "WHERE schedule_id = ? AND finished_at IS NULL AND status IN "
+    "('pending', 'delayed', 'running', 'waiting')"
+)
+SKIP_FIRE = "UPDATE job_schedules SET skipped_count = skipped_count + 1 WHERE id = ?"
+# A deleted schedule's held-back fire would wait for ever (its jobs lose `schedule_id`):
+# it runs now instead, in the deleting transaction.
+RELEASE_BUFFERED = (
+    "UPDATE jobs SET status = 'pending', scheduled_at = min(scheduled_at, ?), updated_at = ? "
+    "WHERE schedule_id = ? AND finished_at IS NULL AND status = 'waiting' "
+    "AND workflow_id IS NULL AND step IS NULL"
+)
+# Whether a job stored under the key exists, live, waiting (a held-back fire of the
+# schedule) or ended: a backfill writes a fire only once while its job is kept.
+# Parameters (key, schedule id, key, key). Each branch repeats the condition of the index
+# it seeks (jobs_idempotency_key_uq, jobs_schedule_idx, jobs_ended_key_idx).
+KEY_STORED = (
+    "SELECT 1 FROM jobs WHERE idempotency_key = ? "
+    "AND (status = 'pending' OR status = 'delayed' OR status = 'running') "
+    "UNION ALL SELECT 1 FROM jobs WHERE schedule_id = ? AND finished_at IS NULL "
+    "AND status = 'waiting' AND idempotency_key = ? "
+    "UNION ALL SELECT 1 FROM jobs WHERE idempotency_key = ? "
+    "AND (status = 'completed' OR status = 'failed' OR status = 'cancelled') LIMIT 1"
+)
 
 # The leader lease (see `_runtime/leader.py`): one row, a term that grows on every change
 # of holder. A resigned or expired lease keeps its row, so the term never goes back.

@@ -2,7 +2,7 @@
 -- After adding a migration, regenerate it from the repository root with
 --   python -m jobledger._storage.sqlite.migrate \
 --       > src/jobledger/_storage/sqlite/schema.sql
--- user_version = 13
+-- user_version = 14
 
 CREATE INDEX job_deps_job_idx ON job_deps (job_key);
 
@@ -78,7 +78,7 @@ CREATE TABLE job_schedules (
     metadata    TEXT NOT NULL DEFAULT '{}',
     created_at  INTEGER NOT NULL,
     updated_at  INTEGER NOT NULL
-);
+, overlap TEXT NOT NULL DEFAULT 'allow', jitter_ms INTEGER NOT NULL DEFAULT 0, skipped_count INTEGER NOT NULL DEFAULT 0);
 
 CREATE TABLE job_totals (
     queue    TEXT NOT NULL,
@@ -285,6 +285,24 @@ BEGIN
         (job_key, n, attempt, worker_id, started_at, finished_at, outcome, error)
     VALUES (new.rowid, old.attempt, old.attempt, old.worker_id, old.started_at,
         new.updated_at, 'retry', new.error);
+END;
+
+CREATE TRIGGER jobs_release_buffered_fire AFTER UPDATE OF status ON jobs
+WHEN new.schedule_id IS NOT NULL AND old.status <> new.status
+    AND (new.status = 'completed' OR new.status = 'failed' OR new.status = 'cancelled')
+BEGIN
+    UPDATE jobs SET status = 'pending', scheduled_at = min(scheduled_at, new.updated_at),
+        updated_at = new.updated_at
+    WHERE schedule_id = new.schedule_id AND finished_at IS NULL AND status = 'waiting'
+        AND workflow_id IS NULL AND step IS NULL
+        -- Never a second live row under one key (the unique index would fail the
+        -- ending write): such a row stays waiting, where `doctor` reports it.
+        AND (idempotency_key IS NULL OR NOT EXISTS (SELECT 1 FROM jobs k
+            WHERE k.idempotency_key = jobs.idempotency_key
+            AND (k.status = 'pending' OR k.status = 'delayed' OR k.status = 'running')))
+        AND NOT EXISTS (SELECT 1 FROM jobs o WHERE o.schedule_id = new.schedule_id
+            AND o.finished_at IS NULL
+            AND (o.status = 'pending' OR o.status = 'delayed' OR o.status = 'running'));
 END;
 
 CREATE TRIGGER jobs_release_downstream AFTER UPDATE OF status ON jobs
