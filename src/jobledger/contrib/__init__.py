@@ -1,0 +1,6 @@
+"""Integrations with other frameworks, each behind its own extra.
+
+Nothing here is imported by `jobledger` itself: a subpackage is loaded only when the
+user's code (or a framework's settings) names it, so the core keeps no dependency on
+the framework it integrates.
+"""
