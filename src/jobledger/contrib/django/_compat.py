@@ -17,6 +17,7 @@ __all__ = [
     "TaskError",
     "TaskResult",
     "TaskResultDoesNotExist",
+    "TaskResultMismatch",
     "TaskResultStatus",
     "framework_checks_run",
     "normalize_json",
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     from django_tasks import TaskContext, TaskResult, TaskResultStatus, task, task_backends
     from django_tasks.backends.base import BaseTaskBackend
     from django_tasks.base import DEFAULT_TASK_PRIORITY, Task, TaskError
-    from django_tasks.exceptions import InvalidTaskError, TaskResultDoesNotExist
+    from django_tasks.exceptions import InvalidTaskError, TaskResultDoesNotExist, TaskResultMismatch
     from django_tasks.signals import task_enqueued, task_finished, task_started
     from django_tasks.utils import normalize_json
 else:
@@ -39,7 +40,11 @@ else:
         from django.tasks import TaskContext, TaskResult, TaskResultStatus, task, task_backends
         from django.tasks.backends.base import BaseTaskBackend
         from django.tasks.base import DEFAULT_TASK_PRIORITY, Task, TaskError
-        from django.tasks.exceptions import InvalidTaskError, TaskResultDoesNotExist
+        from django.tasks.exceptions import (
+            InvalidTaskError,
+            TaskResultDoesNotExist,
+            TaskResultMismatch,
+        )
         from django.tasks.signals import task_enqueued, task_finished, task_started
         from django.tasks.utils import normalize_json
 
@@ -48,7 +53,11 @@ else:
         from django_tasks import TaskContext, TaskResult, TaskResultStatus, task, task_backends
         from django_tasks.backends.base import BaseTaskBackend
         from django_tasks.base import DEFAULT_TASK_PRIORITY, Task, TaskError
-        from django_tasks.exceptions import InvalidTaskError, TaskResultDoesNotExist
+        from django_tasks.exceptions import (
+            InvalidTaskError,
+            TaskResultDoesNotExist,
+            TaskResultMismatch,
+        )
         from django_tasks.signals import task_enqueued, task_finished, task_started
         from django_tasks.utils import normalize_json
 
