@@ -11,7 +11,7 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[web,postgres,otel,dev]'
+	$(BIN)/python -m pip install --quiet -e '.[web,postgres,otel,django,dev]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -29,13 +29,13 @@ pytest: $(STAMP)
 test: lint typecheck pytest
 
 bench: $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[web,postgres,otel,dev,bench]'
+	$(BIN)/python -m pip install --quiet -e '.[web,postgres,otel,django,dev,bench]'
 	$(BIN)/python bench/run_all.py
 
 # Worker processes killed, frozen and locked out at random, on SQLite then PostgreSQL
 # (docs/reliability.md). Not part of `make test`. CHAOS_ARGS="--seed 2 --duration 30".
 chaos: $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[web,postgres,otel,dev,bench]'
+	$(BIN)/python -m pip install --quiet -e '.[web,postgres,otel,django,dev,bench]'
 	rc=0; \
 	$(BIN)/python bench/chaos.py --backend sqlite $(CHAOS_ARGS) || rc=1; \
 	$(BIN)/python bench/chaos.py --backend postgres $(CHAOS_ARGS) || rc=1; \

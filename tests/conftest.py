@@ -15,6 +15,7 @@ that look at the file itself (PRAGMAs, lock files, backups, sqlite3 connections)
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 import sys
 from collections.abc import Callable, Coroutine, Iterator
@@ -39,6 +40,10 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+# The Django project's tests need Django set up, once per process: they run only in
+# the subprocesses of tests/contrib/test_django.py, which set DJANGO_SETTINGS_MODULE.
+collect_ignore = [] if os.environ.get("DJANGO_SETTINGS_MODULE") else ["django_project"]
 
 RUN_TIMEOUT = 30.0
 

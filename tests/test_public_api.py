@@ -81,3 +81,12 @@ def test_the_package_exports_its_all_and_its_public_modules_only() -> None:
     extra = {name for name in vars(jobledger) if not name.startswith("_")} - set(jobledger.__all__)
     # Public subpackages appear once some code imported them (`contrib`: integrations).
     assert extra <= {"clock", "errors", "testing", "cli", "contrib"}, extra
+
+
+def test_contrib_django_exports_the_backend_and_nothing_else() -> None:
+    # Importing it must not need configured settings: Django imports a backend's module
+    # from TASKS while it sets itself up.
+    import jobledger.contrib.django as integration
+
+    public = sorted(name for name in vars(integration) if not name.startswith("_"))
+    assert public == list(integration.__all__) == ["JobledgerBackend", "TaskRaised"]

@@ -21,6 +21,8 @@ it runs:
   unreachable, as the suite's other PostgreSQL tests are).
 - `<!-- snippet: needs MODULE -->`: runs only where MODULE is importable (an optional
   integration such as FastAPI that jobledger does not depend on); skipped otherwise.
+- `<!-- snippet: env NAME=VALUE -->`: the block's process has this environment
+  variable (a Django module run on its own needs `DJANGO_SETTINGS_MODULE`).
 - `<!-- snippet: skip REASON -->`: not run, for the reason given (keep these rare).
 
 Markers combine with `;` (`<!-- snippet: needs fastapi; file app/main.py -->`).
@@ -92,7 +94,7 @@ def _cases() -> list[object]:
 
 
 def test_the_markers_are_known_and_skips_give_a_reason() -> None:
-    known = ("file ", "append ", "postgres", "needs ", "skip ")
+    known = ("file ", "append ", "postgres", "needs ", "env ", "skip ")
     skips = 0
     for page in PAGES:
         for b in blocks(page):
@@ -143,6 +145,10 @@ def _run(
         args = [sys.executable, str(RUNNER), name]
     env = {**os.environ, "PYTHONPATH": str(workdir)}
     env.pop("JOBLEDGER_DB", None)
+    for m in markers:
+        if m.startswith("env "):
+            name, _, value = m.split(maxsplit=1)[1].partition("=")
+            env[name] = value
     return subprocess.run(
         args, cwd=workdir, env=env, capture_output=True, text=True, timeout=TIMEOUT
     )
