@@ -17,7 +17,11 @@ Codes are a public contract: they are added, never renamed. A caller matches on
     ├── ScheduleError                JOB_SCHEDULE_TRIGGER_INVALID, JOB_SCHEDULE_NAME_INVALID,
     │                                JOB_SCHEDULE_NAME_CONFLICT, JOB_SCHEDULE_SINGLETON_EXISTS,
     │                                JOB_SCHEDULE_NAME_REQUIRED, JOB_SCHEDULE_NOT_FOUND_BY_NAME
-    ├── HandlerRegistrationError     JOB_HANDLER_ALREADY_REGISTERED, JOB_HANDLER_INVALID
+    ├── HandlerRegistrationError     JOB_HANDLER_ALREADY_REGISTERED, JOB_HANDLER_INVALID,
+    │                                JOB_HANDLER_EXECUTOR: an executor the handler cannot
+    │                                run in (an async def in a thread or a process, a
+    │                                lambda or nested function in a process); also raised
+    │                                by ctx.patch_metadata/lock/upstream in a process
     ├── PermanentError               raised *by handlers*: fail now, do not retry
     ├── JobCancelled                 JOB_CANCELLED (raised by ctx.raise_if_cancelled())
     └── StorageError                 the database refused
