@@ -1,0 +1,677 @@
+"""The process executor: a worker's pool of child processes for `executor="process"`.
+
+A plain `def` handler registered with `executor="process"` (DESIGN.md §8.10) runs in a
+child process of the worker, so CPU-bound jobs use every core and a runaway one can be
+killed. The pool belongs to one `Engine`; it starts at the first process job and closes
+with the manager.
+
+    engine (loop thread)                        child (spawned)
+    ─────────────────────                       ──────────────────────────────────
+    run: ("run", job, payload JSON, ...)  ───►  reader thread ─► main thread runs
+         ("cancel", job, reason, msg)     ───►  reader thread fires the child's token
+    ◄───  ("progress", job, value, detail)      (throttled to one per 50 ms)
+    ◄───  ("end", job, kind, JSON, log lines)   kind: done | error | raised
+    sentinel readable  ◄── the child exited (any cause): its job ends "died"
+
+Invariants:
+
+- One job at a time per child. The engine starts at most `size` process jobs at once
+  (`Engine.proc_inflight`, counted at claim as the thread pool's threads are), so a job
+  always finds a child that is idle or starting, or room to spawn one.
+- A job handed to a child gets exactly one end: the child's `end` message, or its death
+  seen through the process sentinel (exit code and signal). A child that dies mid-job
+  (kill -9, a segfault, `os._exit`) therefore never loses its claimed job: the engine
+  writes the attempt's outcome from the death.
+- A child is never reused after it was killed (timeout, cancel grace, shutdown), died, or
+  ran `max_jobs_per_child` jobs: it leaves the pool and a fresh one is spawned in its
+  place at once (unless the pool is closing, or the child died before it ever became
+  ready, which would otherwise respawn in a loop).
+- The timeout is a hard limit counted from the hand-over to the child: the parent's
+  token fires with reason "timeout", the child gets SIGTERM, and SIGKILL `KILL_GRACE`
+  seconds later if it is still alive. A cancel sends the token to the child and kills
+  it after the handler's `cancel_timeout`; a shutdown kills it after
+  `SHUTDOWN_KILL_AFTER`, inside the lifecycle's settle window, so its row is requeued
+  or abandoned by strategy instead of left for recovery.
+- Job data crosses as JSON text: the payload as stored, the output as the thread path
+  would store it (`registry.encode_result`, in the child), errors and params as JSON.
+  Only the handler and its payload and result types go by reference (module and name;
+  the types in pickle's by-name form), once per child and job type.
+- Everything on the parent side runs on the manager's loop (`loop.add_reader` on each
+  pipe and sentinel): no locks, no threads. This needs a selector event loop (POSIX;
+  not Windows' proactor loop).
+- Children are spawned (never forked: no inherited connections, locks or threads) and
+  are not daemonic, so a handler may start processes of its own. A child whose pipe
+  closes (its worker stopped or died) exits at once, even mid-job; an atexit hook kills
+  whatever a pool that was never closed left running.
+
+Not available in a child: `ctx.patch_metadata`, `ctx.lock` and `ctx.upstream` (they
+write or read the database through the worker), which raise JOB_HANDLER_EXECUTOR.
+`ctx.logger` works; its kept lines travel back with the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import importlib
+import json
+import logging
+import multiprocessing
+import multiprocessing.util  # before our atexit hook, which must run before its joins
+import os
+import pickle
+import queue
+import signal
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from datetime import UTC, datetime
+from multiprocessing.connection import Connection
+from typing import TYPE_CHECKING, Any, Literal, cast
+
+from pydantic_core import to_jsonable_python
+
+from jobledger._core.registry import JobType, encode_result
+from jobledger._runtime.attempt import check_progress
+from jobledger._runtime.context import CancelToken, JobContext
+from jobledger._runtime.joblog import JobLogger, LogBuffer
+from jobledger._runtime.timers import call_later
+from jobledger._types import LogLine
+from jobledger.clock import Clock, SystemClock
+from jobledger.errors import JobError, PermanentError
+
+if TYPE_CHECKING:
+    from jobledger._runtime.attempt import Attempt
+    from jobledger._storage.interface import ClaimedJob
+
+__all__ = ["KILL_GRACE", "SHUTDOWN_KILL_AFTER", "End", "ProcessPool", "child_main"]
+
+log = logging.getLogger("jobledger.engine")
+
+KILL_GRACE = 0.5  # SIGTERM -> SIGKILL
+# Inside `lifecycle.SETTLE_AFTER_ABORT` (1 s), so the killed job's outcome is written.
+SHUTDOWN_KILL_AFTER = 0.5
+PROGRESS_SEND_INTERVAL = 0.05
+CLOSE_TIMEOUT = 2.0  # at close, idle children get this long to exit before SIGKILL
+
+EndKind = Literal["done", "error", "raised", "died"]
+# How a job in a child ended: ("done", output JSON), ("error", JSON of code, message,
+# retryable, params), ("raised", JSON of the exception), ("died", exit code).
+End = tuple[EndKind, Any]
+
+
+class _Child:
+    """The parent's view of one child process."""
+
+    __slots__ = (
+        "attempt",
+        "conn",
+        "end",
+        "exited",
+        "gone",
+        "jobs",
+        "known",
+        "proc",
+        "ready",
+        "timers",
+    )
+
+    def __init__(self, proc: Any, conn: Connection, loop: asyncio.AbstractEventLoop) -> None:
+        self.proc = proc
+        self.conn = conn
+        self.ready: asyncio.Future[bool] = loop.create_future()  # False: died first
+        self.gone: asyncio.Future[None] = loop.create_future()
+        self.exited = False
+        self.attempt: Attempt | None = None  # the job it holds (taken, maybe not sent)
+        self.end: asyncio.Future[End] | None = None  # set once the job is sent
+        self.known: set[str] = set()  # job types whose handler it has been sent
+        self.jobs = 0
+        self.timers: list[Any] = []  # the held job's kill timers
+
+    @property
+    def pid(self) -> int | None:
+        pid: int | None = self.proc.pid
+        return pid
+
+    def is_ready(self) -> bool:
+        return self.ready.done() and self.ready.result()
+
+
+_POOLS: weakref.WeakSet[ProcessPool] = weakref.WeakSet()
+
+
+class ProcessPool:
+    """Up to `size` spawned children, each running one job at a time (module docstring)."""
+
+    def __init__(self, size: int, loop: asyncio.AbstractEventLoop, clock: Clock) -> None:
+        self.size = size
+        self.loop = loop
+        self.clock = clock
+        self.closed = False
+        self._mp = multiprocessing.get_context("spawn")
+        self._children: list[_Child] = []  # in the pool
+        self._leaving: set[_Child] = set()  # retired or killed, not yet exited
+        self._by_job: dict[str, _Child] = {}
+        self._refs: dict[str, tuple[str, str, bytes]] = {}  # job type -> what a child loads
+        _POOLS.add(self)
+
+    def pids(self) -> list[int]:
+        """The pool's children's process ids (for tests and operators)."""
+        return [c.pid for c in self._children if c.pid is not None]
+
+    # -- running a job ------------------------------------------------------------
+
+    async def run(self, attempt: Attempt, job: ClaimedJob) -> End:
+        """Run `job` in a child; how it ended. Never raises for anything the child does."""
+        child = self._take()
+        child.attempt = attempt
+        self._by_job[job.id] = child
+        sent = False
+        try:
+            if not await child.ready:
+                return "died", child.proc.exitcode
+            end: asyncio.Future[End] = self.loop.create_future()
+            child.end = end
+            try:
+                child.conn.send(self._run_message(child, attempt, job))
+            except OSError:
+                if child.exited:  # it died between its ready and the hand-over
+                    return "died", child.proc.exitcode
+                # else its exit is on the way: the sentinel resolves `end`
+            sent = True
+            if job.timeout_ms is not None:
+                timeout_ms = job.timeout_ms
+                child.timers.append(
+                    call_later(
+                        self.loop,
+                        self.clock,
+                        timeout_ms / 1000,
+                        lambda: self._timed_out(child, attempt, timeout_ms),
+                    )
+                )
+            if attempt.token.is_set():  # cancelled while it waited for the child
+                self._signal(child, attempt)
+            return await end
+        except asyncio.CancelledError:
+            self._kill(child)  # nobody will wait for its end
+            raise
+        finally:
+            for timer in child.timers:
+                timer.cancel()
+            child.timers.clear()
+            self._by_job.pop(job.id, None)
+            child.attempt = None
+            child.end = None
+            if sent:
+                child.jobs += 1
+            limit = attempt.spec.max_jobs_per_child
+            if child in self._children and limit is not None and child.jobs >= limit:
+                self._retire(child, kill=False)
+
+    def _run_message(self, child: _Child, attempt: Attempt, job: ClaimedJob) -> tuple[Any, ...]:
+        spec = attempt.spec
+        ref = None
+        if spec.name not in child.known:
+            ref = self._refs.get(spec.name)
+            if ref is None:
+                job_type = spec.job_type
+                types = pickle.dumps((job_type.payload_type, job_type.result_type))
+                ref = self._refs[spec.name] = (*spec.target, types)
+            child.known.add(spec.name)
+        return (
+            "run",
+            job.id,
+            job.attempt,
+            attempt.queue,
+            spec.name,
+            job.payload,
+            job.metadata,
+            attempt.workflow_id,
+            ref,
+        )
+
+    def _take(self) -> _Child:
+        """An idle ready child, else one still starting, else a new one."""
+        starting = None
+        for child in self._children:
+            if child.attempt is None:
+                if child.is_ready():
+                    return child
+                if starting is None:
+                    starting = child
+        return starting if starting is not None else self._spawn()
+
+    # -- cancel, timeout, kill ----------------------------------------------------
+
+    def signal(self, attempt: Attempt) -> None:
+        """The attempt's token fired (cancel or shutdown): pass it on to its child."""
+        child = self._by_job.get(attempt.job_id)
+        if child is not None and child.attempt is attempt and child.end is not None:
+            self._signal(child, attempt)
+        # Not handed over yet: `run` passes the token on at the hand-over.
+
+    def _signal(self, child: _Child, attempt: Attempt) -> None:
+        token = attempt.token
+        try:
+            child.conn.send(("cancel", attempt.job_id, token.reason, token.message))
+        except OSError:
+            return  # exiting already: its sentinel ends the job
+        if token.reason == "shutdown":
+            child.timers.append(
+                self.loop.call_later(SHUTDOWN_KILL_AFTER, self._kill_if, child, attempt)
+            )
+        elif token.reason == "cancel":
+            grace = attempt.spec.cancel_timeout
+            child.timers.append(
+                call_later(self.loop, self.clock, grace, lambda: self._kill_if(child, attempt))
+            )
+
+    def _timed_out(self, child: _Child, attempt: Attempt, timeout_ms: int) -> None:
+        if child.attempt is attempt:
+            attempt.token.fire("timeout", f"timed out after {timeout_ms / 1000:g}s")
+            self._kill(child)
+
+    def _kill_if(self, child: _Child, attempt: Attempt) -> None:
+        if child.attempt is attempt:
+            self._kill(child)
+
+    def _kill(self, child: _Child) -> None:
+        self._retire(child, kill=True)
+
+    def _retire(self, child: _Child, *, kill: bool) -> None:
+        """Take the child out of the pool (a fresh one takes its place) and end it."""
+        if child in self._children:
+            self._children.remove(child)
+            self._leaving.add(child)
+            if not self.closed and child.is_ready():
+                self._replace()
+        if child.exited:
+            return
+        if kill:
+            child.proc.terminate()
+            self.loop.call_later(KILL_GRACE, _sigkill, child)
+        else:
+            try:
+                child.conn.send(("stop",))
+            except OSError:
+                pass
+
+    # -- children -----------------------------------------------------------------
+
+    def _spawn(self) -> _Child:
+        parent_end, child_end = self._mp.Pipe(duplex=True)
+        proc = self._mp.Process(
+            target=child_main, args=(child_end,), name="jobledger-child", daemon=False
+        )
+        try:
+            proc.start()
+        finally:
+            child_end.close()
+        child = _Child(proc, parent_end, self.loop)
+        self._children.append(child)
+        self.loop.add_reader(parent_end.fileno(), self._readable, child)
+        self.loop.add_reader(proc.sentinel, self._exited, child)
+        return child
+
+    def _replace(self) -> None:
+        try:
+            self._spawn()
+        except Exception:
+            log.warning("a replacement child process could not be started", exc_info=True)
+
+    def _readable(self, child: _Child) -> None:
+        conn = child.conn
+        try:
+            while not conn.closed and conn.poll():
+                self._message(child, conn.recv())
+        except (EOFError, OSError):
+            self._unwatch_pipe(child)  # its end closed: the sentinel says why
+
+    def _unwatch_pipe(self, child: _Child) -> None:
+        if not child.conn.closed:
+            self.loop.remove_reader(child.conn.fileno())
+
+    def _message(self, child: _Child, msg: tuple[Any, ...]) -> None:
+        kind = msg[0]
+        attempt = child.attempt
+        if kind == "ready":
+            if not child.ready.done():
+                child.ready.set_result(True)
+        elif kind == "progress":
+            if attempt is not None and attempt.job_id == msg[1] and not attempt.submitted:
+                try:
+                    attempt.report_progress(msg[2], msg[3])
+                except Exception:
+                    log.warning("progress of %s not recorded", attempt.job_id, exc_info=True)
+        elif kind == "end":
+            _, job_id, what, data, lines, dropped = msg
+            end = child.end
+            if attempt is None or end is None or end.done() or attempt.job_id != job_id:
+                return
+            attempt.adopt_logs(
+                [
+                    LogLine(at=datetime.fromtimestamp(at, UTC), level=lv, message=m)
+                    for at, lv, m in lines
+                ],
+                dropped,
+            )
+            end.set_result((what, data))
+
+    def _exited(self, child: _Child) -> None:
+        self.loop.remove_reader(child.proc.sentinel)
+        self._readable(child)  # what it sent before it exited (an end, its last progress)
+        self._unwatch_pipe(child)
+        child.conn.close()
+        child.proc.join(1.0)  # the sentinel fires at exit; the reaping is immediate
+        child.exited = True
+        was_ready = child.is_ready()
+        if not child.ready.done():
+            child.ready.set_result(False)
+        if child.end is not None and not child.end.done():
+            child.end.set_result(("died", child.proc.exitcode))
+        if not child.gone.done():
+            child.gone.set_result(None)
+        self._leaving.discard(child)
+        if child in self._children:
+            self._children.remove(child)
+            if was_ready and not self.closed:
+                log.warning(
+                    "child process %s exited (%s); replaced", child.pid, child.proc.exitcode
+                )
+                self._replace()
+
+    async def aclose(self) -> None:
+        """Stop every child: idle ones are asked to exit, busy ones (handlers that ignored
+        the shutdown) are killed; after CLOSE_TIMEOUT, SIGKILL for any left."""
+        self.closed = True
+        for child in list(self._children):
+            self._retire(child, kill=child.attempt is not None)
+        leaving = [c.gone for c in self._leaving]
+        if leaving:
+            _, pending = await asyncio.wait(leaving, timeout=CLOSE_TIMEOUT)
+            if pending:
+                for child in list(self._leaving):
+                    _sigkill(child)
+                await asyncio.wait(pending, timeout=CLOSE_TIMEOUT)
+        _POOLS.discard(self)
+
+    def kill_all(self) -> None:
+        """SIGKILL every child now (interpreter exit with a pool never closed)."""
+        for child in [*self._children, *self._leaving]:
+            _sigkill(child)
+            child.proc.join(1.0)
+
+
+def _sigkill(child: _Child) -> None:
+    if not child.exited and child.proc.is_alive():
+        child.proc.kill()
+
+
+def describe_death(exitcode: int | None) -> tuple[str, dict[str, Any]]:
+    """The message and params of an attempt whose child died: `exitcode` is the child's
+    exit status, or minus the signal that killed it (`multiprocessing`'s convention)."""
+    params: dict[str, Any] = {"exitcode": exitcode}
+    if exitcode is not None and exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        params["signal"] = name
+        return f"the handler's process was killed by {name}", params
+    return f"the handler's process exited with status {exitcode}", params
+
+
+@atexit.register
+def _kill_leftovers() -> None:
+    # Registered after multiprocessing's own hook, so it runs first: that hook joins
+    # every non-daemonic child, and a child computing forever would hang the exit.
+    for pool in list(_POOLS):
+        pool.kill_all()
+
+
+# -- the child side ---------------------------------------------------------------------
+
+
+def child_main(conn: Connection) -> None:
+    """A child process's main function (the spawn target)."""
+    _ChildWorker(conn).serve()
+
+
+class _ChildWorker:
+    """The child's loop: its main thread runs jobs; a reader thread takes messages (so
+    a cancel reaches the token while the handler computes)."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.send_lock = threading.Lock()  # the handler's threads may report progress
+        self.inbox: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
+        self.current: _ChildAttempt | None = None
+        self.handlers: dict[str, tuple[Callable[[Any], Any], JobType[Any]] | str] = {}
+        self.clock = SystemClock()
+
+    def send(self, msg: tuple[Any, ...]) -> None:
+        with self.send_lock:
+            self.conn.send(msg)
+
+    def serve(self) -> None:
+        threading.Thread(target=self._read, name="jobledger-pipe", daemon=True).start()
+        self.send(("ready", os.getpid()))
+        while (msg := self.inbox.get()) is not None:
+            self._run(msg)
+
+    def _read(self) -> None:
+        while True:
+            try:
+                msg = self.conn.recv()
+            except (EOFError, OSError):
+                # The worker closed the pipe or died: nobody can record this job's end.
+                os._exit(0)
+            kind = msg[0]
+            if kind == "cancel":
+                current = self.current
+                if current is not None and current.job_id == msg[1]:
+                    current.token.fire(msg[2], msg[3])
+            elif kind == "stop":
+                self.inbox.put(None)
+            else:
+                self.inbox.put(msg)
+
+    def _run(self, msg: tuple[Any, ...]) -> None:
+        _, job_id, attempt_no, queue_name, type_name, payload, metadata, workflow_id, ref = msg
+        if ref is not None:
+            self.handlers[type_name] = _load(type_name, ref)
+        state = _ChildAttempt(self, job_id, attempt_no, queue_name, type_name, workflow_id)
+        self.current = state
+        try:
+            what, data = self._execute(self.handlers.get(type_name), state, payload, metadata)
+        finally:
+            self.current = None
+        state.flush()
+        lines, dropped = state.kept_logs()
+        self.send(("end", job_id, what, data, lines, dropped))
+
+    def _execute(
+        self,
+        entry: tuple[Callable[[Any], Any], JobType[Any]] | str | None,
+        state: _ChildAttempt,
+        payload: str,
+        metadata: str,
+    ) -> tuple[str, str]:
+        if not isinstance(entry, tuple):
+            return "error", _error_json(
+                "JOB_HANDLER_THREW",
+                entry or "no handler was sent",
+                True,
+                {"exception": "ImportError"},
+            )
+        fn, job_type = entry
+        try:
+            value = job_type.decode(payload)
+        except Exception as exc:
+            return "error", _error_json("JOB_PAYLOAD_INVALID", str(exc), False, {})
+        meta = json.loads(metadata) if metadata != "{}" else {}
+        ctx: JobContext[Any] = JobContext(
+            cast(Any, state), value, meta if isinstance(meta, dict) else {}
+        )
+        try:
+            result = fn(ctx)
+        except Exception as exc:
+            return "raised", _raised_json(exc)
+        encode = job_type.encode_output if job_type.result_type is not None else None
+        out = encode_result(encode, result)
+        if isinstance(out, str):
+            return "done", out
+        return "error", _error_json(out.code, out.message, False, out.params)
+
+
+def _load(
+    type_name: str, ref: tuple[str, str, bytes]
+) -> tuple[Callable[[Any], Any], JobType[Any]] | str:
+    """The handler and its job type in this child, or why they cannot be had."""
+    module, qualname, types = ref
+    try:
+        obj: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+        payload_type, result_type = pickle.loads(types)
+        return obj, JobType(type_name, payload_type, result=result_type)
+    except Exception as exc:
+        return f"the handler {module}.{qualname} could not be loaded in a child process: {exc!r}"
+
+
+def _jsonable(value: Any) -> Any:
+    return to_jsonable_python(value, fallback=repr)
+
+
+def _error_json(code: str, message: str, retryable: bool, params: dict[str, Any]) -> str:
+    return json.dumps(
+        {"code": code, "message": message, "retryable": retryable, "params": _jsonable(params)}
+    )
+
+
+def _raised_json(exc: Exception) -> str:
+    from jobledger._runtime.engine import format_traceback
+
+    name = type(exc).__name__
+    info: dict[str, Any] = {
+        "exception": name,
+        "message": str(exc) or name,
+        "permanent": isinstance(exc, PermanentError),
+        "traceback": format_traceback(exc),
+    }
+    if isinstance(exc, JobError):
+        info["code"] = exc.code
+        info["job_message"] = exc.message
+        info["params"] = _jsonable(exc.params)
+    return json.dumps(info)
+
+
+class _ChildAttempt:
+    """What a `JobContext` in a child stands on, in place of the worker's `Attempt`."""
+
+    __slots__ = (
+        "_flush_timer",
+        "_last_sent",
+        "_lock",
+        "_logs",
+        "_pending",
+        "_worker",
+        "attempt",
+        "job_id",
+        "queue",
+        "token",
+        "type",
+        "workflow_id",
+    )
+
+    def __init__(
+        self,
+        worker: _ChildWorker,
+        job_id: str,
+        attempt: int,
+        queue_name: str,
+        type_name: str,
+        workflow_id: str | None,
+    ) -> None:
+        self._worker = worker
+        self.job_id = job_id
+        self.attempt = attempt
+        self.queue = queue_name
+        self.type = type_name
+        self.workflow_id = workflow_id
+        self.token = CancelToken()
+        self._logs: LogBuffer | None = None
+        self._lock = threading.Lock()
+        self._pending: tuple[float, str | None] | None = None
+        self._last_sent = -1e9
+        self._flush_timer: threading.Timer | None = None
+
+    def report_progress(self, progress: float, detail: str | None) -> None:
+        value, text = check_progress(progress, detail)
+        with self._lock:
+            now = time.monotonic()
+            if now - self._last_sent >= PROGRESS_SEND_INTERVAL:
+                self._last_sent = now
+                self._pending = None
+                send = True
+            else:
+                # Sent by a timer at the end of the interval, or with the end.
+                self._pending = (value, text)
+                send = False
+                if self._flush_timer is None:
+                    timer = threading.Timer(PROGRESS_SEND_INTERVAL, self.flush)
+                    timer.daemon = True
+                    self._flush_timer = timer
+                    timer.start()
+        if send:
+            self._worker.send(("progress", self.job_id, value, text))
+
+    def flush(self) -> None:
+        with self._lock:
+            pending, self._pending = self._pending, None
+            timer, self._flush_timer = self._flush_timer, None
+            self._last_sent = time.monotonic()
+        if timer is not None:
+            timer.cancel()
+        if pending is not None:
+            self._worker.send(("progress", self.job_id, *pending))
+
+    def job_logger(self) -> JobLogger:
+        if self._logs is None:
+            self._logs = LogBuffer(self._worker.clock)
+        fields = {
+            "job_id": self.job_id,
+            "type": self.type,
+            "queue": self.queue,
+            "attempt": self.attempt,
+        }
+        return JobLogger(self._logs, fields)
+
+    def kept_logs(self) -> tuple[list[tuple[float, str, str]], int]:
+        logs = self._logs
+        if logs is None:
+            return [], 0
+        return [(x.at.timestamp(), x.level, x.message) for x in logs.lines()], logs.dropped
+
+    def _unavailable(self, what: str) -> JobError:
+        return JobError(
+            f"{what} is not available to a handler with executor='process'",
+            code="JOB_HANDLER_EXECUTOR",
+            params={"job_id": self.job_id},
+        )
+
+    def patch_metadata(self, patch: Any) -> dict[str, Any]:
+        raise self._unavailable("ctx.patch_metadata")
+
+    def upstream(self) -> dict[str, Any]:
+        raise self._unavailable("ctx.upstream")
+
+    def acquire_lock_sync(self, name: str, timeout: float | None) -> None:
+        raise self._unavailable("ctx.lock")
+
+    async def acquire_lock_async(self, name: str, timeout: float | None) -> None:
+        raise self._unavailable("ctx.lock")
+
+    def release_lock(self, name: str) -> None:
+        return None
