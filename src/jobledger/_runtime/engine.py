@@ -229,6 +229,9 @@ class Engine:
         self._pool_size = thread_pool_size
         self._pool: ThreadPoolExecutor | None = None
         self._proc_size = process_pool_size or os.cpu_count() or 1
+        # Two jobs per child: the second waits in this worker and goes to the child the
+        # moment its job ends, so a child never idles through a finalize and a claim.
+        self._proc_slots = 2 * self._proc_size
         self.processes: ProcessPool | None = None  # started by the first process job
         self._settling: set[asyncio.Task[None]] = set()
         # Until the startup sweep has run: rows these dead workers enqueued wait for it.
@@ -624,6 +627,9 @@ class Engine:
         kind, data = end
         if kind == "done":
             return self._outcome(attempt, "completed", output=data)
+        if kind == "unstarted":  # its token fired before a child took it
+            attempt.token.fire("shutdown", "the process pool closed")
+            return self._interrupted(attempt, job)
         if kind != "error" and attempt.token.is_set():
             return self._interrupted(attempt, job)  # raised or killed after its token fired
         if kind == "died":
@@ -649,7 +655,7 @@ class Engine:
     def _workers_free(self, proc: bool) -> int:
         """Free pool threads, or free child processes (`proc`), for a plain handler's queue."""
         if proc:
-            return self._proc_size - self.proc_inflight
+            return self._proc_slots - self.proc_inflight
         return self._pool_size - self.sync_inflight
 
     def _process_span(

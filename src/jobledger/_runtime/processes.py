@@ -15,9 +15,13 @@ with the manager.
 
 Invariants:
 
-- One job at a time per child. The engine starts at most `size` process jobs at once
-  (`Engine.proc_inflight`, counted at claim as the thread pool's threads are), so a job
-  always finds a child that is idle or starting, or room to spawn one.
+- One job at a time per child, and at most one more waiting per child: the engine
+  claims process jobs while fewer than `2 * size` are in hand (`Engine.proc_inflight`,
+  counted at claim as the thread pool's threads are). A waiting job goes to the first
+  child that frees, in the same loop callback that reads the child's end, so a child
+  never idles through the finalize and the next claim (without it, two children on two
+  cores ran 2 ms jobs at about one core's worth). A job whose token fires while it
+  waits is never started (its end is "unstarted").
 - A job handed to a child gets exactly one end: the child's `end` message, or its death
   seen through the process sentinel (exit code and signal). A child that dies mid-job
   (kill -9, a segfault, `os._exit`) therefore never loses its claimed job: the engine
@@ -26,7 +30,8 @@ Invariants:
   ran `max_jobs_per_child` jobs: it leaves the pool and a fresh one is spawned in its
   place at once (unless the pool is closing, or the child died before it ever became
   ready, which would otherwise respawn in a loop).
-- The timeout is a hard limit counted from the hand-over to the child: the parent's
+- The timeout is a hard limit counted from the hand-over to the child (not from the
+  claim, which may be up to one job earlier): the parent's
   token fires with reason "timeout", the child gets SIGTERM, and SIGKILL `KILL_GRACE`
   seconds later if it is still alive. A cancel sends the token to the child and kills
   it after the handler's `cancel_timeout`; a shutdown kills it after
@@ -65,6 +70,7 @@ import signal
 import threading
 import time
 import weakref
+from collections import deque
 from collections.abc import Callable
 from datetime import UTC, datetime
 from multiprocessing.connection import Connection
@@ -95,47 +101,48 @@ SHUTDOWN_KILL_AFTER = 0.5
 PROGRESS_SEND_INTERVAL = 0.05
 CLOSE_TIMEOUT = 2.0  # at close, idle children get this long to exit before SIGKILL
 
-EndKind = Literal["done", "error", "raised", "died"]
+EndKind = Literal["done", "error", "raised", "died", "unstarted"]
 # How a job in a child ended: ("done", output JSON), ("error", JSON of code, message,
-# retryable, params), ("raised", JSON of the exception), ("died", exit code).
+# retryable, params), ("raised", JSON of the exception), ("died", exit code), or
+# ("unstarted", None): its token fired while it waited for a child.
 End = tuple[EndKind, Any]
+
+
+class _Job:
+    """One job on its way through the pool: waiting for a child, then held by one."""
+
+    __slots__ = ("attempt", "child", "end", "job")
+
+    def __init__(self, attempt: Attempt, job: ClaimedJob, end: asyncio.Future[End]) -> None:
+        self.attempt = attempt
+        self.job = job
+        self.end = end
+        self.child: _Child | None = None  # set at the hand-over
 
 
 class _Child:
     """The parent's view of one child process."""
 
-    __slots__ = (
-        "attempt",
-        "conn",
-        "end",
-        "exited",
-        "gone",
-        "jobs",
-        "known",
-        "proc",
-        "ready",
-        "timers",
-    )
+    __slots__ = ("conn", "exited", "gone", "held", "jobs", "known", "proc", "ready", "timers")
 
     def __init__(self, proc: Any, conn: Connection, loop: asyncio.AbstractEventLoop) -> None:
         self.proc = proc
         self.conn = conn
-        self.ready: asyncio.Future[bool] = loop.create_future()  # False: died first
+        self.ready = False  # it said so; a child that never does is not replaced
         self.gone: asyncio.Future[None] = loop.create_future()
         self.exited = False
-        self.attempt: Attempt | None = None  # the job it holds (taken, maybe not sent)
-        self.end: asyncio.Future[End] | None = None  # set once the job is sent
+        self.held: _Job | None = None  # the job handed to it
         self.known: set[str] = set()  # job types whose handler it has been sent
-        self.jobs = 0
-        self.timers: list[Any] = []  # the held job's kill timers
+        self.jobs = 0  # handed to it so far
+        self.timers: list[Any] = []  # the held job's timeout and kill timers
 
     @property
     def pid(self) -> int | None:
         pid: int | None = self.proc.pid
         return pid
 
-    def is_ready(self) -> bool:
-        return self.ready.done() and self.ready.result()
+    def free(self) -> bool:
+        return self.ready and self.held is None and not self.exited
 
 
 _POOLS: weakref.WeakSet[ProcessPool] = weakref.WeakSet()
@@ -152,7 +159,8 @@ class ProcessPool:
         self._mp = multiprocessing.get_context("spawn")
         self._children: list[_Child] = []  # in the pool
         self._leaving: set[_Child] = set()  # retired or killed, not yet exited
-        self._by_job: dict[str, _Child] = {}
+        self._waiting: deque[_Job] = deque()  # claimed, for the next free child
+        self._jobs: dict[str, _Job] = {}
         self._refs: dict[str, tuple[str, str, bytes]] = {}  # job type -> what a child loads
         _POOLS.add(self)
 
@@ -163,54 +171,63 @@ class ProcessPool:
     # -- running a job ------------------------------------------------------------
 
     async def run(self, attempt: Attempt, job: ClaimedJob) -> End:
-        """Run `job` in a child; how it ended. Never raises for anything the child does."""
-        child = self._take()
-        child.attempt = attempt
-        self._by_job[job.id] = child
-        sent = False
+        """Run `job` in a child; how it ended. Never raises for anything the child does
+        (a failed spawn raises)."""
+        item = _Job(attempt, job, self.loop.create_future())
+        self._jobs[job.id] = item
         try:
-            if not await child.ready:
-                return "died", child.proc.exitcode
-            end: asyncio.Future[End] = self.loop.create_future()
-            child.end = end
-            try:
-                child.conn.send(self._run_message(child, attempt, job))
-            except OSError:
-                if child.exited:  # it died between its ready and the hand-over
-                    return "died", child.proc.exitcode
-                # else its exit is on the way: the sentinel resolves `end`
-            sent = True
-            if job.timeout_ms is not None:
-                timeout_ms = job.timeout_ms
-                child.timers.append(
-                    call_later(
-                        self.loop,
-                        self.clock,
-                        timeout_ms / 1000,
-                        lambda: self._timed_out(child, attempt, timeout_ms),
-                    )
-                )
-            if attempt.token.is_set():  # cancelled while it waited for the child
-                self._signal(child, attempt)
-            return await end
+            child = next((c for c in self._children if c.free()), None)
+            if child is not None:
+                self._hand(child, item)
+            else:
+                self._waiting.append(item)
+                if len(self._children) < self.size:
+                    self._spawn()  # its ready takes the first job waiting
+            return await item.end
         except asyncio.CancelledError:
-            self._kill(child)  # nobody will wait for its end
+            if item.child is not None:
+                self._kill(item.child)  # nobody will wait for its end
             raise
         finally:
-            for timer in child.timers:
-                timer.cancel()
-            child.timers.clear()
-            self._by_job.pop(job.id, None)
-            child.attempt = None
-            child.end = None
-            if sent:
-                child.jobs += 1
-            limit = attempt.spec.max_jobs_per_child
-            if child in self._children and limit is not None and child.jobs >= limit:
-                self._retire(child, kill=False)
+            if self._jobs.get(job.id) is item:
+                del self._jobs[job.id]
+            if item in self._waiting:
+                self._waiting.remove(item)
 
-    def _run_message(self, child: _Child, attempt: Attempt, job: ClaimedJob) -> tuple[Any, ...]:
-        spec = attempt.spec
+    def _hand(self, child: _Child, item: _Job) -> None:
+        """Give `item` to the free `child`: from here its end is the child's."""
+        attempt = item.attempt
+        if attempt.token.is_set():
+            # Cancelled or shut down while it waited: never started, nothing to kill.
+            item.end.set_result(("unstarted", None))
+            return
+        item.child = child
+        child.held = item
+        child.jobs += 1
+        try:
+            child.conn.send(self._run_message(child, item))
+        except OSError:
+            return  # it is exiting: its sentinel ends the job as "died"
+        timeout_ms = item.job.timeout_ms
+        if timeout_ms is not None:
+            child.timers.append(
+                call_later(
+                    self.loop,
+                    self.clock,
+                    timeout_ms / 1000,
+                    lambda: self._timed_out(child, item, timeout_ms),
+                )
+            )
+
+    def _next(self, child: _Child) -> None:
+        """`child` is free: the next job waiting, if any."""
+        while self._waiting and child.free():
+            item = self._waiting.popleft()
+            if not item.end.done():
+                self._hand(child, item)
+
+    def _run_message(self, child: _Child, item: _Job) -> tuple[Any, ...]:
+        spec = item.attempt.spec
         ref = None
         if spec.name not in child.known:
             ref = self._refs.get(spec.name)
@@ -219,39 +236,47 @@ class ProcessPool:
                 types = pickle.dumps((job_type.payload_type, job_type.result_type))
                 ref = self._refs[spec.name] = (*spec.target, types)
             child.known.add(spec.name)
+        job = item.job
         return (
             "run",
             job.id,
             job.attempt,
-            attempt.queue,
+            item.attempt.queue,
             spec.name,
             job.payload,
             job.metadata,
-            attempt.workflow_id,
+            item.attempt.workflow_id,
             ref,
         )
 
-    def _take(self) -> _Child:
-        """An idle ready child, else one still starting, else a new one."""
-        starting = None
-        for child in self._children:
-            if child.attempt is None:
-                if child.is_ready():
-                    return child
-                if starting is None:
-                    starting = child
-        return starting if starting is not None else self._spawn()
+    def _ended(self, child: _Child, end: End) -> None:
+        """The held job's end (its message, or the child's death)."""
+        item = child.held
+        if item is None:
+            return
+        child.held = None
+        for timer in child.timers:
+            timer.cancel()
+        child.timers.clear()
+        if not item.end.done():
+            item.end.set_result(end)
+        limit = item.attempt.spec.max_jobs_per_child
+        if child in self._children and limit is not None and child.jobs >= limit:
+            self._retire(child, kill=False)
+        else:
+            self._next(child)
 
     # -- cancel, timeout, kill ----------------------------------------------------
 
     def signal(self, attempt: Attempt) -> None:
-        """The attempt's token fired (cancel or shutdown): pass it on to its child."""
-        child = self._by_job.get(attempt.job_id)
-        if child is not None and child.attempt is attempt and child.end is not None:
-            self._signal(child, attempt)
-        # Not handed over yet: `run` passes the token on at the hand-over.
-
-    def _signal(self, child: _Child, attempt: Attempt) -> None:
+        """The attempt's token fired (cancel or shutdown): pass it on to its child. One
+        still waiting for a child is never started (`_hand`)."""
+        item = self._jobs.get(attempt.job_id)
+        if item is None:
+            return
+        child = item.child
+        if child is None or child.held is not item:
+            return
         token = attempt.token
         try:
             child.conn.send(("cancel", attempt.job_id, token.reason, token.message))
@@ -259,21 +284,21 @@ class ProcessPool:
             return  # exiting already: its sentinel ends the job
         if token.reason == "shutdown":
             child.timers.append(
-                self.loop.call_later(SHUTDOWN_KILL_AFTER, self._kill_if, child, attempt)
+                self.loop.call_later(SHUTDOWN_KILL_AFTER, self._kill_if, child, item)
             )
         elif token.reason == "cancel":
             grace = attempt.spec.cancel_timeout
             child.timers.append(
-                call_later(self.loop, self.clock, grace, lambda: self._kill_if(child, attempt))
+                call_later(self.loop, self.clock, grace, lambda: self._kill_if(child, item))
             )
 
-    def _timed_out(self, child: _Child, attempt: Attempt, timeout_ms: int) -> None:
-        if child.attempt is attempt:
-            attempt.token.fire("timeout", f"timed out after {timeout_ms / 1000:g}s")
+    def _timed_out(self, child: _Child, item: _Job, timeout_ms: int) -> None:
+        if child.held is item:
+            item.attempt.token.fire("timeout", f"timed out after {timeout_ms / 1000:g}s")
             self._kill(child)
 
-    def _kill_if(self, child: _Child, attempt: Attempt) -> None:
-        if child.attempt is attempt:
+    def _kill_if(self, child: _Child, item: _Job) -> None:
+        if child.held is item:
             self._kill(child)
 
     def _kill(self, child: _Child) -> None:
@@ -284,7 +309,7 @@ class ProcessPool:
         if child in self._children:
             self._children.remove(child)
             self._leaving.add(child)
-            if not self.closed and child.is_ready():
+            if not self.closed and child.ready:
                 self._replace()
         if child.exited:
             return
@@ -334,29 +359,29 @@ class ProcessPool:
 
     def _message(self, child: _Child, msg: tuple[Any, ...]) -> None:
         kind = msg[0]
-        attempt = child.attempt
+        item = child.held
         if kind == "ready":
-            if not child.ready.done():
-                child.ready.set_result(True)
+            child.ready = True
+            self._next(child)
         elif kind == "progress":
-            if attempt is not None and attempt.job_id == msg[1] and not attempt.submitted:
+            if item is not None and item.job.id == msg[1] and not item.attempt.submitted:
                 try:
-                    attempt.report_progress(msg[2], msg[3])
+                    item.attempt.report_progress(msg[2], msg[3])
                 except Exception:
-                    log.warning("progress of %s not recorded", attempt.job_id, exc_info=True)
+                    log.warning("progress of %s not recorded", msg[1], exc_info=True)
         elif kind == "end":
             _, job_id, what, data, lines, dropped = msg
-            end = child.end
-            if attempt is None or end is None or end.done() or attempt.job_id != job_id:
+            if item is None or item.job.id != job_id:
                 return
-            attempt.adopt_logs(
-                [
-                    LogLine(at=datetime.fromtimestamp(at, UTC), level=lv, message=m)
-                    for at, lv, m in lines
-                ],
-                dropped,
-            )
-            end.set_result((what, data))
+            if lines or dropped:
+                item.attempt.adopt_logs(
+                    [
+                        LogLine(at=datetime.fromtimestamp(at, UTC), level=lv, message=m)
+                        for at, lv, m in lines
+                    ],
+                    dropped,
+                )
+            self._ended(child, (what, data))
 
     def _exited(self, child: _Child) -> None:
         self.loop.remove_reader(child.proc.sentinel)
@@ -365,28 +390,36 @@ class ProcessPool:
         child.conn.close()
         child.proc.join(1.0)  # the sentinel fires at exit; the reaping is immediate
         child.exited = True
-        was_ready = child.is_ready()
-        if not child.ready.done():
-            child.ready.set_result(False)
-        if child.end is not None and not child.end.done():
-            child.end.set_result(("died", child.proc.exitcode))
+        code = child.proc.exitcode
+        self._leaving.discard(child)
+        in_pool = child in self._children
+        if in_pool:
+            self._children.remove(child)
+        self._ended(child, ("died", code))
         if not child.gone.done():
             child.gone.set_result(None)
-        self._leaving.discard(child)
-        if child in self._children:
-            self._children.remove(child)
-            if was_ready and not self.closed:
-                log.warning(
-                    "child process %s exited (%s); replaced", child.pid, child.proc.exitcode
-                )
+        if in_pool and not self.closed:
+            if child.ready:
+                log.warning("child process %s exited (%s); replaced", child.pid, code)
                 self._replace()
+            elif not self._children:
+                # It died before it was ready (its import failed?) and none is left:
+                # the jobs waiting would wait forever, so they end as its death.
+                while self._waiting:
+                    item = self._waiting.popleft()
+                    if not item.end.done():
+                        item.end.set_result(("died", code))
 
     async def aclose(self) -> None:
         """Stop every child: idle ones are asked to exit, busy ones (handlers that ignored
         the shutdown) are killed; after CLOSE_TIMEOUT, SIGKILL for any left."""
         self.closed = True
+        while self._waiting:
+            item = self._waiting.popleft()
+            if not item.end.done():
+                item.end.set_result(("unstarted", None))
         for child in list(self._children):
-            self._retire(child, kill=child.attempt is not None)
+            self._retire(child, kill=child.held is not None)
         leaving = [c.gone for c in self._leaving]
         if leaving:
             _, pending = await asyncio.wait(leaving, timeout=CLOSE_TIMEOUT)
