@@ -27,6 +27,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
         ["drain.py", "--system", "jobledger", "-n", "200"],
         ["flow.py", "-n", "300", "--keys", "10", "--only", "base,rate_high,keyed"],
         ["workflows.py", "--chains", "50", "--width", "200"],
+        ["cpu.py", "--one", "jobledger", "-n", "100"],
     ],
     ids=lambda a: "-".join(a[:3]),
 )
