@@ -51,8 +51,10 @@ def burn_cpu(ms: float) -> None:
         pass
 
 
-def burn_and_report(n: int, ms: float, results: Any) -> None:
-    """`n` bursts of `ms` ms of CPU in a bare process; puts (start, end) on `results`."""
+def burn_and_report(n: int, ms: float, results: Any, go: Any) -> None:
+    """`n` bursts of `ms` ms of CPU in a bare process, once `go` is set; puts (start,
+    end) on `results`."""
+    go.wait(60)
     start = time.time()
     for _ in range(n):
         burn_cpu(ms)

@@ -113,6 +113,18 @@ async def _batch(db: str, pool: int, n: int, ms: float) -> list[h.Report]:
     jobs = _manager(db, process_pool_size=pool)
     jobs.handler(h.SPIN, recovery="retry", executor="process", concurrency=pool)(h.spin)
     async with jobs:
+        # Spawn every child first (`pool` jobs at once start `pool` children), and wait
+        # until all are ready: a child still importing under load is not a lack of
+        # parallelism, and would stretch the span being measured.
+        for warm in [jobs.enqueue(h.SPIN, h.Task()) for _ in range(pool)]:
+            await warm.result()
+        processes = jobs._engine.processes
+        assert processes is not None
+        await wait_for(
+            lambda: sum(c.ready for c in processes._children) == pool,
+            timeout=30.0,
+            what="every child ready",
+        )
         handles = [jobs.enqueue(h.SPIN, h.Task(ms=ms)) for _ in range(n)]
         return [await handle.result() for handle in handles]
 
@@ -126,11 +138,14 @@ def _raw_span(procs: int, n: int, ms: float) -> float:
     two CPU-bound processes right now, measured inside them as `_span` is."""
     mp = multiprocessing.get_context("spawn")
     results: Any = mp.Queue()
+    go = mp.Event()  # they start together once all are up, as the warmed-up pool does
     workers = [
-        mp.Process(target=h.burn_and_report, args=(n // procs, ms, results)) for _ in range(procs)
+        mp.Process(target=h.burn_and_report, args=(n // procs, ms, results, go))
+        for _ in range(procs)
     ]
     for w in workers:
         w.start()
+    go.set()
     spans: list[tuple[float, float]] = [results.get(timeout=TIMEOUT) for _ in workers]
     for w in workers:
         w.join(TIMEOUT)
