@@ -24,6 +24,7 @@ __all__ = [
     "CancelManyResult",
     "CancelOutcome",
     "DrainVerdict",
+    "Executor",
     "JobErrorInfo",
     "JobSnapshot",
     "JobStatus",
@@ -43,6 +44,8 @@ __all__ = [
 
 JSON = Any
 RecoveryStrategy = Literal["abandon", "retry", "singleton"]
+# How a handler runs (DESIGN.md §8.10): on the loop, in a pool thread, in a child process.
+Executor = Literal["async", "thread", "process"]
 CancelOutcome = Literal["cancelled", "timed-out", "not-cancellable"]
 # How one attempt ended: "interrupted" by a shutdown (the job went back to pending, its
 # attempt unspent), "lost" when its worker died while it ran.

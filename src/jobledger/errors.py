@@ -18,7 +18,12 @@ Codes are a public contract: they are added, never renamed. A caller matches on
     │                                JOB_SCHEDULE_NAME_CONFLICT, JOB_SCHEDULE_SINGLETON_EXISTS,
     │                                JOB_SCHEDULE_NAME_REQUIRED, JOB_SCHEDULE_NOT_FOUND_BY_NAME,
     │                                JOB_SCHEDULE_NOT_FOUND (`backfill_job_schedule`)
-    ├── HandlerRegistrationError     JOB_HANDLER_ALREADY_REGISTERED, JOB_HANDLER_INVALID
+    ├── HandlerRegistrationError     JOB_HANDLER_ALREADY_REGISTERED, JOB_HANDLER_INVALID,
+    │                                JOB_HANDLER_EXECUTOR: an executor the handler cannot
+    │                                run in (an async def in a thread or a process, a
+    │                                lambda or nested function in a process); a plain
+    │                                JobError with it comes from ctx.patch_metadata,
+    │                                ctx.lock and ctx.upstream in a process handler
     ├── PermanentError               raised *by handlers*: fail now, do not retry
     ├── JobCancelled                 JOB_CANCELLED (raised by ctx.raise_if_cancelled())
     └── StorageError                 the database refused

@@ -29,6 +29,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
         ["workflows.py", "--chains", "50", "--width", "200"],
         ["otel.py", "-n", "100", "--repeat", "1"],
         ["exactly_once.py", "-n", "200", "--repeat", "1"],
+        ["cpu.py", "--one", "jobledger", "-n", "100"],
     ],
     ids=lambda a: "-".join(a[:3]),
 )

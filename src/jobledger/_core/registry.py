@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import pickle
 import sys
 import typing
 from collections.abc import Awaitable, Callable, Mapping
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, cast
 
 from pydantic import PydanticUndefinedAnnotation, PydanticUserError, TypeAdapter, ValidationError
+from pydantic_core import to_jsonable_python
 from typing_extensions import TypeVar
 
 from jobledger._core import jsonvalues
@@ -37,7 +39,14 @@ from jobledger._core.limits import (
     is_finite_number,
 )
 from jobledger._core.rate import RateLimit
-from jobledger._types import JobSnapshot, JobStatus, MissedEvent, RecoveryStrategy, SettledEvent
+from jobledger._types import (
+    Executor,
+    JobSnapshot,
+    JobStatus,
+    MissedEvent,
+    RecoveryStrategy,
+    SettledEvent,
+)
 from jobledger.errors import HandlerRegistrationError, JobError, JobValidationError
 
 if TYPE_CHECKING:
@@ -51,6 +60,7 @@ __all__ = [
     "QueueOption",
     "dumps",
     "encode_metadata",
+    "encode_result",
     "validate_timeout",
 ]
 
@@ -62,6 +72,7 @@ R = TypeVar("R", default=Any)
 
 MAX_PAYLOAD_BYTES = 1024 * 1024
 RECOVERY_STRATEGIES: tuple[RecoveryStrategy, ...] = ("abandon", "retry", "singleton")
+EXECUTORS: tuple[Executor, ...] = ("async", "thread", "process")
 
 QueueOption = str | Callable[[Any], str] | None
 
@@ -101,6 +112,27 @@ def encode_metadata(value: object) -> str:
     if bad is not None:
         raise JobValidationError(f"metadata must be JSON: {bad}", code="JOB_INVALID_OPTION")
     return text
+
+
+def encode_result(encode_output: Callable[[object], str] | None, result: object) -> str | JobError:
+    """A handler's return value as its stored JSON text, or the JobError that says why it
+    cannot be stored (returned, not raised: the engine fails the attempt with it, never
+    retried). `encode_output` is the type's declared result encoder, or None for the
+    handler's value as JSON. One function for every executor, so a value that fails in a
+    thread fails with the same code in a child process."""
+    if encode_output is not None:
+        try:
+            return encode_output(result)
+        except JobError as exc:
+            return exc
+        except Exception as exc:  # a validator or serializer of the user's raised
+            return JobError(
+                f"the handler's result could not be stored: {exc!r}", code="JOB_OUTPUT_INVALID"
+            )
+    try:
+        return "null" if result is None else dumps(to_jsonable_python(result))
+    except Exception as exc:
+        return JobError(f"the handler's result is not JSON: {exc}", code="JOB_OUTPUT_INVALID")
 
 
 def _is_typing_typeddict(tp: object) -> bool:
@@ -484,6 +516,11 @@ class HandlerSpec(Generic[P]):
     # At most this many starts per window, across processes (DESIGN.md §8.7); an
     # operator's limit for the queue (`jobs.set_queue_limits`) replaces it.
     rate_limit: RateLimit | None = None
+    executor: Executor = "async"
+    # `executor == "process"`, kept as a flag: the engine tests it on every start.
+    is_process: bool = False
+    # A child process is replaced after this many jobs (process executor only).
+    max_jobs_per_child: int | None = None
 
     @property
     def name(self) -> str:
@@ -518,6 +555,8 @@ class HandlerSpec(Generic[P]):
         on_settled: Callable[[SettledEvent], Any] | None = None,
         on_missed: Callable[[MissedEvent], Any] | None = None,
         rate_limit: object = None,
+        executor: object = None,
+        max_jobs_per_child: object = None,
     ) -> HandlerSpec[P]:
         if not isinstance(job_type, JobType):
             raise HandlerRegistrationError(
@@ -546,10 +585,12 @@ class HandlerSpec(Generic[P]):
                 f"rate_limit must be a jl.RateLimit, not {rate_limit!r}",
                 params={"type": job_type.name},
             )
+        is_async = inspect.iscoroutinefunction(execute)
+        kind = _executor(job_type, execute, is_async, executor, max_jobs_per_child)
         return HandlerSpec(
             job_type=job_type,
             execute=execute,
-            is_async=inspect.iscoroutinefunction(execute),
+            is_async=is_async,
             recovery=recovery,
             concurrency=concurrency,
             timeout=validate_timeout(timeout),
@@ -560,7 +601,16 @@ class HandlerSpec(Generic[P]):
             on_missed=on_missed,
             encode_output=None if job_type.result_type is None else job_type.encode_output,
             rate_limit=rate_limit,
+            executor=kind,
+            is_process=kind == "process",
+            max_jobs_per_child=max_jobs_per_child,  # type: ignore[arg-type]  # checked
         )
+
+    @property
+    def target(self) -> tuple[str, str]:
+        """Where a child process finds the handler: (module, qualified name)."""
+        fn = self.execute
+        return fn.__module__, fn.__qualname__
 
     @staticmethod
     def from_class(job_type: JobType[P], handler: object) -> HandlerSpec[P]:
@@ -600,3 +650,92 @@ class HandlerSpec(Generic[P]):
             on_missed=handler.on_missed if overridden("on_missed") else None,
             rate_limit=cls.rate_limit,
         )
+
+
+def _executor(
+    job_type: JobType[Any],
+    fn: Callable[..., Any],
+    is_async: bool,
+    executor: object,
+    max_jobs_per_child: object,
+) -> Executor:
+    """The executor a registration asks for (or its function's default), checked: the
+    combinations that cannot work are JOB_HANDLER_EXECUTOR at registration, not a
+    failure of every job later."""
+    name = job_type.name
+    if executor is None:
+        kind: Executor = "async" if is_async else "thread"
+    elif executor in EXECUTORS:
+        kind = executor
+    else:
+        raise HandlerRegistrationError(
+            f"executor must be one of {', '.join(EXECUTORS)}, not {executor!r}",
+            params={"type": name, "executor": repr(executor)},
+        )
+
+    def refuse(reason: str) -> HandlerRegistrationError:
+        return HandlerRegistrationError(
+            f"the handler of {name!r} cannot run with executor={kind!r}: {reason}",
+            code="JOB_HANDLER_EXECUTOR",
+            params={"type": name, "executor": kind, "reason": reason},
+        )
+
+    if max_jobs_per_child is not None:
+        if kind != "process":
+            raise refuse("max_jobs_per_child applies to executor='process' only")
+        if (
+            isinstance(max_jobs_per_child, bool)
+            or not isinstance(max_jobs_per_child, int)
+            or max_jobs_per_child < 1
+        ):
+            raise HandlerRegistrationError(
+                f"max_jobs_per_child must be an integer >= 1 or None, not {max_jobs_per_child!r}",
+                params={"type": name},
+            )
+    if kind == "async" and not is_async:
+        raise refuse("it is a plain def; executor='async' takes an async def")
+    if kind != "async" and is_async:
+        raise refuse("it is an async def, which runs on the manager's loop (executor='async')")
+    if kind == "process":
+        problem = _not_importable(fn) or _types_not_importable(job_type)
+        if problem is not None:
+            raise refuse(problem)
+    return kind
+
+
+def _not_importable(fn: Callable[..., Any]) -> str | None:
+    """Why a spawned child could not import `fn` by its module and qualified name."""
+    if not inspect.isfunction(fn):
+        return (
+            f"{fn!r} is not a plain function; a child process imports its handler by "
+            "module and name, so it must be a module-level def"
+        )
+    qualname = fn.__qualname__
+    if "<" in qualname:  # <lambda>, or <locals> of a function it was defined in
+        return (
+            f"{qualname} is a lambda or is defined inside a function; a child process "
+            "imports its handler by module and name, so it must be a module-level def"
+        )
+    module = sys.modules.get(fn.__module__)
+    if fn.__module__ == "__main__" and getattr(module, "__file__", None) is None:
+        return (
+            "it is defined in an interactive session or a `-c` program, which a child "
+            "process cannot import; define it in a module"
+        )
+    return None
+
+
+def _types_not_importable(job_type: JobType[Any]) -> str | None:
+    """Why the child could not rebuild the job type: it gets the payload and result
+    types by reference (pickle's by-name form, never their values)."""
+    for what, tp in (("payload", job_type.payload_type), ("result", job_type.result_type)):
+        if tp is None:
+            continue
+        try:
+            pickle.dumps(tp)
+        except Exception as exc:
+            return (
+                f"its {what} type {tp!r} cannot be imported by name in a child process "
+                f"({exc}); define it at module level"
+            )
+    return None

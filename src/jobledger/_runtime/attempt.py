@@ -37,7 +37,7 @@ from jobledger.errors import JobClaimLost, JobError, JobValidationError
 if TYPE_CHECKING:
     from jobledger._runtime.engine import Engine
 
-__all__ = ["PROGRESS_INTERVAL", "Attempt"]
+__all__ = ["PROGRESS_INTERVAL", "Attempt", "check_progress"]
 
 PROGRESS_INTERVAL = 0.25
 
@@ -175,6 +175,11 @@ class Attempt:
         logs = self._logs
         return [] if logs is None else logs.lines()
 
+    def adopt_logs(self, lines: list[LogLine], dropped: int) -> None:
+        """Keep lines logged elsewhere for this attempt (a process handler's child)."""
+        if lines or dropped:
+            self._log_buffer().extend(lines, dropped)
+
     def log_lines_dropped(self) -> int:
         """How many older lines the bounds pushed out of `log_lines()`."""
         logs = self._logs
@@ -259,18 +264,7 @@ class Attempt:
         )
 
     def report_progress(self, progress: float, detail: str | None) -> None:
-        if not is_finite_number(progress):
-            raise JobValidationError(
-                f"progress must be a number from 0 to 100, not {progress!r}",
-                code="JOB_INVALID_OPTION",
-            )
-        value = float(min(100, max(0, progress)))  # clamped first: a huge int has no float
-        detail = None if detail is None else str(detail)
-        if detail is not None and has_surrogate(detail):
-            raise JobValidationError(
-                "progress detail must be UTF-8 text (it holds a lone surrogate)",
-                code="JOB_INVALID_OPTION",
-            )
+        value, detail = check_progress(progress, detail)
         self.progress, self.progress_detail = value, detail
         engine = self._engine
         now = engine.clock.monotonic()
@@ -380,6 +374,24 @@ class Attempt:
             self.locks.discard(name)
             engine = self._engine
             engine.store.release_lock(name, self.job_id, engine.worker_id, self.attempt)
+
+
+def check_progress(progress: object, detail: object) -> tuple[float, str | None]:
+    """A reported progress clamped to 0-100 and its detail as text, or JOB_INVALID_OPTION
+    (the same check in the worker and in a process handler's child)."""
+    if not is_finite_number(progress):
+        raise JobValidationError(
+            f"progress must be a number from 0 to 100, not {progress!r}",
+            code="JOB_INVALID_OPTION",
+        )
+    value = float(min(100, max(0, progress)))  # clamped first: a huge int has no float
+    text = None if detail is None else str(detail)
+    if text is not None and has_surrogate(text):
+        raise JobValidationError(
+            "progress detail must be UTF-8 text (it holds a lone surrogate)",
+            code="JOB_INVALID_OPTION",
+        )
+    return value, text
 
 
 def _check_lock_name(name: object) -> None:

@@ -69,18 +69,17 @@ import contextvars
 import functools
 import json
 import logging
+import os
 import threading
 import traceback
 from collections import Counter
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
-from typing import Any
-
-from pydantic_core import to_jsonable_python
+from typing import TYPE_CHECKING, Any, cast
 
 from jobledger._core.backoff import compute_backoff
-from jobledger._core.registry import HandlerSpec, dumps
+from jobledger._core.registry import HandlerSpec, encode_result
 from jobledger._runtime import tracing
 from jobledger._runtime.ahead import ClaimAhead
 from jobledger._runtime.attempt import Attempt
@@ -103,6 +102,9 @@ from jobledger._storage.rows import error_to_json, snapshot_from_row
 from jobledger._types import JobErrorInfo, JobSnapshot, SettledEvent
 from jobledger.clock import Clock, to_ms
 from jobledger.errors import JobError, JobValidationError, PermanentError
+
+if TYPE_CHECKING:
+    from jobledger._runtime.processes import End, ProcessPool
 
 __all__ = ["DispatchQueue", "Engine"]
 
@@ -135,6 +137,7 @@ class DispatchQueue:
         "kick_pending",
         "lock",
         "name",
+        "proc",
         "quiet",
         "rate",
         "rate_at",
@@ -149,6 +152,7 @@ class DispatchQueue:
         concurrency: int,
         *,
         sync: bool = False,
+        proc: bool = False,
         rate: tuple[int, int] | None = None,
         keyed: bool = False,
     ) -> None:
@@ -160,7 +164,10 @@ class DispatchQueue:
         self.rate_at: int | None = None  # a kick is armed for this epoch ms (rate window)
         # Its rate limit is per key: claimed on its own, never in a spread claim.
         self.keyed = keyed
-        self.sync = sync  # made for a plain `def` handler: its jobs need a pool thread
+        # Made for a plain `def` handler: its jobs need a pool thread, or, with `proc`
+        # (executor="process"), a child process of the pool.
+        self.sync = sync
+        self.proc = proc
         self.lock = threading.Lock()
         self.kick_pending = False
         self.running = 0
@@ -185,6 +192,7 @@ class Engine:
         poll_interval: float,
         claim_batch: int = 64,
         thread_pool_size: int = 16,
+        process_pool_size: int | None = None,
     ) -> None:
         self.store = store
         self.clock = clock
@@ -201,6 +209,7 @@ class Engine:
         self.queues: dict[str, DispatchQueue] = {}
         self.inflight: dict[str, Attempt] = {}
         self.sync_inflight = 0  # of them, plain `def` handlers' (one pool thread each)
+        self.proc_inflight = 0  # and process handlers' (one child process each)
         # The global cap (or this process's limit) turned a claim away: until a claim finds
         # slots left over, dispatch is one spread claim over `_turns`, not a claim per queue.
         self.global_blocked = False
@@ -219,6 +228,11 @@ class Engine:
         self._flush_scheduled = False
         self._pool_size = thread_pool_size
         self._pool: ThreadPoolExecutor | None = None
+        self._proc_size = process_pool_size or os.cpu_count() or 1
+        # Two jobs per child: the second waits in this worker and goes to the child the
+        # moment its job ends, so a child never idles through a finalize and a claim.
+        self._proc_slots = 2 * self._proc_size
+        self.processes: ProcessPool | None = None  # started by the first process job
         self._settling: set[asyncio.Task[None]] = set()
         # Until the startup sweep has run: rows these dead workers enqueued wait for it.
         self.exclude_owners: tuple[str, ...] = ()
@@ -269,6 +283,7 @@ class Engine:
                 name,
                 spec.concurrency,
                 sync=not spec.is_async,
+                proc=spec.is_process,
                 rate=None if limit is None else (limit.limit, limit.per_ms),
                 keyed=limit is not None and limit.key is not None,
             )
@@ -322,7 +337,7 @@ class Engine:
             return
         own_free = self._own_free()
         if qu.sync:
-            own_free = min(own_free, self._pool_size - self.sync_inflight)
+            own_free = min(own_free, self._workers_free(qu.proc))
         if own_free <= 0:
             self.global_blocked = True
             self._turns.setdefault(qu.name)
@@ -501,7 +516,10 @@ class Engine:
         attempt.claimed_at = self.ahead.claimed()
         self.inflight[job.id] = attempt
         if not spec.is_async:
-            self.sync_inflight += 1
+            if spec.is_process:
+                self.proc_inflight += 1
+            else:
+                self.sync_inflight += 1
         qu.running += 1
         task = self.loop.create_task(self._run(attempt, job))
         attempt.task = task
@@ -525,6 +543,9 @@ class Engine:
             self._pass_the_turn()  # a claim was cut short: the loop has caught up
         if worker_log.isEnabledFor(logging.INFO):
             log_start(attempt)
+        if spec.is_process:
+            await self._run_in_child(attempt, job)
+            return
         try:
             payload = spec.job_type.decode(job.payload)
         except Exception as exc:
@@ -587,6 +608,78 @@ class Engine:
         outcome.want_row = True  # the engine settles the attempt from this row
         return outcome
 
+    async def _run_in_child(self, attempt: Attempt, job: ClaimedJob) -> None:
+        """One attempt of a process handler (`_runtime/processes.py`): the child decodes,
+        runs and encodes; this maps how it ended to the outcome the thread path writes."""
+        pool = self.processes
+        if pool is None:
+            from jobledger._runtime.processes import ProcessPool
+
+            assert self.loop is not None
+            pool = self.processes = ProcessPool(self._proc_size, self.loop, self.clock)
+        inst = tracing.instruments()
+        traced = None if inst is None else self._process_span(inst, attempt, job)
+        try:
+            end = await pool.run(attempt, job)
+        except asyncio.CancelledError:
+            attempt.token.fire("shutdown", "the job's task was cancelled")
+            outcome = self._interrupted(attempt, job)
+        except Exception as exc:  # no child could be started (spawn failed)
+            log.warning("job %s: no child process could run it", job.id, exc_info=True)
+            outcome = self._failed(
+                attempt,
+                job,
+                "JOB_HANDLER_THREW",
+                f"no child process could run the handler: {exc}",
+                True,
+                {"exception": type(exc).__name__},
+            )
+        else:
+            outcome = self._child_outcome(attempt, job, end)
+        if traced is not None:
+            error = outcome[0].error
+            traced.end(outcome[0].kind, None if error is None else json.loads(error), None)
+        self._submit(outcome)
+
+    def _child_outcome(
+        self, attempt: Attempt, job: ClaimedJob, end: End
+    ) -> tuple[Outcome, Attempt]:
+        """The outcome of a child's end, classified as `_completed`/`_from_exception`
+        classify a thread's: by the token's reason first, never by a message."""
+        kind, data = end
+        if kind == "done":
+            return self._outcome(attempt, "completed", output=data)
+        if kind == "unstarted":  # its token fired before a child took it
+            attempt.token.fire("shutdown", "the process pool closed")
+            return self._interrupted(attempt, job)
+        if kind != "error" and attempt.token.is_set():
+            return self._interrupted(attempt, job)  # raised or killed after its token fired
+        if kind == "died":
+            from jobledger._runtime.processes import describe_death
+
+            message, params = describe_death(data)
+            return self._failed(attempt, job, "JOB_HANDLER_THREW", message, True, params)
+        info = json.loads(data)
+        if kind == "error":
+            return self._failed(
+                attempt, job, info["code"], info["message"], info["retryable"], info["params"]
+            )
+        tb = info["traceback"]
+        if info["permanent"]:
+            return self._failed(
+                attempt, job, info["code"], info["job_message"], False, info["params"], tb
+            )
+        params = {"exception": info["exception"]}
+        if "code" in info:
+            params["code"] = info["code"]
+        return self._failed(attempt, job, "JOB_HANDLER_THREW", info["message"], True, params, tb)
+
+    def _workers_free(self, proc: bool) -> int:
+        """Free pool threads, or free child processes (`proc`), for a plain handler's queue."""
+        if proc:
+            return self._proc_slots - self.proc_inflight
+        return self._pool_size - self.sync_inflight
+
     def _process_span(
         self, inst: tracing.Instruments, attempt: Attempt, job: ClaimedJob
     ) -> tracing.Process:
@@ -613,8 +706,13 @@ class Engine:
     def abort(self, attempt: Attempt, reason: Any, message: str) -> bool:
         """Fire the token and, for async handlers, cancel the handler's task."""
         fired = attempt.token.fire(reason, message)
-        if fired and attempt.spec.is_async and attempt.task is not None:
-            attempt.task.cancel()
+        if fired:
+            spec = attempt.spec
+            if spec.is_async:
+                if attempt.task is not None:
+                    attempt.task.cancel()
+            elif spec.is_process and self.processes is not None:
+                self.processes.signal(attempt)  # through the pipe; killed after a grace
         return fired
 
     # -- outcomes -------------------------------------------------------------------
@@ -637,33 +735,13 @@ class Engine:
         )
 
     def _completed(self, attempt: Attempt, job: ClaimedJob, result: Any) -> tuple[Outcome, Attempt]:
-        encode = attempt.spec.encode_output
-        if encode is not None:
-            # A declared result type: validated and dumped by its adapter.
-            try:
-                output = encode(result)
-            except JobError as exc:
-                return self._failed(attempt, job, exc.code, exc.message, False, exc.params)
-            except Exception as exc:  # a validator or serializer of the user's raised
-                return self._failed(
-                    attempt,
-                    job,
-                    "JOB_OUTPUT_INVALID",
-                    f"the handler's result could not be stored: {exc!r}",
-                    False,
-                )
+        # A declared result type is validated and dumped by its adapter; otherwise the
+        # value is dumped as JSON (`registry.encode_result`, which process handlers use too).
+        output = encode_result(attempt.spec.encode_output, result)
+        if type(output) is str:
             return self._outcome(attempt, "completed", output=output)
-        try:
-            output = "null" if result is None else dumps(to_jsonable_python(result))
-        except Exception as exc:
-            return self._failed(
-                attempt,
-                job,
-                "JOB_OUTPUT_INVALID",
-                f"the handler's result is not JSON: {exc}",
-                False,
-            )
-        return self._outcome(attempt, "completed", output=output)
+        error = cast(JobError, output)
+        return self._failed(attempt, job, error.code, error.message, False, error.params)
 
     def _failed(
         self,
@@ -925,8 +1003,11 @@ class Engine:
         mine = [a for _, a in batch if self.inflight.get(a.job_id) is a]
         own_free = self._own_free(len(mine))
         if qu.sync:
-            sync_mine = sum(1 for a in mine if not a.spec.is_async)
-            own_free = min(own_free, self._pool_size - self.sync_inflight + sync_mine)
+            if qu.proc:
+                sync_mine = sum(1 for a in mine if a.spec.is_process)
+            else:
+                sync_mine = sum(1 for a in mine if _in_thread(a.spec))
+            own_free = min(own_free, self._workers_free(qu.proc) + sync_mine)
         limit = min(qu.concurrency - qu.running + len(batch), own_free, self.claim_batch)
         if limit <= 0:
             return None
@@ -980,7 +1061,9 @@ class Engine:
             self.global_blocked = True  # our own jobs' ends (or starts) claim next
             return
         request = self._spread_request(
-            min(own_free, self.claim_batch), self._pool_size - self.sync_inflight, {}
+            min(own_free, self.claim_batch),
+            (self._workers_free(False), self._workers_free(True)),
+            {},
         )
         if request is None:
             if not self._turns:
@@ -1002,10 +1085,11 @@ class Engine:
         self._take_spread(request, result)
 
     def _spread_request(
-        self, limit: int, sync_free: int, released: dict[str, int]
+        self, limit: int, sync_free: tuple[int, int], released: dict[str, int]
     ) -> SpreadRequest | None:
-        """The spread claim of up to `limit` rows over the head of the turns; `released`:
-        jobs per queue that the finalize this claim rides in ends."""
+        """The spread claim of up to `limit` rows over the head of the turns; `sync_free`:
+        the free pool threads and child processes; `released`: jobs per queue that the
+        finalize this claim rides in ends."""
         if limit <= 0:
             return None
         want = min(limit + SPREAD_SLACK, SPREAD_MAX)
@@ -1022,8 +1106,8 @@ class Engine:
                 drop.append(name)
                 self.kick(name)
                 continue
-            if qu.sync and sync_free <= 0:
-                continue  # waits for a pool thread, keeping its place
+            if qu.sync and sync_free[qu.proc] <= 0:
+                continue  # waits for a pool thread (or child), keeping its place
             picked.append(qu)
             if len(picked) >= want:
                 break
@@ -1031,8 +1115,9 @@ class Engine:
             del self._turns[name]
         if not picked:
             return None
-        if any(qu.sync for qu in picked):
-            limit = min(limit, sync_free)
+        for proc in (False, True):
+            if any(qu.sync and qu.proc is proc for qu in picked):
+                limit = min(limit, sync_free[proc])
         return SpreadRequest(
             tuple((qu.name, qu.cap) for qu in picked),
             self.global_max,
@@ -1066,7 +1151,8 @@ class Engine:
         mine = [a for _, a in batch if self.inflight.get(a.job_id) is a]
         own_free = self._own_free(len(mine))
         sync_free = (
-            self._pool_size - self.sync_inflight + sum(1 for a in mine if not a.spec.is_async)
+            self._workers_free(False) + sum(1 for a in mine if _in_thread(a.spec)),
+            self._workers_free(True) + sum(1 for a in mine if a.spec.is_process),
         )
         return self._spread_request(min(own_free, self.claim_batch), sync_free, released)
 
@@ -1144,8 +1230,12 @@ class Engine:
     def _release(self, attempt: Attempt) -> None:
         if self.inflight.get(attempt.job_id) is attempt:
             del self.inflight[attempt.job_id]
-            if not attempt.spec.is_async:
-                self.sync_inflight -= 1
+            spec = attempt.spec
+            if not spec.is_async:
+                if spec.is_process:
+                    self.proc_inflight -= 1
+                else:
+                    self.sync_inflight -= 1
         qu = self.queues.get(attempt.queue)
         if qu is not None:
             qu.running -= 1
@@ -1249,8 +1339,18 @@ class Engine:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
 
+    async def close_processes(self) -> None:
+        """Stop the child processes (manager stop, after the shutdown drain)."""
+        pool, self.processes = self.processes, None
+        if pool is not None:
+            await pool.aclose()
+
 
 _TERMINAL = frozenset({"completed", "failed", "cancelled"})
+
+
+def _in_thread(spec: HandlerSpec[Any]) -> bool:
+    return not spec.is_async and not spec.is_process
 
 
 def _ignore_workflows(job_ids: list[str]) -> None:

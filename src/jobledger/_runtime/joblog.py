@@ -92,6 +92,19 @@ class LogBuffer:
                 self._size -= old
                 self.dropped += 1
 
+    def extend(self, lines: list[LogLine], dropped: int) -> None:
+        """Add lines kept by another buffer (a child process's), within the bounds."""
+        with self._lock:
+            self.dropped += dropped
+            for line in lines:
+                size = len(line.message.encode("utf-8"))
+                self._lines.append((line, size))
+                self._size += size
+            while len(self._lines) > MAX_LOG_LINES or self._size > MAX_LOG_BYTES:
+                _, old = self._lines.popleft()
+                self._size -= old
+                self.dropped += 1
+
     def lines(self) -> list[LogLine]:
         with self._lock:
             return [line for line, _ in self._lines]

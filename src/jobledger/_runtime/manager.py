@@ -107,6 +107,7 @@ from jobledger._types import (
     CancelManyResult,
     CancelOutcome,
     DrainVerdict,
+    Executor,
     JobErrorInfo,
     JobSnapshot,
     JobStatus,
@@ -217,11 +218,14 @@ class JobManager:
         claim_batch: int = 64,
         process_max_concurrency: int | None = None,
         thread_pool_size: int = 16,
+        process_pool_size: int | None = None,
         shutdown_grace: float = DRAIN_TIMEOUT,
     ) -> None:
         _check_count("global_max_concurrency", global_max_concurrency)
         _check_process_max(process_max_concurrency)
         _check_count("thread_pool_size", thread_pool_size)
+        if process_pool_size is not None:
+            _check_count("process_pool_size", process_pool_size)
         _check_count("claim_batch", claim_batch)
         _check_count("max_payload_bytes", max_payload_bytes)
         for name, value in (
@@ -291,6 +295,7 @@ class JobManager:
             poll_interval=self.poll_interval,
             claim_batch=claim_batch,
             thread_pool_size=thread_pool_size,
+            process_pool_size=process_pool_size,
         )
         self._engine.limit_process(process_max_concurrency)  # checked above
         self._engine.on_delayed = self._on_delayed
@@ -384,6 +389,8 @@ class JobManager:
         queue: QueueOption = None,
         cancel_timeout: float = 30.0,
         rate_limit: RateLimit | None = None,
+        executor: Executor | None = None,
+        max_jobs_per_child: int | None = None,
     ) -> Callable[[Handler[P, R]], Callable[[JobContext[P]], Any]]: ...
 
     @overload
@@ -398,6 +405,8 @@ class JobManager:
         queue: Callable[[P], str],
         cancel_timeout: float = 30.0,
         rate_limit: RateLimit | None = None,
+        executor: Executor | None = None,
+        max_jobs_per_child: int | None = None,
     ) -> Callable[[Handler[P, R]], Callable[[JobContext[P]], Any]]: ...
 
     def handler(
@@ -411,11 +420,18 @@ class JobManager:
         queue: QueueOption | Callable[[P], str] = None,
         cancel_timeout: float = 30.0,
         rate_limit: RateLimit | None = None,
+        executor: Executor | None = None,
+        max_jobs_per_child: int | None = None,
     ) -> Callable[[Handler[P, R]], Callable[[JobContext[P]], Any]]:
         """Register the decorated function (async or plain) as `job_type`'s handler.
 
         When `job_type` declares a result type `R`, the function must return `R` (an
-        `async def` one, `Awaitable[R]`): mypy names both types otherwise."""
+        `async def` one, `Awaitable[R]`): mypy names both types otherwise.
+
+        `executor` is how it runs: "async" (an `async def`, on the loop), "thread" (a
+        plain `def`, in the thread pool) or "process" (a module-level `def`, in a child
+        process of the worker's pool, killed at its timeout and replaced after
+        `max_jobs_per_child` jobs); default from the function."""
 
         def register(fn: Handler[P, R]) -> Callable[[JobContext[P]], Any]:
             spec = HandlerSpec.build(
@@ -428,6 +444,8 @@ class JobManager:
                 queue=queue,
                 cancel_timeout=cancel_timeout,
                 rate_limit=rate_limit,
+                executor=executor,
+                max_jobs_per_child=max_jobs_per_child,
             )
             self._add(spec)
             return fn
@@ -1701,6 +1719,7 @@ class JobManager:
         self._stopped = True
         self._engine.drop_waiters()
         self._engine.shutdown_pool()
+        await self._engine.close_processes()
         self._store.close()
 
     async def __aenter__(self) -> JobManager:
