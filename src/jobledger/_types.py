@@ -432,3 +432,33 @@ class QueueInfo:
             else self.limits.rate_limit.to_json(),
             "paused": self.limits.paused,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class Reason:
+    """One reason a job is not running now (`jobs.explain`): a stable `code` and a
+    sentence for a person."""
+
+    code: str
+    message: str
+
+    def to_json(self) -> dict[str, JSON]:
+        return {"code": self.code, "message": self.message}
+
+
+@dataclass(frozen=True, slots=True)
+class Explanation:
+    """Why a job is not running now (`jobs.explain`): its status, and every reason that
+    holds at the time of the read, most specific first. A running or finished job has
+    none (a running one whose worker is not alive has `RECOVERY_PENDING`)."""
+
+    job_id: str
+    status: JobStatus
+    reasons: tuple[Reason, ...]
+
+    def to_json(self) -> dict[str, JSON]:
+        return {
+            "job_id": self.job_id,
+            "status": self.status.value,
+            "reasons": [r.to_json() for r in self.reasons],
+        }

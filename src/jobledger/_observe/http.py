@@ -5,6 +5,7 @@ Routes (see `openapi.py` for the schema served at `/openapi.json`):
     GET /api/jobs                 filters status (comma list), queue, type, schedule_id,
                                   parent_id, workflow_id; limit 1-500 (50); offset >= 0
     GET /api/jobs/{id}            404 JOB_NOT_FOUND
+    GET /api/jobs/{id}/explain    why it is not running now (`jobs.explain`'s reasons)
     GET /api/jobs/{id}/events     server-sent events: `snapshot` and `progress`, ends after
                                   the terminal snapshot
     GET /api/workflows            filter name; limit 1-500 (50); offset >= 0
@@ -396,6 +397,13 @@ def create_app(
         attempts = await read(rm.attempts, job_id)
         return JSONResponse({"items": [a.to_json() for a in attempts]})
 
+    async def api_job_explain(request: Request) -> Response:
+        job_id = request.path_params["job_id"]
+        explained = await read(rm.explain, job_id)
+        if explained is None:
+            return _error(404, "JOB_NOT_FOUND", f"no job with id {job_id!r}")
+        return JSONResponse(explained.to_json())
+
     async def api_job_events(request: Request) -> Response:
         job_id = request.path_params["job_id"]
         first = await read(rm.get_job, job_id)
@@ -515,7 +523,10 @@ def create_app(
         if snap is None:
             return HTMLResponse(dashboard.render_not_found(job_id), status_code=404)
         attempts = await read(rm.attempts, job_id)
-        return HTMLResponse(dashboard.render_job(snap, attempts, actions=allow_actions))
+        explained = None if snap.is_terminal else await read(rm.explain, job_id)
+        return HTMLResponse(
+            dashboard.render_job(snap, attempts, actions=allow_actions, explained=explained)
+        )
 
     async def workflows_page(request: Request) -> Response:
         try:
@@ -542,6 +553,7 @@ def create_app(
         Route("/api/jobs", api_jobs),
         Route("/api/jobs/{job_id:str}", api_job),
         Route("/api/jobs/{job_id:str}/attempts", api_job_attempts),
+        Route("/api/jobs/{job_id:str}/explain", api_job_explain),
         Route("/api/jobs/{job_id:str}/events", api_job_events),
         Route("/api/workflows", api_workflows),
         Route("/api/workflows/{workflow_id:str}", api_workflow),

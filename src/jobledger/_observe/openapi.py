@@ -71,6 +71,16 @@ _SCHEMAS: dict[str, Any] = {
             },
         }
     ),
+    "Explanation": _obj(
+        {
+            "job_id": _STR,
+            "status": _STATUS,
+            "reasons": {
+                "type": "array",
+                "items": _obj({"code": _STR, "message": _STR}),
+            },
+        }
+    ),
     "AttemptList": _obj(
         {"items": {"type": "array", "items": {"$ref": "#/components/schemas/Attempt"}}}
     ),
@@ -322,6 +332,21 @@ def openapi_schema(*, actions: bool = False) -> dict[str, Any]:
                 "parameters": [_JOB_ID],
                 "responses": {
                     "200": _json("The attempts.", _ref("AttemptList")),
+                    "404": _error("JOB_NOT_FOUND"),
+                },
+            }
+        },
+        "/api/jobs/{job_id}/explain": {
+            "get": {
+                "summary": "Why the job is not running now",
+                "description": "Its status and each reason that holds now: RUN_AT_IN_FUTURE, "
+                "QUEUE_FULL, GLOBAL_FULL, RATE_LIMITED, QUEUE_PAUSED, WAITING_UPSTREAM, "
+                "NO_LIVE_WORKER, RECOVERY_PENDING (read from the table; a handler's own "
+                "concurrency is only known to its process).",
+                "operationId": "explainJob",
+                "parameters": [_JOB_ID],
+                "responses": {
+                    "200": _json("The explanation.", _ref("Explanation")),
                     "404": _error("JOB_NOT_FOUND"),
                 },
             }

@@ -53,7 +53,10 @@ from jobledger._storage.rows import (
 from jobledger._storage.settings import by_queue
 from jobledger._types import (
     AttemptSnapshot,
+    Explanation,
     JobSnapshot,
+    JobStatus,
+    Reason,
     WorkflowInfo,
     WorkflowSnapshot,
 )
@@ -507,6 +510,17 @@ def shown_name(path: str) -> str:
     return redact(path) if is_postgres_url(path) else os.path.basename(path)
 
 
+@dataclass(frozen=True, slots=True)
+class LocalFacts:
+    """What a manager adds to `ReadModel.explain`: its handlers' concurrency and rate
+    limits by job type, its global cap, whether it is paused."""
+
+    concurrency: dict[str, int]
+    rate: dict[str, RateLimit]
+    global_cap: int | None
+    paused: bool
+
+
 class ReadModel:
     """Read-only views over one jobledger database (a SQLite file or a PostgreSQL URL)."""
 
@@ -629,6 +643,94 @@ class ReadModel:
             )
             for name, qc, st in by_queue(self.store.queue_counts(), self.store.queue_settings())
         ]
+
+    # -- why a job does not run -------------------------------------------------------
+
+    def explain(self, job_id: str, local: LocalFacts | None = None) -> Explanation | None:
+        """Why `job_id` is not running now (DESIGN.md §8.9), or None for an unknown id.
+
+        Read from the table alone: a queue's pause, cap and rate limit as set with
+        `set_queue_limits`, the running rows, the live workers' handlers. `local` adds
+        what only a manager knows (its handlers' concurrency and rate limits, its global
+        cap, whether it is paused)."""
+        snap = self.get_job(job_id)
+        if snap is None:
+            return None
+        now = self._now_ms()
+        reasons: list[Reason] = []
+        status = snap.status
+        workers = self.workers()
+        alive = {w.id: w for w in workers if w.state == "alive"}
+        if status == JobStatus.RUNNING:
+            if snap.worker_id not in alive:
+                reasons.append(Reason(
+                    "RECOVERY_PENDING",
+                    f"its worker {snap.worker_id} is not alive; a live worker's recovery "
+                    "takes the row back by the handler's strategy",
+                ))  # fmt: skip
+            return Explanation(snap.id, status, tuple(reasons))
+        if status not in (JobStatus.PENDING, JobStatus.DELAYED, JobStatus.WAITING):
+            return Explanation(snap.id, status, ())
+        if status == JobStatus.WAITING:
+            what = (
+                f"a step of workflow {snap.workflow_id}: its upstream jobs have not all completed"
+                if snap.workflow_id is not None
+                else "a schedule's fire held back (overlap buffer_one) until the "
+                "schedule's unfinished job ends"
+            )
+            reasons.append(Reason("WAITING_UPSTREAM", what))
+        at = int(snap.scheduled_at.timestamp() * 1000)
+        if at > now:
+            reasons.append(Reason(
+                "RUN_AT_IN_FUTURE",
+                f"it is due at {snap.scheduled_at.isoformat()} (in {(at - now) / 1000:.1f}s)",
+            ))  # fmt: skip
+        queue = snap.queue
+        stats = next((q for q in self.queue_stats() if q.name == queue), None)
+        if stats is not None and stats.paused:
+            reasons.append(Reason("QUEUE_PAUSED", f"queue {queue!r} is paused"))
+        if local is not None and local.paused:
+            reasons.append(Reason("MANAGER_PAUSED", "this process's manager is paused"))
+        if not any(snap.type in w.handlers for w in alive.values()):
+            reasons.append(Reason(
+                "NO_LIVE_WORKER",
+                f"no live worker handles the type {snap.type!r}"
+                + (" (no worker is alive)" if not alive else ""),
+            ))  # fmt: skip
+        running = stats.counts.get("running", 0) if stats is not None else 0
+        cap = stats.concurrency if stats is not None and stats.concurrency is not None else None
+        if cap is None and local is not None:
+            cap = local.concurrency.get(snap.type)
+        if cap is not None and running >= cap:
+            reasons.append(Reason(
+                "QUEUE_FULL", f"queue {queue!r} runs {running} job(s), its concurrency is {cap}"
+            ))  # fmt: skip
+        if local is not None and local.global_cap is not None:
+            total = sum(q.counts.get("running", 0) for q in self.queue_stats())
+            if total >= local.global_cap:
+                reasons.append(Reason(
+                    "GLOBAL_FULL",
+                    f"{total} job(s) run in all, the global cap is {local.global_cap}",
+                ))  # fmt: skip
+        limit = stats.rate_limit if stats is not None else None
+        if limit is None and local is not None:
+            limit = local.rate.get(snap.type)
+        # A keyed limit is per key, which a snapshot does not carry: only the queue's own.
+        if limit is not None and limit.key is None:
+            per_ms = max(1, int(limit.per * 1000))
+            room, until = self.store.rate_room(queue, limit.limit, per_ms, now)
+            if room <= 0:
+                when = (
+                    ""
+                    if until is None
+                    else f"; the next start is allowed in {(until - now) / 1000:.2f}s"
+                )
+                reasons.append(Reason(
+                    "RATE_LIMITED",
+                    f"queue {queue!r} started {limit.limit} job(s) in the last {limit.per:g}s, "
+                    f"its rate limit{when}",
+                ))  # fmt: skip
+        return Explanation(snap.id, status, tuple(reasons))
 
     # -- workers and the leader -----------------------------------------------------
 

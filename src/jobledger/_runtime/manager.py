@@ -108,6 +108,7 @@ from jobledger._types import (
     CancelOutcome,
     DrainVerdict,
     Executor,
+    Explanation,
     JobErrorInfo,
     JobSnapshot,
     JobStatus,
@@ -1298,6 +1299,32 @@ class JobManager:
             return None
         row = self._store.get(job_id)
         return None if row is None else snapshot_from_row(row)
+
+    def explain(self, job_id: str) -> Explanation | None:
+        """Why the job is not running now (DESIGN.md §8.9): its status and the reasons
+        that hold as read now (`RUN_AT_IN_FUTURE`, `QUEUE_FULL`, `GLOBAL_FULL`,
+        `RATE_LIMITED`, `QUEUE_PAUSED`, `MANAGER_PAUSED`, `WAITING_UPSTREAM`,
+        `NO_LIVE_WORKER`, `RECOVERY_PENDING`); None for an unknown id."""
+        if not findable(job_id, "job_id"):
+            return None
+        # The read model is the observers' (CLI, HTTP), which import this module: it is
+        # imported here, at the call, so that the layers keep one direction at import.
+        from jobledger._observe.read_model import LocalFacts, ReadModel
+
+        handlers = self._handlers.values()
+        local = LocalFacts(
+            {h.name: h.concurrency for h in handlers},
+            {h.name: h.rate_limit for h in handlers if h.rate_limit is not None},
+            self._engine.global_max,
+            self.paused,
+        )
+        model = ReadModel(
+            self.path,
+            clock=self.clock,
+            worker_timeout=self.worker_timeout,
+            store=self._store,
+        )
+        return model.explain(job_id, local)
 
     def attempts(self, job_id: str) -> builtins.list[AttemptSnapshot]:
         """The job's ended attempts, oldest first (none for an unknown id, or a job that

@@ -670,6 +670,13 @@ class Store(Protocol):
         ...
 
     def get_workflow(self, workflow_id: str) -> WorkflowHead | None: ...
+    def rate_room(
+        self, bucket: str, limit: int, per_ms: int, now_ms: int
+    ) -> tuple[int, int | None]:
+        """(room left in `bucket`'s rate window now, when a start is allowed again once it
+        is spent, else None): `jobs.explain`'s read of a rate limit, no write."""
+        ...
+
     def stranded_waiting(self, limit: int) -> builtins.list[str]:
         """Ids of `waiting` jobs none of whose upstream jobs is unfinished: nothing will
         ever release them (`doctor`); [] on a schema older than workflows."""

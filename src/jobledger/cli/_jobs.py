@@ -11,6 +11,7 @@ from typing import Any
 import click
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from jobledger._core.registry import JobType
 from jobledger._observe.read_model import JobQuery, ReadModel, progress_label, shown_progress
@@ -124,6 +125,35 @@ def show(settings: Settings, job_id: str) -> None:
     if snap is None:
         fail(f"JOB_NOT_FOUND: no job with id {job_id!r}")
     click.echo(dumps({**snap.to_json(), "attempts": [a.to_json() for a in attempts]}, indent=2))
+
+
+@jobs.command("why")
+@click.argument("job_id")
+@click.option("--json", "as_json", is_flag=True, help="Print the explanation as JSON.")
+@click.pass_obj
+def why(settings: Settings, job_id: str, as_json: bool) -> None:
+    """Why the job is not running now: one reason per line (code, then a sentence).
+
+    Read from the table: a queue's pause, cap and rate limit set with `queues set`, the
+    running rows and the live workers. A handler's own concurrency is only known to its
+    process (`jobs.explain` there adds it)."""
+    with reader(settings) as rm:
+        explained = rm.explain(job_id)
+    if explained is None:
+        fail(f"JOB_NOT_FOUND: no job with id {job_id!r}")
+    if as_json:
+        click.echo(dumps(explained.to_json()))
+        return
+    console = out()
+    status = explained.status.value
+    console.print(Text.assemble(cell(explained.job_id), " ", cell(status, status_style(status))))
+    if not explained.reasons:
+        console.print("  no reason holds now" if explained.status in _WAITING_STATES else "  -")
+    for reason in explained.reasons:
+        console.print(Text.assemble("  ", (reason.code, "bold"), " ", cell(reason.message)))
+
+
+_WAITING_STATES = ("pending", "delayed", "waiting")
 
 
 @jobs.command("logs")

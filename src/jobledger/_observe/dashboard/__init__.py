@@ -31,7 +31,7 @@ from jobledger._observe.read_model import (
     progress_label,
     shown_progress,
 )
-from jobledger._types import AttemptSnapshot, JobSnapshot
+from jobledger._types import AttemptSnapshot, Explanation, JobSnapshot
 
 __all__ = [
     "render_index",
@@ -390,8 +390,26 @@ def _attempts(attempts: Sequence[AttemptSnapshot]) -> str:
     )
 
 
+def _why(explained: Explanation | None) -> str:
+    """`jobs.explain`'s reasons, for a job that has not started or whose worker died."""
+    if explained is None or not explained.reasons:
+        return ""
+    items = "".join(
+        f'<li><strong class="mono">{_e(r.code)}</strong> {_e(r.message)}</li>'
+        for r in explained.reasons
+    )
+    return (
+        '<section id="why-section"><h2>Why it is not running</h2>'
+        f'<ul id="why">{items}</ul></section>'
+    )
+
+
 def render_job(
-    snap: JobSnapshot, attempts: Sequence[AttemptSnapshot] = (), *, actions: bool = False
+    snap: JobSnapshot,
+    attempts: Sequence[AttemptSnapshot] = (),
+    *,
+    actions: bool = False,
+    explained: Explanation | None = None,
 ) -> str:
     value = shown_progress(snap) or 0.0
     error = snap.error.to_json() if snap.error is not None else None
@@ -420,6 +438,7 @@ def render_job(
   {cancel}
 </div>
 {_dl(snap)}
+{_why(explained)}
 <section id="error-section"{hidden_error}><h2>Error</h2>
 <p class="error-summary"><strong id="error-code">{_e(code)}</strong>
 <span id="error-message">{_e(message)}</span></p>

@@ -1373,6 +1373,14 @@ class PostgresStore(ScheduleOps, WorkerOps):
 
         return self.write(work, "retry_workflow")
 
+    def rate_room(
+        self, bucket: str, limit: int, per_ms: int, now_ms: int
+    ) -> tuple[int, int | None]:
+        win = self.read(
+            lambda c: rate.window(_executor(c), self._rate_sql, bucket, limit, per_ms, now_ms)
+        )
+        return win.room, win.wait_until
+
     def stranded_waiting(self, limit: int) -> builtins.list[str]:
         def read(c: Conn) -> builtins.list[str]:
             has = c.execute(self.q.HAS_JOB_DEPS).fetchone()

@@ -975,6 +975,12 @@ class SqliteStore(ScheduleOps, WorkerOps):
 
         return self.write(work, "retry_workflow")
 
+    def rate_room(
+        self, bucket: str, limit: int, per_ms: int, now_ms: int
+    ) -> tuple[int, int | None]:
+        win = self.read(lambda c: rate.window(_ex(c), RATE_SQL, bucket, limit, per_ms, now_ms))
+        return win.room, win.wait_until
+
     def stranded_waiting(self, limit: int) -> builtins.list[str]:
         def read(c: sqlite3.Connection) -> builtins.list[str]:
             if c.execute(q.HAS_JOB_DEPS).fetchone() is None:
