@@ -80,6 +80,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from jobledger._core.search import Search, parse_search
 from jobledger._observe import dashboard, metrics
 from jobledger._observe.openapi import openapi_schema
 from jobledger._observe.read_model import JobQuery, ReadModel, iso, parse_statuses
@@ -144,10 +145,21 @@ def parse_job_query(params: QueryParams) -> tuple[JobQuery, int, int]:
         schedule_id=text("schedule_id"),
         parent_id=text("parent_id"),
         workflow_id=text("workflow_id"),
+        search=_search_param(text("q")),
     )
     limit = _int_param(params, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
     offset = _int_param(params, "offset", 0, 0, 10**18 - 1)
     return query, limit, offset
+
+
+def _search_param(q: str | None) -> Search | None:
+    """`q=`, the console's search (`_core/search.py`); a bad one is `INVALID_QUERY`."""
+    if q is None:
+        return None
+    try:
+        return parse_search(q)
+    except JobValidationError as exc:
+        raise InvalidQuery(exc.message) from None
 
 
 def parse_workflow_query(params: QueryParams) -> tuple[str | None, int, int]:

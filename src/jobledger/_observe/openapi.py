@@ -298,6 +298,13 @@ def openapi_schema(*, actions: bool = False) -> dict[str, Any]:
                     _query("parent_id", _STR, "Only children of this job."),
                     _query("workflow_id", _STR, "Only jobs of this workflow."),
                     _query(
+                        "q",
+                        _STR,
+                        "A search: an id or id prefix (4 characters or more), "
+                        "payload.FIELD:VALUE, metadata.FIELD:VALUE (FIELD may have dots), "
+                        "or an error code (JOB_HANDLER_TIMEOUT).",
+                    ),
+                    _query(
                         "limit",
                         {"type": "integer", "minimum": 1, "maximum": 500, "default": 50},
                         "Page size.",

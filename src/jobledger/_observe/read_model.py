@@ -35,6 +35,7 @@ from datetime import datetime
 from typing import Any
 
 from jobledger._core.rate import RateLimit, stored_rate
+from jobledger._core.search import Search
 from jobledger._storage.interface import JobFilter, Store
 from jobledger._storage.observe import (
     STATUSES,
@@ -170,6 +171,7 @@ class JobQuery:
     schedule_id: str | None = None
     parent_id: str | None = None
     workflow_id: str | None = None
+    search: Search | None = None  # `q=`, the console's search box
 
     def filter(self) -> JobFilter:
         return JobFilter(
@@ -179,6 +181,7 @@ class JobQuery:
             self.schedule_id,
             self.parent_id,
             self.workflow_id,
+            self.search,
         )
 
 

@@ -60,6 +60,7 @@ from jobledger._core.registry import (
     JobType,
     QueueOption,
 )
+from jobledger._core.search import parse_search
 from jobledger._runtime import tracing
 from jobledger._runtime.context import JobContext
 from jobledger._runtime.engine import Engine
@@ -1342,17 +1343,20 @@ class JobManager:
         schedule_id: str | None = None,
         parent_id: str | None = None,
         workflow_id: str | None = None,
+        search: str | None = None,
         limit: int = 100,
         offset: int = 0,
     ) -> list[JobSnapshot]:
-        """Jobs, newest first (created_at, then id). `limit` is capped at 1000."""
+        """Jobs, newest first (created_at, then id). `limit` is capped at 1000. `search`:
+        one term of the console's search (an id or id prefix, `payload.FIELD:VALUE`,
+        `metadata.FIELD:VALUE`, an error code; `_core/search.py`)."""
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise JobValidationError("limit must be an integer >= 1", code="JOB_INVALID_OPTION")
         if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= MAX_INT:
             raise JobValidationError(
                 "offset must be an integer in [0, 2**62]", code="JOB_INVALID_OPTION"
             )
-        flt = _filter(status, queue, type, schedule_id, parent_id, workflow_id)
+        flt = _filter(status, queue, type, schedule_id, parent_id, workflow_id, search)
         rows = self._store.list(flt, limit=min(limit, LIST_CAP), offset=offset)
         return [snapshot_from_row(r) for r in rows]
 
@@ -1365,8 +1369,11 @@ class JobManager:
         schedule_id: str | None = None,
         parent_id: str | None = None,
         workflow_id: str | None = None,
+        search: str | None = None,
     ) -> int:
-        return self._store.count(_filter(status, queue, type, schedule_id, parent_id, workflow_id))
+        return self._store.count(
+            _filter(status, queue, type, schedule_id, parent_id, workflow_id, search)
+        )
 
     def subscribe(
         self, fn: Callable[[JobEvent], None], *, job_id: str | None = None
@@ -1820,8 +1827,10 @@ def _filter(
     schedule_id: str | None,
     parent_id: str | None,
     workflow_id: str | None = None,
+    search: str | None = None,
 ) -> JobFilter:
     statuses: tuple[str, ...] = ()
+    term = None if search is None else parse_search(search)
     _check_filter_values(
         queue=queue,
         type=type_,
@@ -1851,6 +1860,7 @@ def _filter(
         schedule_id=schedule_id,
         parent_id=parent_id,
         workflow_id=workflow_id,
+        search=term,
     )
 
 

@@ -19,6 +19,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, TypeVar
 
+from jobledger._core.search import Search
 from jobledger._storage import layout as L
 
 if TYPE_CHECKING:
@@ -380,6 +381,7 @@ class JobFilter:
     schedule_id: str | None = None
     parent_id: str | None = None
     workflow_id: str | None = None
+    search: Search | None = None  # `_core/search.py`
 
 
 @dataclass(frozen=True, slots=True)

@@ -156,10 +156,13 @@ def _filters(query: JobQuery, limit: int) -> str:
         options.append(f'<option value="{s}"{sel}>{s}</option>')
     if chosen and chosen not in STATUSES:
         options.append(f'<option value="{_e(chosen)}" selected>{_e(chosen)}</option>')
+    searched = "" if query.search is None else query.search.text()
     return f"""<form class="filters" method="get" action="/#jobs" id="job-filters">
   <label>Status <select name="status">{"".join(options)}</select></label>
   <label>Queue <input name="queue" value="{_e(query.queue or "")}" placeholder="any"></label>
   <label>Type <input name="type" value="{_e(query.type or "")}" placeholder="any"></label>
+  <label>Search <input name="q" id="search" value="{_e(searched)}"
+   placeholder="id, payload.FIELD:VALUE, metadata.FIELD:VALUE, ERROR_CODE"></label>
   <label>Rows <input name="limit" type="number" min="1" max="500" value="{limit}"></label>
   <button type="submit">Filter</button> <a class="button-link" href="/#jobs">Clear</a>
 </form>"""
@@ -171,6 +174,7 @@ def _jobs_section(rm: ReadModel, query: JobQuery, limit: int, offset: int) -> st
         "status": ",".join(query.status),
         "queue": query.queue,
         "type": query.type,
+        "q": None if query.search is None else query.search.text(),
         "limit": limit if limit != 50 else None,
     }
     first = offset + 1 if page.items else 0

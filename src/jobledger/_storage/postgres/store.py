@@ -1703,6 +1703,18 @@ def _where(flt: JobFilter) -> tuple[str, tuple[Any, ...]]:
         if value is not None:
             parts.append(f"{column} = %s")
             params.append(value)
+    term = flt.search
+    if term is not None:
+        if term.kind == "id":
+            escaped = term.value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+            parts.append("id LIKE %s")
+            params.append(escaped + "%")
+        elif term.kind == "error":
+            parts.append("error IS NOT NULL AND error::jsonb ->> 'code' = %s")
+            params.append(term.value)
+        else:  # as SQLite's `queries.search_sql`: the JSON value as text
+            parts.append(f"{term.kind}::jsonb #>> %s = %s")
+            params += [list(term.path), term.value]
     return (" WHERE " + " AND ".join(parts) if parts else ""), tuple(params)
 
 

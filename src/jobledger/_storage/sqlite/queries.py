@@ -14,6 +14,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
+from jobledger._core.search import Search
 from jobledger._storage import layout as L
 from jobledger._storage.layout import JOB_COLUMNS, SCHEDULE_COLUMNS
 
@@ -377,6 +378,23 @@ _INDEXED = frozenset(("delayed", "running", "failed", "cancelled"))
 _BY_ID = frozenset(("failed", "cancelled"))
 
 
+def search_sql(term: Search) -> tuple[str, list[Any]]:
+    """The condition of a console search (`_core/search.py`). A JSON value is compared
+    as text: booleans by `json_type`, as PostgreSQL's `#>>` writes them."""
+    if term.kind == "id":
+        escaped = term.value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        return "id LIKE ? ESCAPE '\\'", [escaped + "%"]
+    if term.kind == "error":
+        return "error IS NOT NULL AND json_extract(error, '$.code') = ?", [term.value]
+    path = "$." + ".".join(f'"{p}"' for p in term.path)  # segments are checked names
+    column = term.kind  # "payload" or "metadata"
+    return (
+        f"(CASE json_type({column}, ?) WHEN 'true' THEN 'true' WHEN 'false' THEN 'false' "
+        f"ELSE CAST(json_extract({column}, ?) AS TEXT) END) = ?",
+        [path, path, term.value],
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class JobsWhere:
     """A job listing's filters as SQL: `list_sql` and `count_sql` take `params` in order."""
@@ -387,6 +405,7 @@ class JobsWhere:
     schedule_id: str | None = None
     parent_id: str | None = None
     workflow_id: str | None = None
+    search: Search | None = None
 
     def _clause(self) -> tuple[str, list[Any], str]:
         parts: list[str] = []
@@ -423,6 +442,10 @@ class JobsWhere:
             if value is not None:
                 parts.append(f"{column} = ?")
                 params.append(value)
+        if self.search is not None:
+            sql, bound = search_sql(self.search)
+            parts.append(sql)
+            params.extend(bound)
         return (" WHERE " + " AND ".join(parts) if parts else ""), params, order
 
     def list_sql(self, *, limit: int, offset: int) -> tuple[str, tuple[Any, ...]]:

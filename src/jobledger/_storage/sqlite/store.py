@@ -1236,7 +1236,13 @@ def _where_queue_type(queue: str | None, type_name: str | None) -> tuple[str, tu
 
 def _where(flt: JobFilter) -> q.JobsWhere:
     return q.JobsWhere(
-        flt.status, flt.queue, flt.type, flt.schedule_id, flt.parent_id, flt.workflow_id
+        flt.status,
+        flt.queue,
+        flt.type,
+        flt.schedule_id,
+        flt.parent_id,
+        flt.workflow_id,
+        flt.search,
     )
 
 
