@@ -595,3 +595,16 @@ def test_start_builds_every_handlers_payload_adapter_before_the_first_claim(
             assert fresh._adapter is not None
 
     run(main())
+
+
+def test_a_manager_that_ran_and_stopped_cannot_start_again(db: str) -> None:
+    jobs = make_manager(db)
+
+    async def main() -> str:
+        async with jobs:
+            pass
+        with pytest.raises(jl.JobError) as again:
+            await jobs.start()
+        return again.value.code
+
+    assert run(main()) == "JOB_MANAGER_STOPPED"

@@ -1717,12 +1717,13 @@ class JobManager:
 
     async def start(self) -> None:
         """Start working: returns at once; recovery runs after `startup_delay`."""
-        if self._started:
-            return
+        # Stopped first: a manager that ran and stopped is still `_started`.
         if self._stopped:
             raise JobError(
                 "a stopped JobManager cannot be started again", code="JOB_MANAGER_STOPPED"
             )
+        if self._started:
+            return
         self._loop = asyncio.get_running_loop()
         self._engine.loop = self._loop
         self._started = True
