@@ -16,7 +16,7 @@ import pytest
 import jobledger as jl
 from jobledger._observe.http import create_app
 from tests.cli.conftest import jobledger
-from tests.conftest import db_rows, run
+from tests.conftest import db_rows, run, wait_until
 from tests.engine import make_manager
 from tests.http.conftest import running_server
 
@@ -152,3 +152,35 @@ def test_the_cli_the_api_and_the_job_page_say_the_same(db: str, tmp_path: Path) 
             assert "RUN_AT_IN_FUTURE" in page
     finally:
         app.state.read_model.close()
+
+
+def test_a_handler_waiting_for_a_durable_lock(db: str) -> None:
+    jobs = make_manager(db)
+    release = asyncio.Event()
+    holding = asyncio.Event()
+
+    @jobs.handler(SLOW, recovery="retry", concurrency=2)
+    async def slow(ctx: jl.JobContext[N]) -> None:
+        async with ctx.lock("shared-resource"):
+            holding.set()
+            await release.wait()
+
+    async def main() -> tuple[list[str], list[str], list[str]]:
+        async with jobs:
+            first = jobs.enqueue(SLOW, N(n=1))
+            await holding.wait()
+            second = jobs.enqueue(SLOW, N(n=2))
+            # Running, and its handler has found the lock taken at least once.
+            await wait_until(
+                lambda: codes(jobs.explain(second.id)) == ["LOCK_HELD"],
+                what="the second job to wait for the lock",
+            )
+            got = codes(jobs.explain(second.id)), codes(jobs.explain(first.id))
+            release.set()
+            await second.finished
+            return got[0], got[1], codes(jobs.explain(second.id))
+
+    waiting, holder, done = run(main())
+    assert waiting == ["LOCK_HELD"]
+    assert holder == []
+    assert done == []

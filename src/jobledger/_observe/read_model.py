@@ -522,6 +522,8 @@ class LocalFacts:
     rate: dict[str, RateLimit]
     global_cap: int | None
     paused: bool
+    # Jobs running in this process whose handler waits for a durable lock: job id -> name.
+    lock_waits: dict[str, str] = field(default_factory=dict)
 
 
 class ReadModel:
@@ -665,6 +667,13 @@ class ReadModel:
         workers = self.workers()
         alive = {w.id: w for w in workers if w.state == "alive"}
         if status == JobStatus.RUNNING:
+            waiting_for = None if local is None else local.lock_waits.get(snap.id)
+            if waiting_for is not None:
+                reasons.append(Reason(
+                    "LOCK_HELD",
+                    f"its handler waits for the durable lock {waiting_for!r}, held by "
+                    "another job",
+                ))  # fmt: skip
             if snap.worker_id not in alive:
                 reasons.append(Reason(
                     "RECOVERY_PENDING",

@@ -86,6 +86,7 @@ class Attempt:
         "job",
         "job_id",
         "kept",
+        "lock_wait",
         "locks",
         "metadata",
         "parent_id",
@@ -137,6 +138,7 @@ class Attempt:
         self._last_progress_write = -math.inf
         self._flush_armed = False
         self.locks: set[str] = set()
+        self.lock_wait: str | None = None  # the lock `ctx.lock` waits for (`jobs.explain`)
         self._logs: LogBuffer | None = None
         # The row's started_at (epoch ms, written by the claim), for the worker's record.
         self.started_ms: int | None = None
@@ -351,23 +353,31 @@ class Attempt:
         _check_lock_name(name)
         engine = self._engine
         started = engine.clock.monotonic()
-        while not self._try_lock(name):
-            if timeout is not None and engine.clock.monotonic() - started >= timeout:
-                raise JobError(
-                    f"lock {name!r} was not acquired in {timeout}s", code="JOB_LOCK_TIMEOUT"
-                )
-            await engine.clock.sleep(engine.poll_interval)
+        try:
+            while not self._try_lock(name):
+                self.lock_wait = name
+                if timeout is not None and engine.clock.monotonic() - started >= timeout:
+                    raise JobError(
+                        f"lock {name!r} was not acquired in {timeout}s", code="JOB_LOCK_TIMEOUT"
+                    )
+                await engine.clock.sleep(engine.poll_interval)
+        finally:
+            self.lock_wait = None
 
     def acquire_lock_sync(self, name: str, timeout: float | None) -> None:
         _check_lock_name(name)
         started = time.monotonic()
         pause = threading.Event()
-        while not self._try_lock(name):
-            if timeout is not None and time.monotonic() - started >= timeout:
-                raise JobError(
-                    f"lock {name!r} was not acquired in {timeout}s", code="JOB_LOCK_TIMEOUT"
-                )
-            pause.wait(self._engine.poll_interval)
+        try:
+            while not self._try_lock(name):
+                self.lock_wait = name
+                if timeout is not None and time.monotonic() - started >= timeout:
+                    raise JobError(
+                        f"lock {name!r} was not acquired in {timeout}s", code="JOB_LOCK_TIMEOUT"
+                    )
+                pause.wait(self._engine.poll_interval)
+        finally:
+            self.lock_wait = None
 
     def release_lock(self, name: str) -> None:
         if name in self.locks:

@@ -1305,7 +1305,7 @@ class JobManager:
         """Why the job is not running now (DESIGN.md §8.9): its status and the reasons
         that hold as read now (`RUN_AT_IN_FUTURE`, `QUEUE_FULL`, `GLOBAL_FULL`,
         `RATE_LIMITED`, `QUEUE_PAUSED`, `MANAGER_PAUSED`, `WAITING_UPSTREAM`,
-        `NO_LIVE_WORKER`, `RECOVERY_PENDING`); None for an unknown id."""
+        `LOCK_HELD`, `NO_LIVE_WORKER`, `RECOVERY_PENDING`); None for an unknown id."""
         if not findable(job_id, "job_id"):
             return None
         # The read model is the observers' (CLI, HTTP), which import this module: it is
@@ -1318,6 +1318,11 @@ class JobManager:
             {h.name: h.rate_limit for h in handlers if h.rate_limit is not None},
             self._engine.global_max,
             self.paused,
+            {
+                job: a.lock_wait
+                for job, a in list(self._engine.inflight.items())
+                if a.lock_wait is not None
+            },
         )
         model = ReadModel(
             self.path,
