@@ -65,6 +65,9 @@ def test_each_form_finds_its_jobs(db: str) -> None:
     prefix = ids["bob"][:8]
     assert ids["bob"] in found(jobs, prefix)
     assert found(jobs, "zzzz") == set()
+    # LIKE's wildcards are the term's own characters, not patterns.
+    assert found(jobs, "%%%%") == set()
+    assert found(jobs, ids["bob"][:7] + "_") == set()
     # Beside the other filters.
     assert {s.id for s in jobs.list(search="payload.user.id:7", status="pending")} == {
         ids["ada"],

@@ -40,6 +40,12 @@ class Search:
     value: str
     path: tuple[str, ...] = ()
 
+    def like_prefix(self) -> str:
+        """An `id` term as a LIKE pattern (escape character `\\`): the prefix, its
+        wildcards escaped, then `%`."""
+        escaped = self.value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        return escaped + "%"
+
     def text(self) -> str:
         """The term as typed (what `parse_search` reads back to this)."""
         if self.kind in ("payload", "metadata"):

@@ -698,7 +698,8 @@ class ReadModel:
                 f"it is due at {snap.scheduled_at.isoformat()} (in {(at - now) / 1000:.1f}s)",
             ))  # fmt: skip
         queue = snap.queue
-        stats = next((q for q in self.queue_stats() if q.name == queue), None)
+        every = self.queue_stats()
+        stats = next((q for q in every if q.name == queue), None)
         if stats is not None and stats.paused:
             reasons.append(Reason("QUEUE_PAUSED", f"queue {queue!r} is paused"))
         if local is not None and local.paused:
@@ -718,7 +719,7 @@ class ReadModel:
                 "QUEUE_FULL", f"queue {queue!r} runs {running} job(s), its concurrency is {cap}"
             ))  # fmt: skip
         if local is not None and local.global_cap is not None:
-            total = sum(q.counts.get("running", 0) for q in self.queue_stats())
+            total = sum(q.counts.get("running", 0) for q in every)
             if total >= local.global_cap:
                 reasons.append(Reason(
                     "GLOBAL_FULL",

@@ -154,9 +154,10 @@ class JobContext(Generic[P]):
 
     @property
     def upstream(self) -> Mapping[str, Any]:
-        """For a workflow step: each upstream step's name -> its job's output (JSON), a
-        list of outputs in order for an `add_many` step; `{}` outside a workflow. Read
-        from the database on first access (one query), then kept."""
+        """For a workflow step (or a `jobs.retry` of one): each upstream step's name ->
+        its job's output (JSON), a list of outputs in order for an `add_many` step; `{}`
+        for any other job. Read from the database on first access (one query), then
+        kept."""
         if self._upstream is None:
             self._upstream = MappingProxyType(self._attempt.upstream())
         return self._upstream

@@ -16,7 +16,8 @@ Invariants:
   one transaction (the caller's, with `enqueue_tx`). Any error writes nothing.
 * A job with upstream steps is written `waiting` with `upstream_left` = its count of
   upstream jobs; a job without is `pending`. The database releases and cancels them
-  (the `jobs_release_downstream` trigger of SQLite migration 11 / PostgreSQL 8), in
+  (SQLite: `jobs_release_downstream` and `jobs_cancel_downstream`, migrations 11 and
+  13; PostgreSQL: `jobs_release_downstream`, migration 8), in
   the transaction of the write that ended the upstream job; this module only writes
   the graph.
 * Steps take `queue`, `priority`, `timeout`, `max_attempts` and `metadata`; not keys,

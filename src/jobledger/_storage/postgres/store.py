@@ -1706,9 +1706,8 @@ def _where(flt: JobFilter) -> tuple[str, tuple[Any, ...]]:
     term = flt.search
     if term is not None:
         if term.kind == "id":
-            escaped = term.value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-            parts.append("id LIKE %s")
-            params.append(escaped + "%")
+            parts.append("id LIKE %s")  # backslash is PostgreSQL's default escape
+            params.append(term.like_prefix())
         elif term.kind == "error":
             parts.append("error IS NOT NULL AND error::jsonb ->> 'code' = %s")
             params.append(term.value)

@@ -382,8 +382,7 @@ def search_sql(term: Search) -> tuple[str, list[Any]]:
     """The condition of a console search (`_core/search.py`). A JSON value is compared
     as text: booleans by `json_type`, as PostgreSQL's `#>>` writes them."""
     if term.kind == "id":
-        escaped = term.value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        return "id LIKE ? ESCAPE '\\'", [escaped + "%"]
+        return "id LIKE ? ESCAPE '\\'", [term.like_prefix()]
     if term.kind == "error":
         return "error IS NOT NULL AND json_extract(error, '$.code') = ?", [term.value]
     path = "$." + ".".join(f'"{p}"' for p in term.path)  # segments are checked names
