@@ -595,6 +595,19 @@ class ReadModel:
             offset,
         )
 
+    def throughput(self, minutes: int = 60) -> list[tuple[datetime, int, int]]:
+        """Jobs that ended `completed` / `failed` per minute over the last `minutes`
+        minutes, oldest first, one entry per minute (zeros included); the last entry is
+        the current, unfinished minute. Rows GC has collected are not counted."""
+        minute = 60_000
+        now = self._now_ms()
+        first = now - now % minute - (minutes - 1) * minute
+        found = {b: (c, f) for b, c, f in self.store.throughput(first, minute)}
+        return [
+            (from_ms(at), *found.get(at, (0, 0)))
+            for at in range(first, first + minutes * minute, minute)
+        ]
+
     # -- workflows ------------------------------------------------------------------
 
     def list_workflows(

@@ -749,6 +749,12 @@ class Store(Protocol):
         """Whether any row of `jobs`, in any state, has this type."""
         ...
 
+    def throughput(self, since_ms: int, bucket_ms: int) -> builtins.list[tuple[int, int, int]]:
+        """Rows that ended `completed` or `failed` at or after `since_ms`, counted per
+        bucket of `bucket_ms`: `(bucket start ms, completed, failed)`, oldest first, only
+        the buckets that have some (a range read of the `finished_at` index)."""
+        ...
+
     def storage_facts(self) -> StorageFacts:
         """What `doctor` checks below the tables (can be slow: SQLite's integrity check)."""
         ...

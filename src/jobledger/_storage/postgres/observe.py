@@ -39,6 +39,7 @@ __all__ = [
     "queue_settings",
     "schedule_records",
     "storage_facts",
+    "throughput",
     "worker_records",
     "workflow_edges",
     "workflow_records",
@@ -199,6 +200,18 @@ def has_job_of_type(conn: Conn, s: str, type_name: str) -> bool:
         f"SELECT EXISTS (SELECT 1 FROM {s}.jobs WHERE type = %s)", (type_name,)
     ).fetchone()
     return row is not None and bool(row[0])
+
+
+def throughput(conn: Conn, s: str, since_ms: int, bucket_ms: int) -> list[tuple[int, int, int]]:
+    """`sqlite/observe.throughput` in this dialect (a range read of `finished_at`)."""
+    rows = conn.execute(
+        "SELECT finished_at - finished_at %% %(b)s AS bucket, "
+        "count(*) FILTER (WHERE status = 'completed'), count(*) FILTER (WHERE status = 'failed') "
+        f"FROM {s}.jobs WHERE finished_at >= %(since)s AND status IN ('completed', 'failed') "
+        "GROUP BY bucket ORDER BY bucket",
+        {"b": bucket_ms, "since": since_ms},
+    ).fetchall()
+    return [(int(b), int(c), int(f)) for b, c, f in rows]
 
 
 def storage_facts(conn: Conn) -> StorageFacts:

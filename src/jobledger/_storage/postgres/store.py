@@ -1504,6 +1504,9 @@ class PostgresStore(ScheduleOps, WorkerOps):
     def has_job_of_type(self, type_name: str) -> bool:
         return self.read(lambda c: observe.has_job_of_type(c, self._ident, type_name))
 
+    def throughput(self, since_ms: int, bucket_ms: int) -> builtins.list[tuple[int, int, int]]:
+        return self.read(lambda c: observe.throughput(c, self._ident, since_ms, bucket_ms))
+
     def storage_facts(self) -> StorageFacts:
         return self.read(observe.storage_facts)
 

@@ -49,6 +49,7 @@ __all__ = [
     "schedule_records",
     "schema_version",
     "storage_facts",
+    "throughput",
     "wal_bytes",
     "worker_records",
     "workflow_edges",
@@ -59,6 +60,13 @@ _TERMINAL = "status IN ('completed', 'failed', 'cancelled')"
 # The rows `gc` deletes (the condition of `queries.GC_TERMINAL`).
 _COUNT_FINISHED_BEFORE = (
     f"SELECT count(*) FROM jobs WHERE finished_at IS NOT NULL AND finished_at < ? AND {_TERMINAL}"
+)
+# The throughput chart: the partial index on finished_at bounds the read to the window.
+_THROUGHPUT = (
+    "SELECT finished_at - finished_at % ?1 AS bucket, "
+    "sum(status = 'completed'), sum(status = 'failed') FROM jobs "
+    "WHERE finished_at IS NOT NULL AND finished_at >= ?2 AND status IN ('completed', 'failed') "
+    "GROUP BY bucket ORDER BY bucket"
 )
 _LIST_WORKERS = (
     "SELECT id, hostname, pid, handlers, started_at, heartbeat_at, stopped_at FROM workers"
@@ -222,6 +230,13 @@ def count_finished_before(conn: sqlite3.Connection, before_ms: int) -> int:
 
 def has_job_of_type(conn: sqlite3.Connection, type_name: str) -> bool:
     return bool(conn.execute(_HAS_TYPE, (type_name,)).fetchone()[0])
+
+
+def throughput(
+    conn: sqlite3.Connection, since_ms: int, bucket_ms: int
+) -> list[tuple[int, int, int]]:
+    rows = conn.execute(_THROUGHPUT, (bucket_ms, since_ms)).fetchall()
+    return [(int(b), int(c), int(f)) for b, c, f in rows]
 
 
 def size(path: str) -> int:

@@ -1102,6 +1102,9 @@ class SqliteStore(ScheduleOps, WorkerOps):
     def has_job_of_type(self, type_name: str) -> bool:
         return self.read(lambda c: observe.has_job_of_type(c, type_name))
 
+    def throughput(self, since_ms: int, bucket_ms: int) -> builtins.list[tuple[int, int, int]]:
+        return self.read(lambda c: observe.throughput(c, since_ms, bucket_ms))
+
     def storage_facts(self) -> StorageFacts:
         return self.read(lambda c: observe.storage_facts(c, self.path))
 
