@@ -130,7 +130,7 @@ def test_markup_in_payloads_is_shown_as_text(page: Any, tmp_path: Path) -> None:
             assert page.evaluate("document.scripts.length") == 1  # only /static/app.js
             assert page.evaluate("window.__pwned") is None
 
-            page.goto(f"{url}/?type={WORK.name}")
+            page.goto(f"{url}/jobs?type={WORK.name}")
             assert page.locator(f'tr[data-job-id="{job_id}"]').count() == 1
             _screenshot(page, "overview")
             assert page.evaluate("window.__pwned") is None
@@ -146,12 +146,15 @@ def test_overview_refreshes_itself(page: Any, tmp_path: Path) -> None:
     app = create_app(db, poll_interval=0.02)
     try:
         with running_server(app) as url:
-            page.goto(url + "/")
+            page.goto(url + "/jobs")
             assert page.locator(f'tr[data-job-id="{first}"]').count() == 1
+            cell = page.locator('#queues-table tr[data-queue="http.work"] td.status-pending')
             second = jobs.enqueue(WORK, Item(n=2)).id
             page.wait_for_selector(f'tr[data-job-id="{second}"]', timeout=WAIT_MS)
-            cell = page.locator('#queues-table tr[data-queue="http.work"] td.status-pending')
-            assert cell.text_content() == "2"
+            page.goto(url + "/")
+            expect(cell).to_have_text("2")
+            jobs.enqueue(WORK, Item(n=3))
+            expect(cell).to_have_text("3")
             page.goto("about:blank")
     finally:
         _stop(jobs)
@@ -213,8 +216,8 @@ def test_a_failed_jobs_page_shows_its_attempts_and_tracebacks(page: Any, tmp_pat
                 "failed",
             ]
             expect(rows.nth(1)).to_contain_text("JOB_HANDLER_THREW")
+            # The newest attempt's traceback is open; the earlier one folds out.
             detail = page.locator("#attempts tr.attempt-detail details").nth(1)
-            detail.locator("summary").click()
             traceback = detail.locator("pre.traceback")
             expect(traceback).to_be_visible()
             expect(traceback).to_contain_text("KeyError: 'missing'")
@@ -222,6 +225,12 @@ def test_a_failed_jobs_page_shows_its_attempts_and_tracebacks(page: Any, tmp_pat
             # Log lines are text, never markup.
             expect(detail.locator("pre.logs")).to_contain_text("about to fail <b>1</b>")
             assert detail.locator("pre.logs b").count() == 0
+            earlier = page.locator("#attempts tr.attempt-detail details").nth(0)
+            expect(earlier.locator("pre.traceback")).to_be_hidden()
+            earlier.locator("summary").click()
+            expect(earlier.locator("pre.traceback")).to_contain_text("KeyError")
+            expect(page.locator("#error-traceback")).to_contain_text("KeyError: 'missing'")
+            expect(page.locator("#timeline g.span")).to_have_count(2)
             _screenshot(page, "attempts")
             page.goto("about:blank")
     finally:

@@ -95,7 +95,7 @@ def test_the_api_and_the_dashboard_search(db: str) -> None:
             bad = httpx.get(f"{url}/api/jobs", params={"q": "payload.:x"}, timeout=10)
             assert bad.status_code == 400
             assert bad.json()["error"]["code"] == "INVALID_QUERY"
-            page = httpx.get(f"{url}/", params={"q": "CARD_DECLINED"}, timeout=10).text
+            page = httpx.get(f"{url}/jobs", params={"q": "CARD_DECLINED"}, timeout=10).text
             assert ids["declined"] in page
             assert ids["ada"] not in page
             assert 'value="CARD_DECLINED"' in page

@@ -43,7 +43,8 @@ def test_cancel_and_run_now_need_the_token_and_act(tmp_path: Path) -> None:
             assert "/cancel" not in done_page
             assert f'data-action-url="/api/jobs/{done_id}/retry"' in done_page
             assert (
-                f'data-action-url="/api/schedules/{sid}/run"' in client.get("/", headers=TOKEN).text
+                f'data-action-url="/api/schedules/{sid}/run"'
+                in client.get("/schedules", headers=TOKEN).text
             )
 
             cancelled = client.post(f"/api/jobs/{job_id}/cancel?reason=nope", headers=TOKEN)

@@ -116,9 +116,12 @@ def test_the_api_and_the_dashboard_on_every_backend(
 
     html = httpx.get(f"{url}/", timeout=10)
     assert html.status_code == 200
-    assert ids["pending"] in html.text
-    assert "yearly" in html.text
+    assert 'data-queue="be.idle"' in html.text
     assert SECRET not in html.text
+    listed = httpx.get(f"{url}/jobs", timeout=10).text
+    assert ids["pending"] in listed
+    assert SECRET not in listed
+    assert "yearly" in httpx.get(f"{url}/schedules", timeout=10).text
     assert httpx.get(f"{url}/jobs/{ids['failed']}", timeout=10).status_code == 200
     with httpx.stream("GET", f"{url}/api/jobs/{ids['done']}/events", timeout=WAIT) as events:
         assert "event: snapshot" in "".join(events.iter_text())

@@ -71,7 +71,7 @@ def test_people_see_a_completed_job_at_100_and_attempts_from_1(tmp_path: Path) -
     app = create_app(db, poll_interval=0.02)
     try:
         with running_server(app) as url:
-            overview = httpx.get(f"{url}/", timeout=10).text
+            overview = httpx.get(f"{url}/jobs", timeout=10).text
             ten_page = httpx.get(f"{url}/jobs/{ten_id}", timeout=10).text
             flaky_page = httpx.get(f"{url}/jobs/{flaky_id}", timeout=10).text
             api = httpx.get(f"{url}/api/jobs/{ten_id}", timeout=10).json()
@@ -81,7 +81,7 @@ def test_people_see_a_completed_job_at_100_and_attempts_from_1(tmp_path: Path) -
     row = re.search(rf'href="/jobs/{ten_id}".*?</tr>', overview, flags=re.S)
     assert row is not None
     assert '<span class="pct">100%</span>' in row[0]
-    assert "<td class=num>1/3</td>" in row[0]
+    assert '<td class="num">1/3</td>' in row[0]
     assert 'id="progress" class="p-completed" max="100" value="100"' in ten_page
     assert '<span id="progress-text">100%</span>' in ten_page
     assert re.search(r'data-field="attempt"[^>]*>2 of 2<', flaky_page), flaky_page

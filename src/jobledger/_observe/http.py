@@ -11,8 +11,8 @@ Routes (see `openapi.py` for the schema served at `/openapi.json`):
     GET /api/workflows            filter name; limit 1-500 (50); offset >= 0
     GET /api/workflows/{id}       its jobs, edges and steps; 404 JOB_WORKFLOW_NOT_FOUND
     GET /api/queues, /api/schedules, /api/workers, /api/health, /metrics, /openapi.json
-    GET /, /jobs/{id}, /workflows, /workflows/{id}
-                                  the dashboard (HTML + /static/app.js)
+    GET /, /jobs, /jobs/{id}, /schedules, /workflows, /workflows/{id}, /workers, /audit
+                                  the dashboard (HTML + /static/app.js; `pages.py`)
     POST /api/jobs/{id}/cancel, /api/jobs/{id}/retry, /api/schedules/{id}/run,
          /api/schedules/{id}/backfill, /api/queues/{queue}/pause|resume|limits
                                   the actions (with `allow_actions` and the token)
@@ -81,7 +81,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from jobledger._core.search import Search, parse_search
-from jobledger._observe import dashboard, metrics
+from jobledger._observe import metrics, pages
 from jobledger._observe.openapi import openapi_schema
 from jobledger._observe.read_model import JobQuery, ReadModel, iso, parse_statuses
 from jobledger._runtime.manager import JobManager
@@ -94,6 +94,7 @@ __all__ = [
     "MAX_LIMIT",
     "create_app",
     "parse_job_query",
+    "parse_paging",
     "parse_workflow_query",
 ]
 
@@ -168,6 +169,13 @@ def parse_workflow_query(params: QueryParams) -> tuple[str | None, int, int]:
     limit = _int_param(params, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
     offset = _int_param(params, "offset", 0, 0, 10**18 - 1)
     return name, limit, offset
+
+
+def parse_paging(params: QueryParams) -> tuple[int, int]:
+    """The limit and offset of a paged list (the audit log)."""
+    limit = _int_param(params, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
+    offset = _int_param(params, "offset", 0, 0, 10**18 - 1)
+    return limit, offset
 
 
 def _no_workflow(workflow_id: str) -> JSONResponse:
@@ -512,56 +520,23 @@ def create_app(
     async def openapi_route(request: Request) -> Response:
         return JSONResponse(openapi_schema(actions=allow_actions))
 
-    async def index(request: Request) -> Response:
-        try:
-            query, limit, offset = parse_job_query(request.query_params)
-            problem = None
-        except InvalidQuery as exc:
-            query, limit, offset, problem = JobQuery(), DEFAULT_LIMIT, 0, str(exc)
-        html = await read(
-            dashboard.render_index,
-            rm,
-            query,
-            limit=limit,
-            offset=offset,
-            problem=problem,
-            actions=allow_actions,
-        )
-        return HTMLResponse(html, status_code=400 if problem else 200)
+    def can_act(request: Request) -> bool:
+        return allow_actions
 
-    async def job_page(request: Request) -> Response:
-        job_id = request.path_params["job_id"]
-        snap = await read(rm.get_job, job_id)
-        if snap is None:
-            return HTMLResponse(dashboard.render_not_found(job_id), status_code=404)
-        attempts = await read(rm.attempts, job_id)
-        explained = None if snap.is_terminal else await read(rm.explain, job_id)
-        return HTMLResponse(
-            dashboard.render_job(snap, attempts, actions=allow_actions, explained=explained)
-        )
-
-    async def workflows_page(request: Request) -> Response:
-        try:
-            name, limit, offset = parse_workflow_query(request.query_params)
-            problem = None
-        except InvalidQuery as exc:
-            name, limit, offset, problem = None, DEFAULT_LIMIT, 0, str(exc)
-        page = await read(rm.workflow_page, limit=limit, offset=offset, name=name)
-        html = dashboard.render_workflows(page, name=name, problem=problem)
-        return HTMLResponse(html, status_code=400 if problem else 200)
-
-    async def workflow_page(request: Request) -> Response:
-        workflow_id = request.path_params["workflow_id"]
-        view = await read(rm.workflow, workflow_id)
-        if view is None:
-            return HTMLResponse(dashboard.render_no_workflow(workflow_id), status_code=404)
-        return HTMLResponse(dashboard.render_workflow(view))
+    def principal_of(request: Request) -> None:
+        return None
 
     routes: list[Route | Mount] = [
-        Route("/", index),
-        Route("/jobs/{job_id:str}", job_page),
-        Route("/workflows", workflows_page),
-        Route("/workflows/{workflow_id:str}", workflow_page),
+        *pages.page_routes(
+            rm,
+            can_act=can_act,
+            principal_of=principal_of,
+            parse_job_query=parse_job_query,
+            parse_workflow_query=parse_workflow_query,
+            parse_paging=parse_paging,
+            invalid=InvalidQuery,
+            default_limit=DEFAULT_LIMIT,
+        ),
         Route("/api/jobs", api_jobs),
         Route("/api/jobs/{job_id:str}", api_job),
         Route("/api/jobs/{job_id:str}/attempts", api_job_attempts),

@@ -1,31 +1,49 @@
-"""Server-rendered dashboard pages (no build step; `static/app.js` adds live updates).
+"""Server-rendered dashboard pages: Jinja2 templates (`templates/`), no build step;
+`static/app.js` adds live updates and the action buttons.
+
+Pages: overview (`/`: queues, the throughput chart), jobs (`/jobs`: search, filters,
+bulk actions behind a confirmation), a job (`/jobs/{id}`), schedules, workflows and a
+workflow, workers, audit. Each `render_*` here turns read-model values into a template's
+context (the geometry of the throughput chart and the attempt timeline included, so the
+templates only place what is computed) and returns the page.
 
 The workflow page carries its graph as JSON (`data-graph`, one node per step with its
 jobs counted per status, never one per job) and `app.js` draws it as SVG; the node and
 edge positions come from the vendored dagre (`static/vendor/`, MIT, see its README),
 which lays out and draws nothing else. Without script the page's steps table says the
-same.
+same. The throughput chart and the attempt timeline are SVG drawn here, on the server:
+no charting library, and they show without script.
 
-Invariant: every value that comes from the database goes through `html.escape` here, and
-through `textContent` in `app.js`; job payloads, outputs, errors and metadata are user
-data and may contain markup. Pages carry a strict Content-Security-Policy (set by
-`http.py`): no inline script or style, so even a missed escape could not run code.
+Invariants:
+
+* Every value that comes from the database is written by the template engine with
+  autoescaping on (`select_autoescape` for every `.html` template; nothing is marked
+  safe), and by `textContent` in `app.js`: job payloads, outputs, errors, tracebacks,
+  log lines, metadata, queue, type, schedule and audit fields are user data and may
+  contain markup. Pages carry a strict Content-Security-Policy (set by `http.py`): no
+  inline script or style, so even a missed escape could not run code.
+* Buttons are rendered only when the request's principal may act (`actions=`); the
+  server checks again on every POST, so a hidden button is a convenience, not the lock.
+* A bulk action's confirmation states how many jobs the filter matches when the page is
+  rendered; the POST acts on the rows matching then, and its answer says how many.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from html import escape
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import quote, urlencode
+
+import jinja2
 
 from jobledger._observe.read_model import (
     STATUSES,
     JobQuery,
     ReadModel,
     WorkflowPage,
-    WorkflowStep,
     WorkflowView,
     iso,
     progress_label,
@@ -34,261 +52,378 @@ from jobledger._observe.read_model import (
 from jobledger._types import AttemptSnapshot, Explanation, JobSnapshot
 
 __all__ = [
-    "render_index",
+    "BULK_RETRY_MAX",
+    "UNFINISHED",
+    "render_audit",
     "render_job",
+    "render_jobs",
     "render_no_workflow",
     "render_not_found",
+    "render_overview",
+    "render_schedules",
+    "render_workers",
     "render_workflow",
     "render_workflows",
 ]
 
+# What `POST /api/jobs/retry` takes at most in one request (its `limit`).
+BULK_RETRY_MAX = 1000
+# The statuses `POST /api/jobs/cancel` acts on: every job that has not finished.
+UNFINISHED = ("pending", "delayed", "waiting", "running")
+_RETRYABLE = ("failed", "cancelled")
+# How many of a schedule's newest jobs its row shows (one listing each, newest first).
+_LAST_FIRES = 3
+# The jobs a step's row lists on the workflow page; the rest are a link away.
+_STEP_JOBS_SHOWN = 50
 
-def _e(value: object) -> str:
-    return escape("" if value is None else str(value), quote=True)
-
-
-def _json(value: Any) -> str:
-    return escape(json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str))
-
-
-def _time(value: Any) -> str:
-    text = iso(value) if not isinstance(value, str) else value
-    if text is None:
-        return '<span class="muted">—</span>'
-    return f'<time datetime="{_e(text)}">{_e(text.replace("T", " ").replace("Z", " UTC"))}</time>'
-
-
-def _badge(status: str) -> str:
-    return f'<span class="badge status-{_e(status)}" data-status="{_e(status)}">{_e(status)}</span>'
-
-
-def _progress(snap: JobSnapshot) -> str:
-    value = shown_progress(snap) or 0.0
-    text = progress_label(snap)
-    return (
-        f'<progress class="p-{_e(snap.status)}" max="100" value="{value:g}" '
-        f'title="{text or "0%"}">{text or "0%"}</progress> <span class="pct">{text}</span>'
-    )
+NAV = (
+    ("/", "Overview", "overview"),
+    ("/jobs", "Jobs", "jobs"),
+    ("/schedules", "Schedules", "schedules"),
+    ("/workflows", "Workflows", "workflows"),
+    ("/workers", "Workers", "workers"),
+    ("/audit", "Audit", "audit"),
+)
 
 
-def _page(
-    title: str,
-    body: str,
+# -- the template environment ----------------------------------------------------------
+
+
+def _iso(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, datetime | int):
+        return iso(value)
+    return str(value)
+
+
+def _pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def _job_href(job_id: str, prefix: str = "/jobs/", suffix: str = "") -> str:
+    return f"{prefix}{quote(job_id, safe='')}{suffix}"
+
+
+def _workflow_href(workflow_id: str) -> str:
+    return f"/workflows/{quote(workflow_id, safe='')}"
+
+
+def _schedule_href(schedule_id: str, action: str) -> str:
+    return f"/api/schedules/{quote(schedule_id, safe='')}/{action}"
+
+
+def _queue_url(queue: str, action: str) -> str:
+    return f"/api/queues/{quote(queue, safe='')}/{action}"
+
+
+def jobs_link(**params: Any) -> str:
+    """`/jobs` with these filters (empty ones left out)."""
+    clean = {k: v for k, v in params.items() if v is not None and v != "" and v != 0}
+    return "/jobs?" + urlencode(clean) if clean else "/jobs"
+
+
+def _progress_value(snap: JobSnapshot) -> str:
+    return f"{shown_progress(snap) or 0.0:g}"
+
+
+_ENV = jinja2.Environment(
+    loader=jinja2.PackageLoader("jobledger._observe.dashboard", "templates"),
+    autoescape=jinja2.select_autoescape(["html"], default_for_string=True, default=True),
+    undefined=jinja2.StrictUndefined,
+    trim_blocks=False,
+    lstrip_blocks=False,
+    keep_trailing_newline=True,
+)
+_ENV.filters.update(
+    iso=_iso,
+    pretty=_pretty,
+    tojson_compact=_compact,
+    job_href=_job_href,
+    workflow_href=_workflow_href,
+    schedule_href=_schedule_href,
+    progress_value=_progress_value,
+    progress_label=progress_label,
+)
+_ENV.globals.update(statuses=STATUSES, jobs_link=jobs_link, queue_url=_queue_url, nav=NAV)
+
+
+def _render(
+    template: str,
     *,
     page: str,
-    data: dict[str, str] | None = None,
+    section: str | None = None,
+    data: Mapping[str, str] | None = None,
     scripts: Sequence[str] = (),
+    problem: str | None = None,
+    actions: bool = False,
+    principal: Any = None,
+    **context: Any,
 ) -> str:
-    attrs = "".join(f' data-{_e(k)}="{_e(v)}"' for k, v in (data or {}).items())
-    # `defer` runs scripts in document order: a page's own library before app.js.
-    extra = "".join(f'<script src="{_e(src)}" defer></script>\n' for src in scripts)
-    return f"""<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{_e(title)}</title>
-<link rel="stylesheet" href="/static/style.css">
-<link rel="icon" href="data:,">
-</head>
-<body data-page="{_e(page)}"{attrs}>
-<header class="top">
-  <a class="brand" href="/">jobledger</a>
-  <nav><a href="/">Overview</a><a href="/#jobs">Jobs</a><a href="/workflows">Workflows</a>
-  <a href="/#schedules">Schedules</a>
-  <a href="/#workers">Workers</a><a href="/metrics">Metrics</a><a href="/openapi.json">API</a></nav>
-  <span class="live" id="live" title="live updates">●</span>
-</header>
-<main>
-{body}
-</main>
-{extra}<script src="/static/app.js" defer></script>
-</body>
-</html>
-"""
+    return _ENV.get_template(template).render(
+        page=page,
+        section=section or page,
+        data=dict(data or {}),
+        scripts=list(scripts),
+        problem=problem,
+        actions=actions,
+        principal=principal,
+        **context,
+    )
 
 
-def _link(params: dict[str, Any]) -> str:
-    clean = {k: v for k, v in params.items() if v is not None and v != "" and v != 0}
-    return "/?" + urlencode(clean) + "#jobs" if clean else "/#jobs"
+@dataclass(frozen=True, slots=True)
+class _Pager:
+    first: int
+    last: int
+    total: int | None
+    newer: str | None
+    older: str | None
 
 
-def _queues_table(rm: ReadModel) -> str:
-    stats = rm.queue_stats()
-    if not stats:
-        return '<p class="empty">No queues yet: enqueue a job.</p>'
-    head = "".join(f"<th class=num>{_e(s)}</th>" for s in STATUSES)
-    rows = []
-    for qs in stats:
-        cells = []
-        for s in STATUSES:
-            n = qs.counts.get(s, 0)
-            link = _link({"queue": qs.name, "status": s})
-            cls = f"num count status-{s}" + (" zero" if n == 0 else "")
-            cells.append(f'<td class="{cls}"><a href="{_e(link)}">{n}</a></td>')
-        rows.append(
-            f'<tr data-queue="{_e(qs.name)}"><td><a href="{_e(_link({"queue": qs.name}))}">'
-            f"{_e(qs.name)}</a></td><td class=muted>{_e(qs.type or '')}</td>{''.join(cells)}"
-            f"<td>{_time(qs.oldest_pending_at)}</td></tr>"
+def _pager(
+    base: str, params: Mapping[str, Any], offset: int, limit: int, shown: int, total: int | None
+) -> _Pager:
+    """Links to the pages around this one; `total` None: unknown (then `older` appears
+    when the page is full)."""
+
+    def link(at: int) -> str:
+        clean = {k: v for k, v in {**params, "offset": at}.items() if v not in (None, "", 0)}
+        return f"{base}?{urlencode(clean)}" if clean else base
+
+    last = offset + shown
+    more = last < total if total is not None else shown >= limit
+    return _Pager(
+        offset + 1 if shown else 0,
+        last,
+        total,
+        link(max(0, offset - limit)) if offset > 0 else None,
+        link(offset + limit) if more else None,
+    )
+
+
+# -- overview --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Bar:
+    iso: str
+    label: str
+    completed: int
+    failed: int
+    x: float
+    w: float
+    y_completed: float
+    h_completed: float
+    y_failed: float
+    h_failed: float
+
+
+@dataclass(frozen=True, slots=True)
+class _Chart:
+    width: int
+    height: int
+    left: int
+    right: int
+    top: int
+    plot_h: int
+    bars: list[_Bar]
+    y_ticks: list[dict[str, Any]]
+    x_ticks: list[dict[str, Any]]
+    completed: int
+    failed: int
+
+
+def _nice_ceiling(n: int) -> int:
+    """The axis top: 1, 2 or 5 times a power of ten, at least `n` (and at least 1)."""
+    step = 1
+    while True:
+        for m in (1, 2, 5):
+            if m * step >= n:
+                return max(1, m * step)
+        step *= 10
+
+
+def throughput_chart(series: Sequence[tuple[datetime, int, int]]) -> _Chart:
+    """Stacked bars, completed below failed, one per minute; geometry in SVG units."""
+    width, height, left, right, top, bottom = 1180, 190, 44, 8, 10, 24
+    plot_w, plot_h = width - left - right, height - top - bottom
+    top_value = _nice_ceiling(max((c + f for _, c, f in series), default=0))
+    slot = plot_w / max(1, len(series))
+    gap = min(3.0, slot / 4)
+    base = top + plot_h
+    bars: list[_Bar] = []
+    x_ticks: list[dict[str, Any]] = []
+    for i, (at, completed, failed) in enumerate(series):
+        h_c = completed / top_value * plot_h
+        h_f = failed / top_value * plot_h
+        x = left + i * slot + gap / 2
+        bars.append(
+            _Bar(
+                iso(at) or "",
+                at.strftime("%H:%M UTC"),
+                completed,
+                failed,
+                round(x, 1),
+                round(slot - gap, 1),
+                round(base - h_c, 1),
+                round(h_c, 1),
+                round(base - h_c - h_f, 1),
+                round(h_f, 1),
+            )
         )
-    return (
-        '<table class="grid" id="queues-table"><thead><tr><th>Queue</th><th>Type</th>'
-        f"{head}<th>Oldest pending</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+        if at.minute % 10 == 0:
+            x_ticks.append(
+                {"x": round(x + (slot - gap) / 2, 1), "label": at.strftime("%H:%M"), "iso": iso(at)}
+            )
+    halfway = {top_value // 2} if top_value % 2 == 0 else set()
+    y_ticks = [
+        {"y": round(base - v / top_value * plot_h, 1), "label": str(v)}
+        for v in sorted({0, top_value} | halfway)
+    ]
+    return _Chart(
+        width,
+        height,
+        left,
+        right,
+        top,
+        plot_h,
+        bars,
+        y_ticks,
+        x_ticks,
+        sum(c for _, c, _ in series),
+        sum(f for _, _, f in series),
     )
 
 
-def _job_row(s: JobSnapshot) -> str:
-    return (
-        f'<tr data-job-id="{_e(s.id)}">'
-        f'<td class="mono id"><a href="/jobs/{_e(quote(s.id, safe=""))}">{_e(s.id)}</a></td>'
-        f"<td>{_e(s.type)}</td><td>{_badge(str(s.status))}</td><td>{_e(s.queue)}</td>"
-        f"<td class=num>{s.attempt + 1}/{s.max_attempts}</td>"
-        f'<td class="nowrap">{_progress(s)}</td><td>{_time(s.created_at)}</td>'
-        f"<td>{_time(s.finished_at or s.started_at)}</td></tr>"
+def render_overview(
+    rm: ReadModel,
+    *,
+    throughput: Sequence[tuple[datetime, int, int]],
+    actions: bool = False,
+    principal: Any = None,
+) -> str:
+    queues = rm.queue_stats()
+    workers = rm.workers()
+    leader = rm.leader(workers)
+    schedules = rm.schedules()
+    totals = {s: sum(q.counts.get(s, 0) for q in queues) for s in STATUSES}
+    return _render(
+        "overview.html",
+        page="index",
+        section="overview",
+        actions=actions,
+        principal=principal,
+        db_name=rm.name,
+        queues=queues,
+        chart=throughput_chart(throughput),
+        alive=sum(w.state == "alive" for w in workers),
+        dead=sum(w.state == "dead" for w in workers),
+        leader=leader,
+        failed=totals["failed"],
+        running=totals["running"],
+        pending=totals["pending"],
+        schedules=len(schedules),
+        paused_schedules=sum(not s["enabled"] for s in schedules),
     )
 
 
-def _filters(query: JobQuery, limit: int) -> str:
-    chosen = query.status[0] if len(query.status) == 1 else ",".join(query.status)
-    options = ['<option value="">any status</option>']
-    for s in STATUSES:
-        sel = " selected" if chosen == s else ""
-        options.append(f'<option value="{s}"{sel}>{s}</option>')
-    if chosen and chosen not in STATUSES:
-        options.append(f'<option value="{_e(chosen)}" selected>{_e(chosen)}</option>')
-    searched = "" if query.search is None else query.search.text()
-    return f"""<form class="filters" method="get" action="/#jobs" id="job-filters">
-  <label>Status <select name="status">{"".join(options)}</select></label>
-  <label>Queue <input name="queue" value="{_e(query.queue or "")}" placeholder="any"></label>
-  <label>Type <input name="type" value="{_e(query.type or "")}" placeholder="any"></label>
-  <label>Search <input name="q" id="search" value="{_e(searched)}"
-   placeholder="id, payload.FIELD:VALUE, metadata.FIELD:VALUE, ERROR_CODE"></label>
-  <label>Rows <input name="limit" type="number" min="1" max="500" value="{limit}"></label>
-  <button type="submit">Filter</button> <a class="button-link" href="/#jobs">Clear</a>
-</form>"""
+# -- jobs ------------------------------------------------------------------------------
 
 
-def _jobs_section(rm: ReadModel, query: JobQuery, limit: int, offset: int) -> str:
-    page = rm.page(query, limit=limit, offset=offset)
-    base = {
+def _filter_params(query: JobQuery, limit: int) -> dict[str, Any]:
+    return {
+        "q": None if query.search is None else query.search.text(),
         "status": ",".join(query.status),
         "queue": query.queue,
         "type": query.type,
-        "q": None if query.search is None else query.search.text(),
+        "schedule_id": query.schedule_id,
+        "workflow_id": query.workflow_id,
+        "parent_id": query.parent_id,
         "limit": limit if limit != 50 else None,
     }
-    first = offset + 1 if page.items else 0
-    pager = [f'<span class="muted">{first} to {offset + len(page.items)} of {page.total}</span>']
-    if offset > 0:
-        newer = _link({**base, "offset": max(0, offset - limit)})
-        pager.append(f'<a href="{_e(newer)}">← newer</a>')
-    if offset + len(page.items) < page.total:
-        pager.append(f'<a href="{_e(_link({**base, "offset": offset + limit}))}">older →</a>')
-    if page.items:
-        table = (
-            '<table class="grid" id="jobs-table"><thead><tr><th>ID</th><th>Type</th>'
-            "<th>Status</th><th>Queue</th><th class=num>Attempt</th><th>Progress</th>"
-            "<th>Created</th><th>Started / finished</th></tr></thead><tbody>"
-            + "".join(_job_row(s) for s in page.items)
-            + "</tbody></table>"
-        )
-    else:
-        table = '<p class="empty" id="jobs-table">No jobs match.</p>'
-    return f"{_filters(query, limit)}{table}<p class=pager>{' '.join(pager)}</p>"
 
 
-def _action(url: str, label: str, *, opens_job: bool = False) -> str:
-    """A button `app.js` turns into a POST (only rendered with `--allow-actions`);
-    `opens_job`: the answer is a job, whose page the browser then opens."""
-    follow = ' data-action-opens="job"' if opens_job else ""
-    return (
-        f'<button type="button" class="action" data-action-url="{_e(url)}"{follow}>'
-        f"{_e(label)}</button>"
-    )
+def _of_what(query: JobQuery) -> str:
+    """`of queue "x", of type "t", matching "q"`: the filter in words."""
+    parts = []
+    if query.queue:
+        parts.append(f"of queue {query.queue!r}")
+    if query.type:
+        parts.append(f"of type {query.type!r}")
+    if query.search is not None:
+        parts.append(f"matching {query.search.text()!r}")
+    return (" " + " ".join(parts)) if parts else ""
 
 
-# How many of a schedule's newest jobs its row shows (one listing each, newest first).
-_LAST_FIRES = 3
+def _jobs_word(n: int) -> str:
+    return "job" if n == 1 else "jobs"
 
 
-def _overlap_cell(s: dict[str, Any]) -> str:
-    text = _e(s["overlap"])
-    if s["skipped_fires"]:
-        text += f' <span class="muted">({_e(s["skipped_fires"])} skipped)</span>'
-    return f'<td data-overlap="{_e(s["overlap"])}">{text}</td>'
+def _bulk(
+    rm: ReadModel, query: JobQuery, total: int, params: dict[str, Any], confirm: str | None
+) -> dict[str, Any] | None:
+    """The bulk actions this filter allows, or the confirmation of the one asked for."""
+    offers: dict[str, dict[str, Any]] = {}
+    statuses = tuple(query.status)
+    if statuses and set(statuses) <= set(_RETRYABLE) and total:
+        n = min(total, BULK_RETRY_MAX)
+        body: dict[str, Any] = {"status": list(statuses), "limit": n}
+        if query.queue:
+            body["queue"] = query.queue
+        if query.type:
+            body["type"] = query.type
+        if query.search is not None:
+            body["q"] = query.search.text()
+        words = " or ".join(statuses)
+        offers["retry"] = {
+            "label": f"Retry {n} {words} {_jobs_word(n)}…",
+            "question": f"Retry {n} {words} {_jobs_word(n)}{_of_what(query)}?",
+            "note": (
+                f"{total} match; one request retries at most {BULK_RETRY_MAX}."
+                if total > BULK_RETRY_MAX
+                else "Each gets a new job; the failed rows stay as they are."
+            ),
+            "button": f"Retry {n} {_jobs_word(n)}",
+            "url": "/api/jobs/retry",
+            "body": body,
+            "count": n,
+        }
+    if (query.queue or query.type) and query.search is None:
+        scope = JobQuery(status=UNFINISHED, queue=query.queue, type=query.type)
+        n = rm.count_jobs(scope)
+        if n or confirm == "cancel":
+            body = {k: v for k, v in (("queue", query.queue), ("type", query.type)) if v}
+            offers["cancel"] = {
+                "label": f"Cancel {n} unfinished {_jobs_word(n)}…",
+                "question": f"Cancel all {n} unfinished {_jobs_word(n)}{_of_what(scope)}?",
+                "note": "Pending, delayed and waiting ones end now; running ones are asked "
+                "to stop. The status filter does not narrow this.",
+                "button": f"Cancel {n} {_jobs_word(n)}",
+                "url": "/api/jobs/cancel",
+                "body": body,
+                "count": n,
+            }
+    if not offers:
+        return None
+    back = jobs_link(**params)
+    if confirm in offers:
+        return {"confirm": offers[confirm], "back": back, "offers": []}
+    return {
+        "confirm": None,
+        "back": back,
+        "offers": [
+            {"kind": kind, "label": o["label"], "href": jobs_link(**params, confirm=kind)}
+            for kind, o in offers.items()
+        ],
+    }
 
 
-def _last_fires(rm: ReadModel, schedule_id: str) -> str:
-    jobs = rm.list_jobs(JobQuery(schedule_id=schedule_id), limit=_LAST_FIRES)
-    if not jobs:
-        return '<td class="last-fires">—</td>'
-    links = [
-        f'<a href="/jobs/{quote(j.id, safe="")}" title="{_e(j.created_at.isoformat())}">'
-        f"{_badge(str(j.status))}</a>"
-        for j in jobs
-    ]
-    return f'<td class="last-fires">{" ".join(links)}</td>'
-
-
-def _schedules_table(rm: ReadModel, actions: bool) -> str:
-    items = rm.schedules()
-    if not items:
-        return '<p class="empty">No schedules.</p>'
-    rows = []
-    for s in items:
-        state = "enabled" if s["enabled"] else "paused"
-        run_url = f"/api/schedules/{quote(str(s['id']), safe='')}/run"
-        run_now = f"<td>{_action(run_url, 'Run now')}</td>" if actions else ""
-        jitter = f"{s['jitter']:g}s" if s["jitter"] else "—"
-        rows.append(
-            f'<tr data-schedule-id="{_e(s["id"])}"><td>{_e(s["type"])}</td>'
-            f"<td>{_e(s['name'] or '(singleton)')}</td><td class=mono>{_e(s['trigger_text'])}</td>"
-            f'<td><span class="badge sched-{state}">{state}</span></td>'
-            f"{_overlap_cell(s)}<td class=num>{_e(jitter)}</td>"
-            f"<td>{_time(s['next_run'])}</td><td>{_time(s['last_run'])}</td>"
-            f"<td class=num>{_e(s['fire_count'])}</td>{_last_fires(rm, str(s['id']))}"
-            f'<td><a href="{_e(_link({"schedule_id": s["id"]}))}">jobs</a></td>'
-            f"{run_now}</tr>"
-        )
-    return (
-        '<table class="grid" id="schedules-table"><thead><tr><th>Type</th><th>Name</th>'
-        "<th>Trigger</th><th>State</th><th>Overlap</th><th class=num>Jitter</th>"
-        "<th>Next run</th><th>Last run</th><th class=num>Fires</th>"
-        f"<th>Last fires</th><th></th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
-    )
-
-
-def _workers_section(rm: ReadModel) -> str:
-    workers = rm.workers()
-    leader = rm.leader(workers)
-    if leader is None:
-        lead = '<p class="muted" id="leader">No leader lease has been taken.</p>'
-    else:
-        ok = "valid" if leader.valid else "expired"
-        # A leader that stopped cleanly resigns by setting its expiry to 0.
-        when = "resigned" if leader.expires_at == 0 else f"expires {_time(leader.expires_at)}"
-        lead = (
-            f'<p id="leader">Leader: <span class="mono">{_e(leader.worker_id)}</span> '
-            f'(term {leader.term}, <span class="badge lease-{ok}">{ok}</span>, {when})</p>'
-        )
-    if not workers:
-        return lead + '<p class="empty">No worker has registered.</p>'
-    rows = []
-    for w in workers:
-        rows.append(
-            f'<tr><td class="mono">{_e(w.id)}</td><td>{_e(w.hostname)}</td>'
-            f'<td class=num>{w.pid}</td><td><span class="badge worker-{_e(w.state)}">'
-            f"{_e(w.state)}</span></td><td>{_e(', '.join(sorted(w.handlers)))}</td>"
-            f"<td>{_time(w.heartbeat_at)}</td><td>{_time(w.started_at)}</td></tr>"
-        )
-    return (
-        lead + '<table class="grid" id="workers-table"><thead><tr><th>Worker</th><th>Host</th>'
-        "<th class=num>PID</th><th>State</th><th>Handles</th><th>Heartbeat</th><th>Started</th>"
-        f"</tr></thead><tbody>{''.join(rows)}</tbody></table>"
-    )
-
-
-def render_index(
+def render_jobs(
     rm: ReadModel,
     query: JobQuery,
     *,
@@ -296,53 +431,30 @@ def render_index(
     offset: int,
     problem: str | None = None,
     actions: bool = False,
+    confirm: str | None = None,
+    principal: Any = None,
 ) -> str:
-    notice = f'<p class="notice error">{_e(problem)}</p>' if problem else ""
-    body = f"""{notice}
-<section id="overview">
-<h1>Queues <span class="muted small">{_e(rm.name)}</span></h1>
-{_queues_table(rm)}</section>
-<section id="jobs"><h2>Jobs</h2>{_jobs_section(rm, query, limit, offset)}</section>
-<section id="schedules"><h2>Schedules</h2>{_schedules_table(rm, actions)}</section>
-<section id="workers"><h2>Workers</h2>{_workers_section(rm)}</section>"""
-    return _page("jobledger", body, page="index")
-
-
-def _dl(snap: JobSnapshot) -> str:
-    def row(label: str, value: str, key: str) -> str:
-        return f'<dt>{_e(label)}</dt><dd data-field="{_e(key)}">{value}</dd>'
-
-    parent = (
-        f'<a class="mono" href="/jobs/{_e(snap.parent_id)}">{_e(snap.parent_id)}</a>'
-        if snap.parent_id
-        else '<span class="muted">—</span>'
-    )
-    return (
-        "<dl class=facts>"
-        + "".join(
-            [
-                row("Type", _e(snap.type), "type"),
-                row("Queue", _e(snap.queue), "queue"),
-                row("Attempt", f"{snap.attempt + 1} of {snap.max_attempts}", "attempt"),
-                row("Priority", _e(snap.priority), "priority"),
-                row("Timeout", _e(f"{snap.timeout:g} s" if snap.timeout else "none"), "timeout"),
-                row("Idempotency key", _e(snap.idempotency_key or "—"), "idempotency_key"),
-                row("Parent", parent, "parent_id"),
-                row("Schedule", _e(snap.schedule_id or "—"), "schedule_id"),
-                row("Worker", _e(snap.worker_id or "—"), "worker_id"),
-                row(
-                    "Cancel requested", "yes" if snap.cancel_requested else "no", "cancel_requested"
-                ),
-                row("Scheduled", _time(snap.scheduled_at), "scheduled_at"),
-                row("Started", _time(snap.started_at), "started_at"),
-                row("Finished", _time(snap.finished_at), "finished_at"),
-                row("Created", _time(snap.created_at), "created_at"),
-                row("Updated", _time(snap.updated_at), "updated_at"),
-            ]
-        )
-        + "</dl>"
+    page = rm.page(query, limit=limit, offset=offset)
+    params = _filter_params(query, limit)
+    chosen = query.status[0] if len(query.status) == 1 else ",".join(query.status)
+    return _render(
+        "jobs.html",
+        page="jobs",
+        problem=problem,
+        actions=actions,
+        principal=principal,
+        query=query,
+        limit=limit,
+        chosen=chosen,
+        searched="" if query.search is None else query.search.text(),
+        jobs=page.items,
+        page_total=page.total,
+        pager=_pager("/jobs", params, offset, limit, len(page.items), page.total),
+        bulk=_bulk(rm, query, page.total, params, confirm) if actions else None,
     )
 
+
+# -- one job ---------------------------------------------------------------------------
 
 _OUTCOME_STYLE = {
     "completed": "completed",
@@ -354,58 +466,92 @@ _OUTCOME_STYLE = {
 }
 
 
-def _attempts(attempts: Sequence[AttemptSnapshot]) -> str:
-    """One row per ended attempt; its error, traceback and log lines fold out below it."""
-    if not attempts:
-        return '<p class="muted" id="no-attempts">No attempt has ended yet.</p>'
+def _took(seconds: float) -> str:
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 120:
+        return f"{seconds:.2f} s"
+    return str(timedelta(seconds=round(seconds)))
+
+
+def _facts(snap: JobSnapshot) -> list[tuple[str, str, Any, str]]:
+    return [
+        ("Type", "type", snap.type, "text"),
+        ("Queue", "queue", snap.queue, "text"),
+        ("Attempt", "attempt", f"{snap.attempt + 1} of {snap.max_attempts}", "text"),
+        ("Priority", "priority", snap.priority, "text"),
+        ("Timeout", "timeout", f"{snap.timeout:g} s" if snap.timeout else "none", "text"),
+        ("Idempotency key", "idempotency_key", snap.idempotency_key or "—", "text"),
+        ("Worker", "worker_id", snap.worker_id or "—", "text"),
+        ("Cancel requested", "cancel_requested", "yes" if snap.cancel_requested else "no", "text"),
+        ("Enqueued by", "enqueued_by", snap.enqueued_by or "—", "text"),
+        ("Scheduled", "scheduled_at", snap.scheduled_at, "time"),
+        ("Started", "started_at", snap.started_at, "time"),
+        ("Finished", "finished_at", snap.finished_at, "time"),
+        ("Created", "created_at", snap.created_at, "time"),
+        ("Updated", "updated_at", snap.updated_at, "time"),
+    ]
+
+
+def _attempt_rows(attempts: Sequence[AttemptSnapshot]) -> list[dict[str, Any]]:
     rows = []
-    for a in attempts:
+    for i, a in enumerate(attempts):
         took = (
-            f"{(a.finished_at - a.started_at).total_seconds():.3f} s"
+            _took((a.finished_at - a.started_at).total_seconds())
             if a.started_at is not None
             else "—"
         )
-        err = a.error
-        summary = f"<strong>{_e(err.code)}</strong> {_e(err.message)}" if err else ""
-        detail = ""
-        if err is not None and err.traceback:
-            detail += f'<pre class="error traceback">{_e(err.traceback)}</pre>'
-        if a.logs:
-            lines = "\n".join(f"{_e(iso(x.at))} {_e(x.level):<8} {_e(x.message)}" for x in a.logs)
-            detail += f'<pre class="logs">{lines}</pre>'
-        folded = (
-            f'<tr class="attempt-detail"><td colspan="6"><details><summary>traceback and '
-            f"logs</summary>{detail}</details></td></tr>"
-            if detail
-            else ""
-        )
-        badge = f'<span class="badge status-{_OUTCOME_STYLE[a.outcome]}">{_e(a.outcome)}</span>'
+        logs = "\n".join(f"{iso(x.at)} {x.level:<8} {x.message}" for x in a.logs)
+        traceback = a.error.traceback if a.error is not None else None
         rows.append(
-            f'<tr class="attempt" data-outcome="{_e(a.outcome)}"><td>{a.attempt}</td>'
-            f"<td>{badge}</td>"
-            f'<td class="mono">{_e(a.worker_id or "—")}</td><td>{_time(a.started_at)}</td>'
-            f"<td>{_e(took)}</td><td>{summary}</td></tr>{folded}"
+            {
+                "attempt": a.attempt,
+                "outcome": a.outcome,
+                "style": _OUTCOME_STYLE.get(a.outcome, "failed"),
+                "worker_id": a.worker_id,
+                "started_at": a.started_at,
+                "took": took,
+                "error": a.error,
+                "traceback": traceback,
+                "logs": logs,
+                # The newest attempt's traceback is what the reader came for: open.
+                "open": i == len(attempts) - 1 and a.error is not None,
+            }
         )
-    return (
-        '<table id="attempts"><thead><tr><th>#</th><th>Outcome</th><th>Worker</th>'
-        "<th>Started</th><th>Took</th><th>Error</th></tr></thead><tbody>"
-        + "".join(rows)
-        + "</tbody></table>"
-    )
+    return rows
 
 
-def _why(explained: Explanation | None) -> str:
-    """`jobs.explain`'s reasons, for a job that has not started or whose worker died."""
-    if explained is None or not explained.reasons:
-        return ""
-    items = "".join(
-        f'<li><strong class="mono">{_e(r.code)}</strong> {_e(r.message)}</li>'
-        for r in explained.reasons
-    )
-    return (
-        '<section id="why-section"><h2>Why it is not running</h2>'
-        f'<ul id="why">{items}</ul></section>'
-    )
+def _timeline(attempts: Sequence[AttemptSnapshot]) -> dict[str, Any] | None:
+    """Each attempt as a span on one time axis, from the first start to the last end
+    (so retry delays show as gaps); None without attempts."""
+    if not attempts:
+        return None
+    width = 1180
+    starts = [a.started_at or a.finished_at for a in attempts]
+    t0, t1 = min(starts), max(a.finished_at for a in attempts)
+    span = max((t1 - t0).total_seconds(), 1e-3)
+    spans = []
+    for a, start in zip(attempts, starts, strict=True):
+        x = (start - t0).total_seconds() / span * (width - 4)
+        w = max(4.0, (a.finished_at - start).total_seconds() / span * (width - 4))
+        spans.append(
+            {
+                "attempt": a.attempt,
+                "outcome": a.outcome,
+                "style": _OUTCOME_STYLE.get(a.outcome, "failed"),
+                "x": round(min(x, width - w), 1),
+                "w": round(w, 1),
+                "took": _took((a.finished_at - start).total_seconds()),
+            }
+        )
+    return {
+        "width": width,
+        "height": 64,
+        "mid": 28,
+        "spans": spans,
+        "start_label": t0.strftime("%Y-%m-%d %H:%M:%S UTC"),
+        "span": _took(span),
+    }
 
 
 def render_job(
@@ -414,132 +560,174 @@ def render_job(
     *,
     actions: bool = False,
     explained: Explanation | None = None,
+    children: int = 0,
+    principal: Any = None,
 ) -> str:
-    value = shown_progress(snap) or 0.0
     error = snap.error.to_json() if snap.error is not None else None
-    hidden_error = "" if error else " hidden"
-    code, message = (snap.error.code, snap.error.message) if snap.error else ("", "")
-    cancel = ""
-    if actions and not snap.is_terminal:
-        cancel = _action(f"/api/jobs/{quote(snap.id, safe='')}/cancel", "Cancel job")
-    elif actions:
-        cancel = _action(f"/api/jobs/{quote(snap.id, safe='')}/retry", "Retry", opens_job=True)
-    retry_of = ""
-    if snap.retry_of:
-        retry_of = (
-            f'<p id="retry-of" class="muted">retry of <a class="mono" '
-            f'href="/jobs/{_e(quote(snap.retry_of, safe=""))}">{_e(snap.retry_of)}</a></p>'
-        )
-    body = f"""<p><a href="/#jobs">← all jobs</a></p>
-<h1>Job <span class="mono">{_e(snap.id)}</span>
-<span id="status">{_badge(str(snap.status))}</span></h1>
-{retry_of}
-<div class="progress-row">
-  <progress id="progress" class="p-{_e(snap.status)}" max="100" value="{value:g}"
-   aria-label="Progress"></progress>
-  <span id="progress-text">{progress_label(snap) or "0%"}</span>
-  <span id="progress-detail" class="muted">{_e(snap.progress_detail or "")}</span>
-  {cancel}
-</div>
-{_dl(snap)}
-{_why(explained)}
-<section id="error-section"{hidden_error}><h2>Error</h2>
-<p class="error-summary"><strong id="error-code">{_e(code)}</strong>
-<span id="error-message">{_e(message)}</span></p>
-<pre id="error" class="error">{_json(error)}</pre></section>
-<section id="attempts-section"><h2>Attempts</h2>{_attempts(attempts)}</section>
-<section><h2>Output</h2><pre id="output">{_json(snap.output)}</pre></section>
-<section><h2>Payload</h2><pre id="payload">{_json(snap.payload)}</pre></section>
-<section><h2>Metadata</h2><pre id="metadata">{_json(dict(snap.metadata))}</pre></section>"""
-    return _page(
-        f"job {snap.id} · jobledger",
-        body,
+    return _render(
+        "job.html",
         page="job",
+        section="jobs",
         data={"job-id": snap.id, "status": str(snap.status)},
+        actions=actions,
+        principal=principal,
+        snap=snap,
+        facts=_facts(snap),
+        explained=explained,
+        error_json=_pretty(error),
+        attempts=_attempt_rows(attempts),
+        timeline=_timeline(attempts),
+        metadata=dict(snap.metadata),
+        children=children,
     )
 
 
 def render_not_found(job_id: str) -> str:
-    body = f"""<p><a href="/#jobs">← all jobs</a></p>
-<h1>No such job</h1><p>There is no job <span class="mono">{_e(job_id)}</span> (it may have been
-garbage-collected).</p>"""
-    return _page("job not found · jobledger", body, page="missing")
+    return _render(
+        "missing.html", page="missing", section="jobs", what="job", ident=job_id, back="/jobs"
+    )
+
+
+# -- schedules -------------------------------------------------------------------------
+
+
+def _edit_values(trigger: Any) -> dict[str, Any]:
+    """The trigger form's starting values for a stored trigger."""
+    if isinstance(trigger, dict) and trigger.get("kind") == "interval":
+        return {"kind": "every", "cron": "", "timezone": "", "every": trigger.get("seconds", "")}
+    if isinstance(trigger, dict) and trigger.get("kind") == "cron":
+        return {
+            "kind": "cron",
+            "cron": trigger.get("expr") or "",
+            "timezone": trigger.get("timezone") or "",
+            "every": "",
+        }
+    return {"kind": "cron", "cron": "", "timezone": "", "every": ""}
+
+
+def render_schedules(rm: ReadModel, *, actions: bool = False, principal: Any = None) -> str:
+    items = []
+    for s in rm.schedules():
+        items.append(
+            {
+                **s,
+                "jitter_text": f"{s['jitter']:g}s" if s["jitter"] else "—",
+                "last_fires": rm.list_jobs(JobQuery(schedule_id=s["id"]), limit=_LAST_FIRES),
+                "edit": _edit_values(s["trigger"]),
+            }
+        )
+    return _render(
+        "schedules.html", page="schedules", actions=actions, principal=principal, schedules=items
+    )
+
+
+# -- workers ---------------------------------------------------------------------------
+
+
+def render_workers(rm: ReadModel, *, principal: Any = None) -> str:
+    workers = rm.workers()
+    return _render(
+        "workers.html",
+        page="workers",
+        principal=principal,
+        workers=workers,
+        leader=rm.leader(workers),
+    )
+
+
+# -- audit -----------------------------------------------------------------------------
+
+
+def _target_href(target: Any) -> str | None:
+    """A link for an audit entry's target when it names a job, queue or schedule
+    (`job:ID`, `queue:NAME`, `schedule:ID`); else none."""
+    if not isinstance(target, str):
+        return None
+    kind, _, ident = target.partition(":")
+    if not ident:
+        return None
+    if kind == "job":
+        return _job_href(ident)
+    if kind == "queue":
+        return jobs_link(queue=ident)
+    if kind == "schedule":
+        return f"/schedules#schedule-{ident}"
+    return None
+
+
+def render_audit(
+    items: Sequence[Mapping[str, Any]] | None,
+    *,
+    limit: int,
+    offset: int,
+    actor: str | None = None,
+    action: str | None = None,
+    problem: str | None = None,
+    principal: Any = None,
+    actions: bool = False,
+) -> str:
+    """`items` None: this server has no audit log to read."""
+    rows = [
+        {
+            **e,
+            "target_href": _target_href(e.get("target")),
+            "detail_text": e.get("detail")
+            if isinstance(e.get("detail"), str)
+            else _compact(e.get("detail")),
+        }
+        for e in items or ()
+    ]
+    params = {"actor": actor, "action": action, "limit": limit if limit != 50 else None}
+    return _render(
+        "audit.html",
+        page="audit",
+        problem=problem,
+        principal=principal,
+        actions=actions,
+        available=items is not None,
+        items=rows,
+        actor=actor,
+        action=action,
+        pager=_pager("/audit", params, offset, limit, len(rows), None),
+    )
 
 
 # -- workflows ---------------------------------------------------------------------------
 
 
-def _workflow_href(workflow_id: str) -> str:
-    return f"/workflows/{quote(workflow_id, safe='')}"
-
-
-def _counts_text(counts: dict[str, int]) -> str:
-    """`98 completed, 2 failed`: the statuses that have jobs, in `STATUSES` order."""
-    return ", ".join(f"{counts[s]} {s}" for s in STATUSES if counts.get(s))
-
-
-def _count_badges(counts: dict[str, int]) -> str:
-    return " ".join(
-        f'<span class="count-badge status-{_e(s)}" data-status="{_e(s)}">{counts[s]} {_e(s)}</span>'
-        for s in STATUSES
-        if counts.get(s)
+def render_workflows(
+    page: WorkflowPage, *, name: str | None, problem: str | None = None, principal: Any = None
+) -> str:
+    params = {"name": name, "limit": page.limit if page.limit != 50 else None}
+    return _render(
+        "workflows.html",
+        page="workflows",
+        problem=problem,
+        principal=principal,
+        name=name,
+        items=[{**_info(w), "counts": dict(w.counts)} for w in page.items],
+        pager=_pager("/workflows", params, page.offset, page.limit, len(page.items), page.total),
     )
 
 
-def render_workflows(page: WorkflowPage, *, name: str | None, problem: str | None = None) -> str:
-    notice = f'<p class="notice error">{_e(problem)}</p>' if problem else ""
-    base = {"name": name, "limit": page.limit if page.limit != 50 else None}
-
-    def link(params: dict[str, Any]) -> str:
-        clean = {k: v for k, v in params.items() if v is not None and v != "" and v != 0}
-        return "/workflows?" + urlencode(clean) if clean else "/workflows"
-
-    first = page.offset + 1 if page.items else 0
-    last = page.offset + len(page.items)
-    pager = [f'<span class="muted">{first} to {last} of {page.total}</span>']
-    if page.offset > 0:
-        newer = link({**base, "offset": max(0, page.offset - page.limit)})
-        pager.append(f'<a href="{_e(newer)}">← newer</a>')
-    if last < page.total:
-        pager.append(
-            f'<a href="{_e(link({**base, "offset": page.offset + page.limit}))}">older →</a>'
-        )
-    if page.items:
-        rows = "".join(
-            f'<tr data-workflow-id="{_e(w.id)}">'
-            f'<td class="mono id"><a href="{_e(_workflow_href(w.id))}">{_e(w.id)}</a></td>'
-            f"<td>{_e(w.name)}</td><td>{_badge(w.status)}</td>"
-            f'<td class="num">{w.finished}/{w.total}</td>'
-            f"<td>{_count_badges(dict(w.counts))}</td><td>{_time(w.created_at)}</td></tr>"
-            for w in page.items
-        )
-        table = (
-            '<table class="grid" id="workflows-table"><thead><tr><th>ID</th><th>Name</th>'
-            "<th>Status</th><th class=num>Finished</th><th>Jobs</th><th>Created</th></tr>"
-            f"</thead><tbody>{rows}</tbody></table>"
-        )
-    else:
-        table = '<p class="empty" id="workflows-table">No workflows.</p>'
-    form = f"""<form class="filters" method="get" action="/workflows">
-  <label>Name <input name="name" value="{_e(name or "")}" placeholder="any"></label>
-  <button type="submit">Filter</button> <a class="button-link" href="/workflows">Clear</a>
-</form>"""
-    body = f"""{notice}<section id="workflows"><h1>Workflows</h1>{form}{table}
-<p class=pager>{" ".join(pager)}</p></section>"""
-    return _page("workflows · jobledger", body, page="workflows")
+def _info(w: Any) -> dict[str, Any]:
+    return {
+        "id": w.id,
+        "name": w.name,
+        "status": w.status,
+        "finished": w.finished,
+        "total": w.total,
+        "created_at": w.created_at,
+    }
 
 
-# The jobs a step's row lists on the workflow page; the rest are a link away.
-_STEP_JOBS_SHOWN = 50
-
-
-def _step_href(step: WorkflowStep, index: int) -> str:
+def _step_href(step: Any, index: int) -> str:
     """Where a node of the graph leads: a one-job step to its job, a step of another
     workflow to that workflow, a step of many jobs to its row on this page."""
     if step.outside and step.workflow_id:
         return _workflow_href(step.workflow_id)
     if len(step.job_ids) == 1:
-        return f"/jobs/{quote(step.job_ids[0], safe='')}"
+        return _job_href(step.job_ids[0])
     return f"#step-{index}"
 
 
@@ -558,78 +746,58 @@ def _graph_json(view: WorkflowView) -> str:
         }
         for i, s in enumerate(view.steps)
     ]
-    return json.dumps(nodes, ensure_ascii=False, separators=(",", ":"))
+    return _compact(nodes)
 
 
-def _step_rows(view: WorkflowView) -> str:
-    key_names = {s.key: s for s in view.steps}
-    by_id = {j.id: j for j in view.snapshot.jobs}
-    rows = []
-    for i, s in enumerate(view.steps):
-        ups = ", ".join(
-            _e(key_names[u].name + (" (other workflow)" if key_names[u].outside else ""))
-            for u in s.upstream
-        )
-        policy = (
-            f' <span class="muted">on failure: {_e(s.on_upstream_failure)}</span>'
-            if (s.on_upstream_failure == "run")
-            else ""
-        )
-        # Unfinished and failed jobs first: what an operator came to look at.
-        order = {"failed": 0, "running": 1, "pending": 2, "delayed": 3, "waiting": 4}
+def render_workflow(view: WorkflowView, *, principal: Any = None) -> str:
+    snap = view.snapshot
+    by_key = {s.key: s for s in view.steps}
+    by_id = {j.id: j for j in snap.jobs}
+    # Unfinished and failed jobs first: what an operator came to look at.
+    order = {"failed": 0, "running": 1, "pending": 2, "delayed": 3, "waiting": 4}
+    steps = []
+    for s in view.steps:
         members = [by_id[j] for j in s.job_ids if j in by_id]
         members.sort(key=lambda j: order.get(str(j.status), 9))
-        links = "".join(
-            f'<li><a class="mono" href="/jobs/{_e(quote(j.id, safe=""))}">{_e(j.id)}</a> '
-            f"{_badge(str(j.status))}</li>"
-            for j in members[:_STEP_JOBS_SHOWN]
+        steps.append(
+            {
+                "key": s.key,
+                "name": s.name,
+                "outside": s.outside,
+                "workflow_id": s.workflow_id,
+                "types": s.types,
+                "status": s.status,
+                "counts": s.counts,
+                "after": [
+                    by_key[u].name + (" (other workflow)" if by_key[u].outside else "")
+                    for u in s.upstream
+                ],
+                "on_upstream_failure": s.on_upstream_failure,
+                "job_count": len(s.job_ids),
+                "members": members[:_STEP_JOBS_SHOWN],
+                "more": len(members) - _STEP_JOBS_SHOWN,
+            }
         )
-        more = len(members) - _STEP_JOBS_SHOWN
-        if more > 0:
-            href = f"/?{urlencode({'workflow_id': view.snapshot.id})}#jobs"
-            links += f'<li class="muted"><a href="{_e(href)}">{more} more</a></li>'
-        name = _e(s.name)
-        if s.outside and s.workflow_id:
-            name += (
-                f' <a class="muted" href="{_e(_workflow_href(s.workflow_id))}">(other workflow)</a>'
-            )
-        jobs = f"<details><summary>{len(s.job_ids)}</summary><ul class=jobs>{links}</ul></details>"
-        rows.append(
-            f'<tr id="step-{i}" data-step="{_e(s.key)}"><td>{name}</td>'
-            f"<td class=muted>{_e(', '.join(s.types))}</td>"
-            f"<td>{_badge(s.status)}</td><td>{_count_badges(s.counts)}</td>"
-            f"<td>{ups or '<span class=muted>—</span>'}{policy}</td><td>{jobs}</td></tr>"
-        )
-    return (
-        '<table class="grid" id="steps-table"><thead><tr><th>Step</th><th>Type</th>'
-        "<th>Status</th><th>Jobs by status</th><th>After</th><th>Jobs</th></tr></thead>"
-        f"<tbody>{''.join(rows)}</tbody></table>"
-    )
-
-
-def render_workflow(view: WorkflowView) -> str:
-    snap = view.snapshot
-    body = f"""<p><a href="/workflows">← all workflows</a></p>
-<h1>Workflow {_e(snap.name)} <span class="mono small">{_e(snap.id)}</span>
-<span id="status">{_badge(snap.status)}</span></h1>
-<p id="workflow-counts">{_count_badges(view.counts)}
-<span class="muted">· created {_time(snap.created_at)} ·
-<a href="{_e("/?" + urlencode({"workflow_id": snap.id}) + "#jobs")}">its jobs</a></span></p>
-<section id="graph-section"><h2>Graph</h2>
-<figure id="workflow-graph" class="graph" data-graph="{_e(_graph_json(view))}"></figure>
-</section>
-<section id="steps-section"><h2>Steps</h2>{_step_rows(view)}</section>"""
-    return _page(
-        f"workflow {snap.name} · jobledger",
-        body,
+    return _render(
+        "workflow.html",
         page="workflow",
+        section="workflows",
         data={"workflow-id": snap.id, "status": snap.status},
         scripts=["/static/vendor/dagre.min.js"],
+        principal=principal,
+        snap=snap,
+        counts=view.counts,
+        graph=_graph_json(view),
+        steps=steps,
     )
 
 
 def render_no_workflow(workflow_id: str) -> str:
-    body = f"""<p><a href="/workflows">← all workflows</a></p>
-<h1>No such workflow</h1><p>There is no workflow <span class="mono">{_e(workflow_id)}</span>
-(it may have been garbage-collected).</p>"""
-    return _page("workflow not found · jobledger", body, page="missing")
+    return _render(
+        "missing.html",
+        page="missing",
+        section="workflows",
+        what="workflow",
+        ident=workflow_id,
+        back="/workflows",
+    )

@@ -97,82 +97,26 @@
       const errSection = document.getElementById("error-section");
       errSection.hidden = !s.error;
       document.getElementById("error").textContent = pretty(s.error);
+      const tb = document.getElementById("error-traceback");
+      tb.textContent = (s.error && s.error.traceback) || "";
+      tb.hidden = !tb.textContent;
       document.getElementById("error-code").textContent = s.error ? s.error.code : "";
       document.getElementById("error-message").textContent = s.error ? s.error.message : "";
       document.getElementById("output").textContent = pretty(s.output);
       document.getElementById("metadata").textContent = pretty(s.metadata);
     }
 
-    // The attempts table, rebuilt from the API when an attempt ends (textContent only:
-    // errors, tracebacks and log lines are user data).
-    const OUTCOME_STYLE = { completed: "completed", retry: "delayed", failed: "failed",
-      cancelled: "cancelled", interrupted: "pending", lost: "failed" };
+    // When an attempt ends, the server-rendered parts that depend on it (the attempt
+    // timeline and table, why it waits, its lineage) are fetched again and swapped in:
+    // the page is drawn in one place, the templates.
     let shownAttempts = document.querySelectorAll("#attempts tr.attempt").length;
-    function cellOf(row, text, cls) {
-      const td = document.createElement("td");
-      if (cls) td.className = cls;
-      td.textContent = text;
-      row.appendChild(td);
-      return td;
-    }
     async function refreshAttempts() {
       const r = await fetch(`/api/jobs/${encodeURIComponent(id)}/attempts`);
       if (!r.ok) return;
       const items = (await r.json()).items;
       if (items.length === shownAttempts) return;
       shownAttempts = items.length;
-      const table = document.createElement("table");
-      table.id = "attempts";
-      const head = table.createTHead().insertRow();
-      for (const h of ["#", "Outcome", "Worker", "Started", "Took", "Error"]) {
-        const th = document.createElement("th");
-        th.textContent = h;
-        head.appendChild(th);
-      }
-      const body = table.createTBody();
-      for (const a of items) {
-        const row = body.insertRow();
-        row.className = "attempt";
-        row.dataset.outcome = a.outcome;
-        cellOf(row, String(a.attempt));
-        const badge = document.createElement("span");
-        badge.className = `badge status-${OUTCOME_STYLE[a.outcome] || "failed"}`;
-        badge.textContent = a.outcome;
-        cellOf(row, "").appendChild(badge);
-        cellOf(row, a.worker_id || "—", "mono");
-        setTime(cellOf(row, ""), a.started_at);
-        const took = a.started_at ? (Date.parse(a.finished_at) - Date.parse(a.started_at)) / 1000 : null;
-        cellOf(row, took === null ? "—" : `${took.toFixed(3)} s`);
-        cellOf(row, a.error ? `${a.error.code} ${a.error.message}` : "");
-        const tb = a.error && a.error.traceback;
-        if (tb || a.logs.length) {
-          const more = body.insertRow();
-          more.className = "attempt-detail";
-          const td = cellOf(more, "");
-          td.colSpan = 6;
-          const details = document.createElement("details");
-          const summary = document.createElement("summary");
-          summary.textContent = "traceback and logs";
-          details.appendChild(summary);
-          if (tb) {
-            const pre = document.createElement("pre");
-            pre.className = "error traceback";
-            pre.textContent = tb;
-            details.appendChild(pre);
-          }
-          if (a.logs.length) {
-            const pre = document.createElement("pre");
-            pre.className = "logs";
-            pre.textContent = a.logs.map((x) => `${x.at} ${x.level.padEnd(8)} ${x.message}`).join("\n");
-            details.appendChild(pre);
-          }
-          td.appendChild(details);
-        }
-      }
-      const section = document.getElementById("attempts-section");
-      const old = section.querySelector("#attempts, #no-attempts");
-      if (old) old.replaceWith(table);
-      else section.appendChild(table);
+      await swapFromServer(["attempts-section", "why-section", "lineage"]);
     }
 
     if (TERMINAL.has(document.body.dataset.status)) {
@@ -202,31 +146,40 @@
     });
   }
 
-  // ---- overview: refresh the tables in place every few seconds -----------------------
+  // ---- refreshing parts of a page from the server ---------------------------------
 
-  function indexPage() {
-    const ids = ["queues-table", "jobs-table", "schedules-table", "workers-table", "leader"];
+  // Fetch this page again and swap in the elements with these ids (DOMParser builds an
+  // inert document: nothing in it runs). An id missing on either side is left alone,
+  // except that a section gone from the fresh page (why-section once a job runs) goes.
+  async function swapFromServer(ids) {
+    const res = await fetch(window.location.href, { headers: { accept: "text/html" } });
+    if (!res.ok) throw new Error(String(res.status));
+    const doc = new DOMParser().parseFromString(await res.text(), "text/html");
+    for (const id of ids) {
+      const fresh = doc.getElementById(id);
+      const old = document.getElementById(id);
+      if (fresh && old) old.replaceWith(document.adoptNode(fresh));
+      else if (old && !fresh && old.tagName === "SECTION") old.remove();
+      else if (fresh && !old && id === "why-section") {
+        const after = document.querySelector("dl.facts");
+        if (after) after.after(document.adoptNode(fresh));
+      }
+    }
+    localizeTimes(document);
+    return doc;
+  }
+
+  // The overview, jobs, workers and audit pages: every element marked data-refresh is
+  // fetched again every 2 s (forms are never marked, so nothing being typed is lost).
+  function refreshingPage() {
+    const ids = Array.from(document.querySelectorAll("[data-refresh][id]"), (el) => el.id);
+    if (!ids.length) return;
     let busy = false;
-
     async function refresh() {
       if (busy || document.hidden) return;
       busy = true;
       try {
-        const res = await fetch(window.location.href, { headers: { accept: "text/html" } });
-        if (!res.ok) throw new Error(String(res.status));
-        // DOMParser builds an inert document: nothing in it runs.
-        const doc = new DOMParser().parseFromString(await res.text(), "text/html");
-        for (const id of ids) {
-          const fresh = doc.getElementById(id);
-          const old = document.getElementById(id);
-          if (fresh && old) {
-            old.replaceWith(document.adoptNode(fresh));
-          }
-        }
-        const pager = doc.querySelector(".pager");
-        const oldPager = document.querySelector(".pager");
-        if (pager && oldPager) oldPager.replaceWith(document.adoptNode(pager));
-        localizeTimes(document);
+        await swapFromServer(ids);
         setLive("on");
       } catch (e) {
         setLive("off");
@@ -234,7 +187,6 @@
         busy = false;
       }
     }
-
     setLive("on");
     window.setInterval(refresh, 2000);
   }
@@ -371,7 +323,58 @@
     const timer = window.setInterval(refresh, 2000);
   }
 
-  // ---- actions (only rendered with --allow-actions) --------------------------------
+  // ---- actions (only rendered for a principal who may act) ---------------------------
+  // A same-origin fetch, so the browser sends Origin and the cookie; a failure shows
+  // the API's error envelope {"error": {"code", "message"}} next to the control.
+
+  function resultSlot(control) {
+    const scope = control.closest("form, .confirm, td, .progress-row, section");
+    let slot = scope && scope.querySelector(".action-result");
+    if (!slot && control.closest(".progress-row")) slot = document.getElementById("action-result");
+    if (!slot) {
+      slot = document.createElement("span");
+      slot.className = "action-result";
+      slot.setAttribute("role", "status");
+      control.after(slot);
+    }
+    return slot;
+  }
+
+  function showResult(control, text, failed) {
+    const slot = resultSlot(control);
+    slot.textContent = text;
+    slot.classList.toggle("error", Boolean(failed));
+    slot.setAttribute("role", failed ? "alert" : "status");
+  }
+
+  async function post(url, body) {
+    const init = { method: "POST", headers: { accept: "application/json" } };
+    if (body !== undefined) {
+      init.headers["content-type"] = "application/json";
+      init.body = JSON.stringify(body);
+    }
+    const res = await fetch(url, init);
+    let answer = null;
+    try {
+      answer = await res.json();
+    } catch (e) {
+      answer = null;
+    }
+    if (!res.ok) {
+      const err = answer && answer.error;
+      throw new Error(err ? `${err.code}: ${err.message}` : `HTTP ${res.status}`);
+    }
+    return answer || {};
+  }
+
+  function summary(body) {
+    if (typeof body.retried === "number") return `Retried ${body.retried} job${body.retried === 1 ? "" : "s"}.`;
+    if (typeof body.cancelled === "number") {
+      const asked = body.asked_to_stop ? `; ${body.asked_to_stop} running asked to stop` : "";
+      return `Cancelled ${body.cancelled} job${body.cancelled === 1 ? "" : "s"}${asked}.`;
+    }
+    return body.outcome || (body.enqueued === true ? "enqueued" : body.enqueued === false ? "not enqueued" : "done");
+  }
 
   document.addEventListener("click", async (ev) => {
     const button = ev.target.closest("button[data-action-url]");
@@ -380,26 +383,57 @@
     const label = button.textContent;
     button.textContent = "…";
     try {
-      const res = await fetch(button.dataset.actionUrl, { method: "POST" });
-      const body = await res.json();
-      if (!res.ok) throw new Error(body.error ? `${body.error.code}: ${body.error.message}` : res.status);
-      if (button.dataset.actionOpens === "job" && body.id) {
+      const body = button.dataset.actionBody ? JSON.parse(button.dataset.actionBody) : undefined;
+      const answer = await post(button.dataset.actionUrl, body);
+      if (button.dataset.actionOpens === "job" && answer.id) {
         // A retry answers with the new job: show it.
-        window.location.assign(`/jobs/${encodeURIComponent(body.id)}`);
+        window.location.assign(`/jobs/${encodeURIComponent(answer.id)}`);
         return;
       }
-      button.textContent = body.outcome || (body.enqueued ? "enqueued" : "done");
+      if (button.dataset.actionReload === "yes") {
+        window.location.reload();
+        return;
+      }
+      const text = summary(answer);
+      button.textContent = text.length <= 24 ? text : label;
+      if (text.length > 24 || button.closest(".confirm")) showResult(button, text, false);
     } catch (e) {
       button.textContent = label;
       button.disabled = false;
       button.title = String(e.message || e);
       button.classList.add("failed");
+      showResult(button, String(e.message || e), true);
+    }
+  });
+
+  // A schedule's trigger form: {"cron", "timezone"?} or {"every": seconds}.
+  document.addEventListener("submit", async (ev) => {
+    const form = ev.target.closest("form[data-action-url]");
+    if (!form) return;
+    ev.preventDefault();
+    const data = new FormData(form);
+    let body;
+    if (data.get("kind") === "every") {
+      body = { every: Number(data.get("every")) };
+    } else {
+      body = { cron: String(data.get("cron") || "").trim() };
+      const tz = String(data.get("timezone") || "").trim();
+      if (tz) body.timezone = tz;
+    }
+    const submit = form.querySelector("button[type=submit]");
+    if (submit) submit.disabled = true;
+    try {
+      await post(form.dataset.actionUrl, body);
+      window.location.reload();
+    } catch (e) {
+      if (submit) submit.disabled = false;
+      showResult(submit || form, String(e.message || e), true);
     }
   });
 
   localizeTimes(document);
   const page = document.body.dataset.page;
   if (page === "job") jobPage();
-  else if (page === "index") indexPage();
   else if (page === "workflow") workflowPage();
+  else refreshingPage();
 })();

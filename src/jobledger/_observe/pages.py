@@ -1,0 +1,183 @@
+"""The dashboard's page routes (HTML; `dashboard/` renders them, `http.py` mounts them).
+
+    GET /                     overview: queues (counts, cap, rate limit, paused) and the
+                              throughput chart; `/?status=...` (the old job list's
+                              links) is redirected to `/jobs?status=...`
+    GET /jobs                 the job list: `q` search, filters, paging (the parameters
+                              of `GET /api/jobs`), `confirm=retry|cancel` for a bulk
+                              action's confirmation
+    GET /jobs/{id}            one job; 404 page for an unknown id
+    GET /schedules            schedules, with their edit forms for an operator
+    GET /workflows, /workflows/{id}
+    GET /workers              workers and the leader lease
+    GET /audit                the audit log, newest first (`actor`, `action`, paging)
+
+Invariant: pages only read (through the `ReadModel`, in the thread pool); the buttons
+they carry post to the API routes, which check the principal again. `can_act(request)`
+decides whether buttons are rendered at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from jobledger._observe import dashboard
+from jobledger._observe.read_model import JobQuery, ReadModel
+
+__all__ = ["THROUGHPUT_MINUTES", "page_routes"]
+
+THROUGHPUT_MINUTES = 60
+_JOB_PARAMS = frozenset(
+    {"status", "queue", "type", "q", "schedule_id", "parent_id", "workflow_id", "limit", "offset"}
+)
+
+
+def _audit_items(rm: ReadModel, **options: Any) -> list[Mapping[str, Any]] | None:
+    """The audit entries as JSON-ready mappings; None when this read model has no
+    audit log to read (a release before the audit table)."""
+    audit = getattr(rm, "audit", None)
+    if audit is None:
+        return None
+    out: list[Mapping[str, Any]] = []
+    for entry in audit(**options):
+        out.append(entry.to_json() if hasattr(entry, "to_json") else dict(entry))
+    return out
+
+
+def page_routes(
+    rm: ReadModel,
+    *,
+    can_act: Callable[[Request], bool],
+    principal_of: Callable[[Request], Any],
+    parse_job_query: Callable[[Any], tuple[JobQuery, int, int]],
+    parse_workflow_query: Callable[[Any], tuple[str | None, int, int]],
+    parse_paging: Callable[[Any], tuple[int, int]],
+    invalid: type[Exception],
+    default_limit: int,
+) -> list[Route]:
+    async def read(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return await run_in_threadpool(fn, *args, **kwargs)
+
+    async def overview(request: Request) -> Response:
+        if _JOB_PARAMS & set(request.query_params):
+            # The job list lived on `/` before: its links (and bookmarks) still work.
+            return RedirectResponse(f"/jobs?{request.url.query}", status_code=303)
+        series = await read(rm.throughput, THROUGHPUT_MINUTES)
+        html = await read(
+            dashboard.render_overview,
+            rm,
+            throughput=series,
+            actions=can_act(request),
+            principal=principal_of(request),
+        )
+        return HTMLResponse(html)
+
+    async def jobs_page(request: Request) -> Response:
+        try:
+            query, limit, offset = parse_job_query(request.query_params)
+            problem = None
+        except invalid as exc:
+            query, limit, offset, problem = JobQuery(), default_limit, 0, str(exc)
+        confirm = request.query_params.get("confirm")
+        html = await read(
+            dashboard.render_jobs,
+            rm,
+            query,
+            limit=limit,
+            offset=offset,
+            problem=problem,
+            actions=can_act(request),
+            confirm=confirm if confirm in ("retry", "cancel") else None,
+            principal=principal_of(request),
+        )
+        return HTMLResponse(html, status_code=400 if problem else 200)
+
+    async def job_page(request: Request) -> Response:
+        job_id = request.path_params["job_id"]
+        snap = await read(rm.get_job, job_id)
+        if snap is None:
+            return HTMLResponse(dashboard.render_not_found(job_id), status_code=404)
+        attempts = await read(rm.attempts, job_id)
+        explained = None if snap.is_terminal else await read(rm.explain, job_id)
+        children = await read(rm.count_jobs, JobQuery(parent_id=job_id))
+        return HTMLResponse(
+            dashboard.render_job(
+                snap,
+                attempts,
+                actions=can_act(request),
+                explained=explained,
+                children=children,
+                principal=principal_of(request),
+            )
+        )
+
+    async def schedules_page(request: Request) -> Response:
+        html = await read(
+            dashboard.render_schedules,
+            rm,
+            actions=can_act(request),
+            principal=principal_of(request),
+        )
+        return HTMLResponse(html)
+
+    async def workers_page(request: Request) -> Response:
+        html = await read(dashboard.render_workers, rm, principal=principal_of(request))
+        return HTMLResponse(html)
+
+    async def audit_page(request: Request) -> Response:
+        params = request.query_params
+        actor = params.get("actor") or None
+        action = params.get("action") or None
+        try:
+            limit, offset = parse_paging(params)
+            problem = None
+        except invalid as exc:
+            limit, offset, problem = default_limit, 0, str(exc)
+        items = await read(_audit_items, rm, limit=limit, offset=offset, actor=actor, action=action)
+        html = dashboard.render_audit(
+            items,
+            limit=limit,
+            offset=offset,
+            actor=actor,
+            action=action,
+            problem=problem,
+            principal=principal_of(request),
+            actions=can_act(request),
+        )
+        return HTMLResponse(html, status_code=400 if problem else 200)
+
+    async def workflows_page(request: Request) -> Response:
+        try:
+            name, limit, offset = parse_workflow_query(request.query_params)
+            problem = None
+        except invalid as exc:
+            name, limit, offset, problem = None, default_limit, 0, str(exc)
+        page = await read(rm.workflow_page, limit=limit, offset=offset, name=name)
+        html = dashboard.render_workflows(
+            page, name=name, problem=problem, principal=principal_of(request)
+        )
+        return HTMLResponse(html, status_code=400 if problem else 200)
+
+    async def workflow_page(request: Request) -> Response:
+        workflow_id = request.path_params["workflow_id"]
+        view = await read(rm.workflow, workflow_id)
+        if view is None:
+            return HTMLResponse(dashboard.render_no_workflow(workflow_id), status_code=404)
+        return HTMLResponse(dashboard.render_workflow(view, principal=principal_of(request)))
+
+    return [
+        Route("/", overview),
+        Route("/jobs", jobs_page),
+        Route("/jobs/{job_id:str}", job_page),
+        Route("/schedules", schedules_page),
+        Route("/workers", workers_page),
+        Route("/audit", audit_page),
+        Route("/workflows", workflows_page),
+        Route("/workflows/{workflow_id:str}", workflow_page),
+    ]
