@@ -12,14 +12,14 @@
     GET /workers              workers and the leader lease
     GET /audit                the audit log, newest first (`actor`, `action`, paging)
 
-Invariant: pages only read (through the `ReadModel`, in the thread pool); the buttons
+Invariants: pages only read (through the `ReadModel`, in the thread pool); the buttons
 they carry post to the API routes, which check the principal again. `can_act(request)`
 decides whether buttons are rendered at all.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -28,6 +28,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from jobledger._observe import dashboard
+from jobledger._observe.auth import ANONYMOUS, Principal
 from jobledger._observe.read_model import JobQuery, ReadModel
 
 __all__ = ["THROUGHPUT_MINUTES", "page_routes"]
@@ -38,31 +39,24 @@ _JOB_PARAMS = frozenset(
 )
 
 
-def _audit_items(rm: ReadModel, **options: Any) -> list[Mapping[str, Any]] | None:
-    """The audit entries as JSON-ready mappings; None when this read model has no
-    audit log to read (a release before the audit table)."""
-    audit = getattr(rm, "audit", None)
-    if audit is None:
-        return None
-    out: list[Mapping[str, Any]] = []
-    for entry in audit(**options):
-        out.append(entry.to_json() if hasattr(entry, "to_json") else dict(entry))
-    return out
-
-
 def page_routes(
     rm: ReadModel,
     *,
     can_act: Callable[[Request], bool],
-    principal_of: Callable[[Request], Any],
+    principal_of: Callable[[Request], Principal],
     parse_job_query: Callable[[Any], tuple[JobQuery, int, int]],
     parse_workflow_query: Callable[[Any], tuple[str | None, int, int]],
-    parse_paging: Callable[[Any], tuple[int, int]],
+    parse_audit_query: Callable[[Any], tuple[int, int, str | None, str | None]],
     invalid: type[Exception],
     default_limit: int,
 ) -> list[Route]:
     async def read(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return await run_in_threadpool(fn, *args, **kwargs)
+
+    def shown(request: Request) -> Principal | None:
+        """Whom the header names: nobody on a server without tokens."""
+        who = principal_of(request)
+        return None if who == ANONYMOUS else who
 
     async def overview(request: Request) -> Response:
         if _JOB_PARAMS & set(request.query_params):
@@ -74,7 +68,7 @@ def page_routes(
             rm,
             throughput=series,
             actions=can_act(request),
-            principal=principal_of(request),
+            principal=shown(request),
         )
         return HTMLResponse(html)
 
@@ -94,7 +88,7 @@ def page_routes(
             problem=problem,
             actions=can_act(request),
             confirm=confirm if confirm in ("retry", "cancel") else None,
-            principal=principal_of(request),
+            principal=shown(request),
         )
         return HTMLResponse(html, status_code=400 if problem else 200)
 
@@ -113,7 +107,7 @@ def page_routes(
                 actions=can_act(request),
                 explained=explained,
                 children=children,
-                principal=principal_of(request),
+                principal=shown(request),
             )
         )
 
@@ -122,32 +116,29 @@ def page_routes(
             dashboard.render_schedules,
             rm,
             actions=can_act(request),
-            principal=principal_of(request),
+            principal=shown(request),
         )
         return HTMLResponse(html)
 
     async def workers_page(request: Request) -> Response:
-        html = await read(dashboard.render_workers, rm, principal=principal_of(request))
+        html = await read(dashboard.render_workers, rm, principal=shown(request))
         return HTMLResponse(html)
 
     async def audit_page(request: Request) -> Response:
-        params = request.query_params
-        actor = params.get("actor") or None
-        action = params.get("action") or None
         try:
-            limit, offset = parse_paging(params)
+            limit, offset, actor, action = parse_audit_query(request.query_params)
             problem = None
         except invalid as exc:
-            limit, offset, problem = default_limit, 0, str(exc)
-        items = await read(_audit_items, rm, limit=limit, offset=offset, actor=actor, action=action)
+            limit, offset, actor, action, problem = default_limit, 0, None, None, str(exc)
+        entries = await read(rm.audit, limit=limit, offset=offset, actor=actor, action=action)
         html = dashboard.render_audit(
-            items,
+            [e.to_json() for e in entries],
             limit=limit,
             offset=offset,
             actor=actor,
             action=action,
             problem=problem,
-            principal=principal_of(request),
+            principal=shown(request),
             actions=can_act(request),
         )
         return HTMLResponse(html, status_code=400 if problem else 200)
@@ -160,7 +151,7 @@ def page_routes(
             name, limit, offset, problem = None, default_limit, 0, str(exc)
         page = await read(rm.workflow_page, limit=limit, offset=offset, name=name)
         html = dashboard.render_workflows(
-            page, name=name, problem=problem, principal=principal_of(request)
+            page, name=name, problem=problem, principal=shown(request)
         )
         return HTMLResponse(html, status_code=400 if problem else 200)
 
@@ -169,7 +160,7 @@ def page_routes(
         view = await read(rm.workflow, workflow_id)
         if view is None:
             return HTMLResponse(dashboard.render_no_workflow(workflow_id), status_code=404)
-        return HTMLResponse(dashboard.render_workflow(view, principal=principal_of(request)))
+        return HTMLResponse(dashboard.render_workflow(view, principal=shown(request)))
 
     return [
         Route("/", overview),

@@ -638,25 +638,23 @@ def render_workers(rm: ReadModel, *, principal: Any = None) -> str:
 # -- audit -----------------------------------------------------------------------------
 
 
-def _target_href(target: Any) -> str | None:
-    """A link for an audit entry's target when it names a job, queue or schedule
-    (`job:ID`, `queue:NAME`, `schedule:ID`); else none."""
-    if not isinstance(target, str):
+def _target_href(action: Any, target: Any) -> str | None:
+    """A link for an audit entry's target, by the kind of action: a job's page, a
+    queue's jobs, a schedule's row; none for a bulk action's filter."""
+    if not isinstance(action, str) or not isinstance(target, str) or not target:
         return None
-    kind, _, ident = target.partition(":")
-    if not ident:
-        return None
+    kind = action.partition(".")[0]
     if kind == "job":
-        return _job_href(ident)
+        return _job_href(target)
     if kind == "queue":
-        return jobs_link(queue=ident)
+        return jobs_link(queue=target)
     if kind == "schedule":
-        return f"/schedules#schedule-{ident}"
+        return f"/schedules#schedule-{target}"
     return None
 
 
 def render_audit(
-    items: Sequence[Mapping[str, Any]] | None,
+    items: Sequence[Mapping[str, Any]],
     *,
     limit: int,
     offset: int,
@@ -666,16 +664,16 @@ def render_audit(
     principal: Any = None,
     actions: bool = False,
 ) -> str:
-    """`items` None: this server has no audit log to read."""
+    """`items`: `AuditEntry.to_json()` of the entries shown, newest first."""
     rows = [
         {
             **e,
-            "target_href": _target_href(e.get("target")),
+            "target_href": _target_href(e.get("action"), e.get("target")),
             "detail_text": e.get("detail")
             if isinstance(e.get("detail"), str)
             else _compact(e.get("detail")),
         }
-        for e in items or ()
+        for e in items
     ]
     params = {"actor": actor, "action": action, "limit": limit if limit != 50 else None}
     return _render(
@@ -684,7 +682,6 @@ def render_audit(
         problem=problem,
         principal=principal,
         actions=actions,
-        available=items is not None,
         items=rows,
         actor=actor,
         action=action,
