@@ -28,7 +28,7 @@ from typing import Any
 
 import httpx
 import pydantic
-from playwright.sync_api import sync_playwright
+from playwright.sync_api import ViewportSize, sync_playwright
 
 import jobledger as jl
 from jobledger._observe.http import create_app
@@ -38,7 +38,7 @@ from jobledger.testing import FakeClock, drain
 HERE = Path(__file__).resolve().parent
 CHROMIUM = "/usr/bin/chromium"
 TOKEN = "screenshots"
-VIEWPORT = {"width": 1280, "height": 800}
+VIEWPORT: ViewportSize = {"width": 1280, "height": 800}
 
 
 class Email(pydantic.BaseModel):
