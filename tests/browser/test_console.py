@@ -1,7 +1,9 @@
 """The operator's console in a real browser (Debian's chromium), doing what a person on
 call does (DESIGN.md §8.9): find a failed job by a payload field, read its traceback,
-retry it and watch the new job complete; pause a queue and see its jobs stay pending in
-another process; and user data in every field shown as text.
+retry it and watch the new job complete; bulk-retry the failed jobs of a queue after a
+confirmation; pause a queue and see its jobs stay pending in another process; edit a
+schedule's cron; find all of it on the audit page; a viewer who sees no buttons and whose
+forced POST is refused; and user data in every field shown as text.
 
 The jobs run in a `jobledger worker` process of its own (`consoleapp.py`), on a SQLite
 file or a PostgreSQL schema (`db`); the test only enqueues, serves and clicks. Waits are
@@ -26,6 +28,7 @@ import pytest
 from playwright.sync_api import expect
 
 import jobledger as jl
+from jobledger._observe.auth import ApiToken
 from jobledger._observe.http import create_app
 from jobledger._observe.read_model import ReadModel
 from tests.browser.consoleapp import CHARGE, Order, register
@@ -36,7 +39,9 @@ pytestmark = pytest.mark.browser
 REPO = Path(__file__).resolve().parents[2]
 WAIT = 30.0
 expect.set_options(timeout=int(WAIT * 1000))
-OPERATOR = "op-secret"
+OPERATOR = "op-secret"  # the operator named "operator" (`token=`)
+ALICE = ApiToken("alice", "alice-secret", "operator")
+VICTOR = ApiToken("victor", "victor-secret", "viewer")
 XSS = '<script>window.__pwned=1;alert(1)</script>"><img src=x onerror="window.__pwned=2;alert(2)">'
 
 
@@ -90,8 +95,11 @@ def worker_process(db: str, state: Path) -> Iterator[subprocess.Popen[bytes]]:
 
 @contextmanager
 def console(db: str) -> Iterator[str]:
-    """The dashboard with actions for the operator token; yields its base URL."""
-    app = create_app(db, token=OPERATOR, allow_actions=True, poll_interval=0.05)
+    """The dashboard with actions for the operators ("operator", alice) and a viewer
+    (victor); yields its base URL."""
+    app = create_app(
+        db, token=OPERATOR, tokens=[ALICE, VICTOR], allow_actions=True, poll_interval=0.05
+    )
     try:
         with running_server(app) as url:
             yield url
@@ -265,8 +273,149 @@ def test_markup_in_every_field_is_shown_as_text(page: Any, tmp_path: Path) -> No
         page.goto(f"{url}/schedules")
         expect(page.locator("#schedules-table td.name")).to_have_text(f"s{XSS}")
         _no_markup_ran(page, dialogs, "schedules")
-        for path in ("/workers", "/audit", "/workflows"):
+        # An operator's actions carry the markup into the confirmation and the audit log.
+        page.goto(f"{url}/jobs")
+        _fill_filters(page, status="failed", q=f"payload.note:{XSS}")
+        expect(page.locator("#search")).to_have_value(f"payload.note:{XSS}")
+        expect(page.locator("#jobs-table tbody tr")).to_have_count(1)
+        page.click("#bulk-retry")
+        expect(page.locator("#confirm-text")).to_contain_text(XSS)
+        page.click("#confirm button[data-action-url]")
+        expect(page.locator("#action-result")).to_have_text("Retried 1 job.")
+        _no_markup_ran(page, dialogs, "bulk retry")
+        cancel = page.request.post(
+            f"{url}/api/jobs/{odd}/cancel?reason=r{XSS}", headers={"origin": url}
+        )
+        assert cancel.status == 200
+        page.goto(f"{url}/audit")
+        expect(page.locator("#audit-table tbody tr")).to_have_count(2)
+        expect(page.locator("#audit-table td.target").nth(1)).to_contain_text(XSS)
+        expect(page.locator("#audit-table td.detail").first).to_contain_text("r<script>")
+        _no_markup_ran(page, dialogs, "audit")
+        page.goto(f"{url}/jobs/{odd}")
+        expect(page.locator("#error-message")).to_contain_text(f"r{XSS}")
+        _no_markup_ran(page, dialogs, "cancelled odd job")
+        for path in ("/workers", "/workflows"):
             page.goto(f"{url}{path}")
             _no_markup_ran(page, dialogs, path)
+        page.goto("about:blank")
+    _stop(producer)
+
+
+def _fill_filters(page: Any, *, status: str = "", queue: str = "", q: str = "") -> None:
+    page.select_option("#status-filter", status)
+    page.fill("#queue-filter", queue)
+    page.fill("#search", q)
+    page.click("#job-filters button[type=submit]")
+
+
+def test_bulk_retry_edit_a_schedule_and_find_it_all_on_the_audit_page(
+    page: Any, tmp_path: Path
+) -> None:
+    db = str(tmp_path / "jobs.db")
+    (tmp_path / "declined.txt").write_text("E-1 E-2 E-3 U-9\n")
+    producer = _producer(db)
+    for order, shop in (("E-1", "eu"), ("E-2", "eu"), ("E-3", "eu"), ("E-4", "eu"), ("U-9", "us")):
+        producer.enqueue(CHARGE, Order(order=order, shop=shop))
+    sid = producer.register_job_schedule(
+        CHARGE, Order(order="NIGHTLY"), trigger=jl.Cron("0 2 * * *"), name="nightly run"
+    )
+
+    def count(**filters: Any) -> int:
+        return producer.count(**filters)
+
+    with worker_process(db, tmp_path), console(db) as url:
+        wait_for(lambda: count(status="failed") == 4, "four declined charges")
+        (tmp_path / "declined.txt").write_text("U-9\n")  # the EU gateway is back
+
+        page.goto(f"{url}/jobs?token={ALICE.secret}")
+        expect(page.locator("#who")).to_have_text("alice · operator")
+        _fill_filters(page, status="failed", queue="payments.eu")
+        expect(page.locator("#jobs-table tbody tr")).to_have_count(3)
+        page.click("#bulk-retry")
+        expect(page.locator("#confirm-text")).to_contain_text(
+            "Retry 3 failed jobs of queue 'payments.eu'?"
+        )
+        assert count(queue="payments.eu") == 4  # nothing happened before the confirmation
+        page.click("#confirm button[data-action-url='/api/jobs/retry']")
+        expect(page.locator("#action-result")).to_have_text("Retried 3 jobs.")
+        # The worker process runs the three new jobs; the US failure was not touched.
+        wait_for(lambda: count(queue="payments.eu", status="completed") == 4, "the retried charges")
+        assert count(queue="payments.eu") == 7
+        assert count(queue="payments.us", status="failed") == 1
+        assert count(queue="payments.us") == 1
+
+        page.goto(f"{url}/schedules")
+        row = page.locator(f'tr.schedule-edit[data-schedule-id="{sid}"]')
+        row.locator("summary").click()
+        row.locator('input[name="cron"]').fill("30 3 * * 1")
+        row.locator('input[name="timezone"]').fill("Europe/Paris")
+        row.locator("button[type=submit]").click()
+        trigger = page.locator(f'tr[data-schedule-id="{sid}"] td.trigger')
+        expect(trigger).to_have_text("cron 30 3 * * 1 (Europe/Paris)")
+        page.locator(f'tr[data-schedule-id="{sid}"] button', has_text="Pause").click()
+        expect(page.locator(f"tr#schedule-{sid}")).to_have_attribute("data-enabled", "no")
+        with ReadModel(db) as rm:
+            stored = rm.schedule(sid)
+        assert stored is not None
+        assert (stored["trigger"]["expr"], stored["enabled"]) == ("30 3 * * 1", False)
+
+        page.click("nav >> text=Audit")
+        rows = page.locator("#audit-table tbody tr")
+        expect(rows).to_have_count(3)
+        actions = [rows.nth(i).get_attribute("data-action") for i in range(3)]
+        assert actions == ["schedule.pause", "schedule.trigger", "jobs.retry_many"]  # newest first
+        expect(page.locator("#audit-table td.actor")).to_have_text(["alice"] * 3)
+        expect(rows.nth(1).locator("td.detail")).to_contain_text("30 3 * * 1")
+        expect(rows.nth(2).locator("td.target")).to_contain_text("payments.eu")
+        expect(rows.nth(2).locator("td.detail")).to_contain_text('"retried":3')
+        # A schedule's entry links to its row.
+        rows.nth(0).locator("td.target a").click()
+        expect(page.locator(f"tr#schedule-{sid}")).to_be_visible()
+        page.goto(f"{url}/audit?action=schedule.trigger")
+        expect(page.locator("#audit-table tbody tr")).to_have_count(1)
+        page.goto("about:blank")
+    _stop(producer)
+
+
+def test_a_viewer_sees_no_buttons_and_a_forced_post_is_refused(page: Any, tmp_path: Path) -> None:
+    db = str(tmp_path / "jobs.db")
+    (tmp_path / "declined.txt").write_text("V-1\n")
+    producer = _producer(db)
+    failed = producer.enqueue(CHARGE, Order(order="V-1")).id
+    pending = producer.enqueue(CHARGE, Order(order="V-2"), delay=3600).id
+    producer.register_job_schedule(
+        CHARGE, Order(order="S"), trigger=jl.Cron("0 2 * * *"), name="nightly run"
+    )
+    with worker_process(db, tmp_path), console(db) as url:
+        wait_for(lambda: _status(producer, failed) == "failed", "the declined charge")
+        page.goto(f"{url}/?token={VICTOR.secret}")
+        expect(page.locator("#who")).to_have_text("victor · viewer")
+        for path in (
+            "/",
+            "/jobs?status=failed",
+            "/jobs?status=failed&confirm=retry",
+            "/jobs?queue=payments.eu&confirm=cancel",
+            f"/jobs/{failed}",
+            f"/jobs/{pending}",
+            "/schedules",
+        ):
+            page.goto(url + path)
+            expect(page.locator("#who")).to_be_visible()
+            assert page.locator("button[data-action-url], form[data-action-url]").count() == 0
+            assert page.locator("#bulk, #confirm").count() == 0, path
+
+        # Forced POSTs with the viewer's cookie, from this origin (page.request shares the
+        # page's cookies; a fetch in the page would do the same, and log the 403).
+        origin = {"origin": url}
+        refused = page.request.post(f"{url}/api/jobs/{failed}/retry", headers=origin)
+        assert (refused.status, refused.json()["error"]["code"]) == (403, "FORBIDDEN_ROLE")
+        bulk = page.request.post(f"{url}/api/jobs/retry", headers=origin, data={"status": "failed"})
+        assert (bulk.status, bulk.json()["error"]["code"]) == (403, "FORBIDDEN_ROLE")
+        pause = page.request.post(f"{url}/api/queues/payments.eu/pause", headers=origin)
+        assert pause.status == 403
+        assert producer.count() == 2  # nothing was retried
+        page.goto(f"{url}/audit")
+        expect(page.locator("#audit-table")).to_have_text("No action has been taken.")
         page.goto("about:blank")
     _stop(producer)
