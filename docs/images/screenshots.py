@@ -31,6 +31,7 @@ import pydantic
 from playwright.sync_api import ViewportSize, sync_playwright
 
 import jobledger as jl
+from jobledger._observe.auth import ApiToken
 from jobledger._observe.http import create_app
 from jobledger.cli._serve import bind, url_of
 from jobledger.testing import FakeClock, drain
@@ -225,12 +226,12 @@ def _pictures(url: str, out: Path, shown: dict[str, str]) -> list[Path]:
             made.append(target)
 
         shot("overview", "/")
-        shot("jobs", "/jobs?q=payload.customer:c1")
+        shot("jobs", "/jobs?status=failed")
         shot("jobs-bulk-retry", "/jobs?status=failed&queue=payments.eu&confirm=retry")
         shot(
             "job-failed",
             f"/jobs/{shown['failed']}",
-            lambda: page.locator("#attempts-section").scroll_into_view_if_needed(),
+            lambda: page.evaluate("document.getElementById('error-section').scrollIntoView()"),
         )
         shot("job-running", f"/jobs/{shown['running']}")
         shot(
@@ -258,7 +259,8 @@ def main() -> None:
         live = LiveReport(db)
         import uvicorn
 
-        app = create_app(db, token=TOKEN, allow_actions=True, poll_interval=0.1)
+        alice = ApiToken("alice", TOKEN, "operator")
+        app = create_app(db, tokens=[alice], allow_actions=True, poll_interval=0.1)
         sock = bind("127.0.0.1", 0)
         server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
         thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
