@@ -4,6 +4,7 @@ tests skip, except in CI (`CI=true`), where a missing browser is a failure."""
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -41,8 +42,13 @@ def browser() -> Iterator[Any]:
             chromium.close()
 
 
-@pytest.fixture
-def page(browser: Any) -> Iterator[Any]:
+# What Chromium logs for a fetch answered 4xx: a refused action the page then shows.
+_REFUSED = re.compile(
+    r"Failed to load resource: the server responded with a status of 4\d\d \([A-Za-z ]+\)"
+)
+
+
+def _page(browser: Any, *, refusals_expected: bool) -> Iterator[Any]:
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     pg = context.new_page()
     errors: list[str] = []
@@ -52,4 +58,19 @@ def page(browser: Any) -> Iterator[Any]:
         yield pg
     finally:
         context.close()
+    if refusals_expected:
+        errors = [e for e in errors if not _REFUSED.fullmatch(e)]
     assert errors == [], f"errors in the page: {errors}"
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    """A fresh page; any script error or console error fails the test."""
+    yield from _page(browser, refusals_expected=False)
+
+
+@pytest.fixture
+def refusing_page(browser: Any) -> Iterator[Any]:
+    """`page` for a test that makes the server refuse an action on purpose: the console
+    line for a 4xx answer is expected there, any other error still fails the test."""
+    yield from _page(browser, refusals_expected=True)

@@ -171,6 +171,9 @@ def test_find_a_failed_charge_by_its_order_read_the_traceback_and_retry_it(
         # The worker process runs the new job; the page follows it through its events.
         expect(page.locator("body")).to_have_attribute("data-status", "completed")
         expect(page.locator("#output")).to_contain_text("R-B-1002")
+        # The attempt that ended was fetched in, on its timeline and in the table.
+        expect(page.locator("#attempts tr.attempt")).to_have_attribute("data-outcome", "completed")
+        expect(page.locator("#timeline g.span")).to_have_count(1)
         new_id = str(page.get_attribute("body", "data-job-id"))
         assert new_id != ids["B-1002"]
         assert _status(producer, new_id) == "completed"
@@ -310,8 +313,9 @@ def _fill_filters(page: Any, *, status: str = "", queue: str = "", q: str = "") 
 
 
 def test_bulk_retry_edit_a_schedule_and_find_it_all_on_the_audit_page(
-    page: Any, tmp_path: Path
+    refusing_page: Any, tmp_path: Path
 ) -> None:
+    page = refusing_page
     db = str(tmp_path / "jobs.db")
     (tmp_path / "declined.txt").write_text("E-1 E-2 E-3 U-9\n")
     producer = _producer(db)
@@ -348,6 +352,12 @@ def test_bulk_retry_edit_a_schedule_and_find_it_all_on_the_audit_page(
         page.goto(f"{url}/schedules")
         row = page.locator(f'tr.schedule-edit[data-schedule-id="{sid}"]')
         row.locator("summary").click()
+        # A cron the scheduler refuses: the form shows the error envelope, nothing changes.
+        row.locator('input[name="cron"]').fill("61 * * * *")
+        row.locator("button[type=submit]").click()
+        expect(row.locator(".action-result.error")).to_contain_text(
+            "JOB_SCHEDULE_TRIGGER_INVALID: "
+        )
         row.locator('input[name="cron"]').fill("30 3 * * 1")
         row.locator('input[name="timezone"]').fill("Europe/Paris")
         row.locator("button[type=submit]").click()

@@ -54,6 +54,7 @@ from jobledger._types import AttemptSnapshot, Explanation, JobSnapshot
 __all__ = [
     "BULK_RETRY_MAX",
     "UNFINISHED",
+    "axis_top",
     "render_audit",
     "render_job",
     "render_jobs",
@@ -64,6 +65,7 @@ __all__ = [
     "render_workers",
     "render_workflow",
     "render_workflows",
+    "throughput_chart",
 ]
 
 # What `POST /api/jobs/retry` takes at most in one request (its `limit`).
@@ -238,7 +240,7 @@ class _Chart:
     failed: int
 
 
-def _nice_ceiling(n: int) -> int:
+def axis_top(n: int) -> int:
     """The axis top: 1, 2 or 5 times a power of ten, at least `n` (and at least 1)."""
     step = 1
     while True:
@@ -252,7 +254,7 @@ def throughput_chart(series: Sequence[tuple[datetime, int, int]]) -> _Chart:
     """Stacked bars, completed below failed, one per minute; geometry in SVG units."""
     width, height, left, right, top, bottom = 1180, 190, 44, 8, 10, 24
     plot_w, plot_h = width - left - right, height - top - bottom
-    top_value = _nice_ceiling(max((c + f for _, c, f in series), default=0))
+    top_value = axis_top(max((c + f for _, c, f in series), default=0))
     slot = plot_w / max(1, len(series))
     gap = min(3.0, slot / 4)
     base = top + plot_h
