@@ -349,6 +349,21 @@ def test_bulk_retry_edit_a_schedule_and_find_it_all_on_the_audit_page(
         assert count(queue="payments.us", status="failed") == 1
         assert count(queue="payments.us") == 1
 
+        # The US charge alone, from its page, while its queue is held on the overview.
+        page.goto(f"{url}/")
+        us = page.locator('#queues-table tr[data-queue="payments.us"]')
+        us.locator("button", has_text="Pause").click()
+        expect(us).to_have_attribute("data-paused", "yes")
+        page.goto(f"{url}/jobs?q=payload.order:U-9")
+        page.locator("#jobs-table tbody tr a").first.click()
+        page.click("button[data-action-url$='/retry']")
+        expect(page.locator("#why")).to_contain_text("QUEUE_PAUSED")
+        retried_us = str(page.get_attribute("body", "data-job-id"))
+        page.goto(f"{url}/")
+        us.locator("button", has_text="Resume").click()
+        expect(us).to_have_attribute("data-paused", "no")
+        wait_for(lambda: _status(producer, retried_us) == "failed", "the US retry (still declined)")
+
         page.goto(f"{url}/schedules")
         row = page.locator(f'tr.schedule-edit[data-schedule-id="{sid}"]')
         row.locator("summary").click()
@@ -372,13 +387,22 @@ def test_bulk_retry_edit_a_schedule_and_find_it_all_on_the_audit_page(
 
         page.click("nav >> text=Audit")
         rows = page.locator("#audit-table tbody tr")
-        expect(rows).to_have_count(3)
-        actions = [rows.nth(i).get_attribute("data-action") for i in range(3)]
-        assert actions == ["schedule.pause", "schedule.trigger", "jobs.retry_many"]  # newest first
-        expect(page.locator("#audit-table td.actor")).to_have_text(["alice"] * 3)
+        expect(rows).to_have_count(6)
+        actions = [rows.nth(i).get_attribute("data-action") for i in range(6)]
+        assert actions == [  # newest first
+            "schedule.pause",
+            "schedule.trigger",
+            "queue.resume",
+            "job.retry",
+            "queue.pause",
+            "jobs.retry_many",
+        ]
+        expect(page.locator("#audit-table td.actor")).to_have_text(["alice"] * 6)
         expect(rows.nth(1).locator("td.detail")).to_contain_text("30 3 * * 1")
-        expect(rows.nth(2).locator("td.target")).to_contain_text("payments.eu")
-        expect(rows.nth(2).locator("td.detail")).to_contain_text('"retried":3')
+        expect(rows.nth(3).locator("td.detail")).to_contain_text(retried_us)
+        expect(rows.nth(4).locator("td.target")).to_have_text("payments.us")
+        expect(rows.nth(5).locator("td.target")).to_contain_text("payments.eu")
+        expect(rows.nth(5).locator("td.detail")).to_contain_text('"retried":3')
         # A schedule's entry links to its row.
         rows.nth(0).locator("td.target a").click()
         expect(page.locator(f"tr#schedule-{sid}")).to_be_visible()
