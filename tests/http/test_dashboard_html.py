@@ -48,6 +48,7 @@ def test_the_jobs_page_lists_filters_and_pages(base_url: str, populated: Populat
     assert populated.ids["failed"] in failed
     assert populated.ids["fast"] not in failed
     assert '<option value="failed" selected>' in failed
+    assert '<span class="mono" title="failure 1">JOB_HANDLER_THREW</span>' in failed
     first = httpx.get(f"{base_url}/jobs", params={"limit": "2"}, timeout=10).text
     assert first.count("<tr data-job-id=") == 2
     assert 'href="/jobs?limit=2&amp;offset=2" rel="next"' in first
