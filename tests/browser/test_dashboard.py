@@ -10,8 +10,10 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+from datetime import datetime
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 from playwright.sync_api import expect
@@ -394,4 +396,35 @@ def test_a_running_workflows_graph_follows_its_jobs(page: Any, tmp_path: Path) -
                 worker.close()
             page.goto("about:blank")
     finally:
+        app.state.read_model.close()
+
+
+def test_the_throughput_chart_is_labelled_in_the_browsers_time_zone(
+    browser: Any, tmp_path: Path
+) -> None:
+    db = str(tmp_path / "jobs.db")
+    jobs = jl.JobManager(db)
+    jobs.enqueue(WORK, Item(n=1))
+    _stop(jobs)
+    app = create_app(db, poll_interval=0.02)
+    context = browser.new_context(timezone_id="Asia/Kolkata")  # UTC+05:30: no whole hour
+    try:
+        with running_server(app) as url:
+            page = context.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.goto(f"{url}/")
+            expect(page.locator("#chart-zone")).to_have_text("local")
+            tick = page.locator("#throughput-chart text.tick[data-at]").first
+            at = datetime.fromisoformat(str(tick.get_attribute("data-at")).replace("Z", "+00:00"))
+            expect(tick).to_have_text(at.astimezone(ZoneInfo("Asia/Kolkata")).strftime("%H:%M"))
+            minute = page.locator("#throughput-chart g.minute").first
+            at = datetime.fromisoformat(
+                str(minute.get_attribute("data-minute")).replace("Z", "+00:00")
+            )
+            local = at.astimezone(ZoneInfo("Asia/Kolkata")).strftime("%H:%M")
+            expect(minute.locator("title")).to_have_text(f"{local}: 0 completed, 0 failed")
+            assert errors == []
+    finally:
+        context.close()
         app.state.read_model.close()

@@ -31,6 +31,26 @@
     }
   }
 
+  // The throughput chart is drawn on the server in UTC; its labels are re-written in the
+  // browser's time zone, like every <time> above.
+  function localizeChart(root) {
+    const chart = root.querySelector("#throughput-chart");
+    if (!chart) return;
+    for (const el of chart.querySelectorAll("[data-at]")) {
+      const d = new Date(el.getAttribute("data-at"));
+      if (isNaN(d.getTime())) continue;
+      const hm = `${pad(d.getHours())}:${pad(d.getMinutes())}`;
+      if (el.tagName === "title") {
+        const g = el.parentNode;
+        el.textContent = `${hm}: ${g.dataset.completed} completed, ${g.dataset.failed} failed`;
+      } else {
+        el.textContent = hm;
+      }
+    }
+    const zone = chart.querySelector("#chart-zone");
+    if (zone) zone.textContent = "local";
+  }
+
   function pretty(value) {
     return JSON.stringify(value === undefined ? null : value, null, 2);
   }
@@ -166,6 +186,7 @@
       }
     }
     localizeTimes(document);
+    localizeChart(document);
     return doc;
   }
 
@@ -432,6 +453,7 @@
   });
 
   localizeTimes(document);
+  localizeChart(document);
   const page = document.body.dataset.page;
   if (page === "job") jobPage();
   else if (page === "workflow") workflowPage();
