@@ -1,10 +1,13 @@
 """A small fixed drain to count instructions of, before and after a hot-path change.
 
     PYTHONPATH=src valgrind --tool=callgrind --callgrind-out-file=cg.out \\
-        python bench/callgrind_drain.py 2000 async      # or: thread
+        python bench/callgrind_drain.py 2000 async      # or: thread, handles
 
 `n` no-op jobs are written with `enqueue_many`, then drained by one started manager
 with an `async def` handler (concurrency 50) or a plain `def` one (concurrency 16).
+`handles` is the async drain as a user awaits it (`bench/handles.py`): the handles
+`enqueue_many` returned, all awaited with `asyncio.gather` of `h.finished`; its count
+minus the `async` one is what awaiting the handles costs.
 Callgrind's instruction count is stable on a busy machine, where wall time is not.
 """
 
@@ -39,7 +42,7 @@ async def drain(n: int, kind: str) -> None:
             if seen == n:
                 loop.call_soon_threadsafe(done.set)
 
-        if kind == "async":
+        if kind in ("async", "handles"):
 
             @jobs.handler(HOT, recovery="retry", concurrency=50)
             async def noop(ctx: jl.JobContext[dict[str, Any]]) -> None:
@@ -51,9 +54,13 @@ async def drain(n: int, kind: str) -> None:
             def plain(ctx: jl.JobContext[dict[str, Any]]) -> None:
                 hit()
 
-        jobs.enqueue_many(HOT, [{}] * n)
+        handles = jobs.enqueue_many(HOT, [{}] * n)
         async with jobs:
-            await done.wait()
+            if kind == "handles":
+                snaps = await asyncio.gather(*(h.finished for h in handles))
+                assert all(s.status == "completed" for s in snaps)
+            else:
+                await done.wait()
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ another manager; it never raises."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 
 import jobledger as jl
@@ -101,6 +102,36 @@ def test_a_job_finished_by_another_manager_resolves_in_a_started_one(db: str) ->
     assert [(s.status, s.output, s.worker_id) for s in snaps] == [
         ("completed", n + 1, worker.worker_id) for n in range(5)
     ]
+
+
+def test_a_resolved_snapshot_equals_the_row_read_afterwards(db: str) -> None:
+    """Decoded on first use (`row_snapshot`), the snapshot a handle resolves with is the
+    row `jobs.get` reads: equal either way round, the same repr, every field alike,
+    whether the job finished here, failed, or ended before it was awaited."""
+    jobs = make_manager(db)
+
+    @jobs.handler(ITEM, recovery="retry", retry=fast_retry(1))
+    async def work(ctx: jl.JobContext[Item]) -> dict[str, int]:
+        if ctx.payload.n < 0:
+            raise ValueError("negative")
+        return {"n": ctx.payload.n}
+
+    async def main() -> list[tuple[jl.JobSnapshot, jl.JobSnapshot | None]]:
+        async with jobs:
+            early = jobs.enqueue(ITEM, Item(n=1))
+            await early.finished
+            handles = [early, *jobs.enqueue_many(ITEM, [Item(n=-1), Item(n=2)])]
+            snaps = await asyncio.gather(*(h.finished for h in handles))
+            return [(s, jobs.get(s.id)) for s in snaps]
+
+    pairs = run(main())
+    assert [s.status for s, _ in pairs] == ["completed", "failed", "completed"]
+    for snap, read in pairs:
+        assert read is not None
+        assert snap == read
+        assert read == snap
+        assert repr(snap) == repr(read)
+        assert dataclasses.asdict(snap) == dataclasses.asdict(read)
 
 
 def test_snapshots_do_not_share_their_empty_metadata(db: str) -> None:

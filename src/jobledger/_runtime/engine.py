@@ -98,7 +98,7 @@ from jobledger._storage.interface import (
     SpreadRequest,
     Store,
 )
-from jobledger._storage.rows import error_to_json, snapshot_from_row
+from jobledger._storage.rows import error_to_json, row_snapshot, snapshot_from_row
 from jobledger._types import JobErrorInfo, JobSnapshot, SettledEvent
 from jobledger.clock import Clock, to_ms
 from jobledger.errors import JobError, JobValidationError, PermanentError
@@ -224,6 +224,9 @@ class Engine:
         # stays `running` and recovery applies the type's strategy at the next start.
         self.closed = False
         self.waiters: dict[str, list[asyncio.Future[JobSnapshot]]] = {}
+        # Waited-on jobs whose rows a read on the next turn of the loop will look at
+        # (`JobManager._wait_finished`, under its lock); the watcher leaves them to it.
+        self.unread: dict[str, None] = {}
         self._buffer: list[tuple[Outcome, Attempt]] = []
         self._flush_scheduled = False
         self._pool_size = thread_pool_size
@@ -947,7 +950,7 @@ class Engine:
         if row[L.C_WORKER] == self.worker_id and row[L.C_ATTEMPT] == attempt.attempt:
             self.settle_row(row, attempt)  # ours: the first write did commit
         else:
-            self._resolve(attempt.job_id, snapshot_from_row(row))
+            self._resolve(attempt.job_id, row_snapshot(row))
 
     def reconcile(self) -> bool:
         """Put back claims whose commit could not be confirmed (a claim that raised: on
@@ -1246,10 +1249,10 @@ class Engine:
         spec = self.handlers.get(row[L.C_TYPE])
         waiting = job_id in self.waiters
         hook = spec.on_settled if spec is not None else None
+        # Decoded on first use (`row_snapshot`): a handle's caller often reads `status`
+        # alone, and a snapshot is made for every job a handle waits on.
         snap = (
-            snapshot_from_row(row)
-            if waiting or hook is not None or self.events.wants(job_id)
-            else None
+            row_snapshot(row) if waiting or hook is not None or self.events.wants(job_id) else None
         )
         if snap is not None:
             self._resolve(job_id, snap)
@@ -1324,7 +1327,7 @@ class Engine:
 
     def resolve_terminal(self, rows: Iterable[JobRow]) -> None:
         for row in rows:
-            self._resolve(row[L.C_ID], snapshot_from_row(row))
+            self._resolve(row[L.C_ID], row_snapshot(row))
 
     def settling(self) -> list[asyncio.Task[None]]:
         """The on_settled hooks still running."""

@@ -308,9 +308,8 @@ class JobManager:
         self._stopped = False
         self._tasks: list[asyncio.Task[Any]] = []
         self._waiter = self._wait_finished  # one bound method for every handle
-        # Awaited handles whose rows are still to be read, all in one `terminal_among`
-        # on the next turn of the loop (see `_wait_finished`).
-        self._unchecked: list[str] = []
+        # Guards `engine.unread`: awaited handles whose rows are still to be read, all in
+        # one `terminal_among` on the next turn of the loop (see `_wait_finished`).
         self._unchecked_lock = threading.Lock()
         self._check_loop: asyncio.AbstractEventLoop | None = None  # where it is scheduled
         self._queues = QueueBook(self._store, self._engine)
@@ -1405,8 +1404,9 @@ class JobManager:
             with self._unchecked_lock:
                 # One check per turn; again on another loop (the first may be closed
                 # before its turn came: the ids wait for whichever check runs first).
-                schedule = not self._unchecked or self._check_loop is not loop
-                self._unchecked.append(job_id)
+                unread = engine.unread
+                schedule = not unread or self._check_loop is not loop
+                unread[job_id] = None
                 if schedule:
                     self._check_loop = loop
             if schedule:
@@ -1414,11 +1414,11 @@ class JobManager:
         return fut
 
     def _check_unchecked(self) -> None:
-        with self._unchecked_lock:
-            ids, self._unchecked = self._unchecked, []
-            self._check_loop = None
         engine = self._engine
-        ids = [i for i in dict.fromkeys(ids) if i in engine.waiters]
+        with self._unchecked_lock:
+            unread, engine.unread = engine.unread, {}
+            self._check_loop = None
+        ids = [i for i in unread if i in engine.waiters]
         if not ids:
             return
         try:
@@ -1435,7 +1435,7 @@ class JobManager:
 
     def _recheck(self, ids: Sequence[str]) -> None:
         with self._unchecked_lock:
-            self._unchecked.extend(ids)
+            self._engine.unread.update(dict.fromkeys(ids))
         self._check_unchecked()
 
     # -- background ---------------------------------------------------------------
