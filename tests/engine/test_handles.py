@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import threading
 
 import jobledger as jl
 from jobledger.clock import from_ms
@@ -132,6 +133,50 @@ def test_a_resolved_snapshot_equals_the_row_read_afterwards(db: str) -> None:
         assert read == snap
         assert repr(snap) == repr(read)
         assert dataclasses.asdict(snap) == dataclasses.asdict(read)
+
+
+def test_every_waiter_on_one_job_resolves_also_from_another_thread(db: str) -> None:
+    """A job's first waiter is kept as the future itself, a second turns it into a list
+    (`Engine.wait_for`): two on this loop, one cancelled, and one on another thread's
+    loop (resolved through that loop's thread-safe call) all see the same ending."""
+    jobs = make_manager(db)
+    release = asyncio.Event()
+    registered = threading.Event()
+    elsewhere: list[jl.JobSnapshot] = []
+
+    @jobs.handler(ITEM, recovery="retry")
+    async def work(ctx: jl.JobContext[Item]) -> int:
+        await release.wait()
+        return ctx.payload.n
+
+    def other_thread(handle: jl.JobHandle) -> None:
+        async def wait() -> jl.JobSnapshot:
+            fut = handle.finished  # a future of this thread's loop
+            registered.set()
+            return await fut
+
+        elsewhere.append(asyncio.run(wait()))
+
+    async def main() -> list[jl.JobSnapshot]:
+        async with jobs:
+            handle = jobs.enqueue(ITEM, Item(n=5))
+            while jobs.count(status="running") < 1:
+                await asyncio.sleep(0.01)
+            first, dropped, second = handle.finished, handle.finished, handle.finished
+            assert isinstance(dropped, asyncio.Future)
+            dropped.cancel()
+            thread = threading.Thread(target=other_thread, args=(handle,))
+            thread.start()
+            assert await asyncio.to_thread(registered.wait, 30)
+            release.set()
+            got = list(await asyncio.gather(first, second))
+            await asyncio.to_thread(thread.join, 30)
+            assert dropped.cancelled()
+            return got
+
+    here = run(main())
+    assert [(s.status, s.output) for s in (*here, *elsewhere)] == [("completed", 5)] * 3
+    assert here[0] == here[1] == elsewhere[0]
 
 
 def test_snapshots_do_not_share_their_empty_metadata(db: str) -> None:

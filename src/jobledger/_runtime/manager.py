@@ -1395,12 +1395,12 @@ class JobManager:
         every handle awaited in the same turn of the loop (`asyncio.gather` of many),
         not once each."""
         engine = self._engine
-        fut = engine.wait_for(job_id)
+        loop = asyncio.get_running_loop()
+        fut = engine.wait_for(job_id, loop)
         attempt = engine.inflight.get(job_id)
         # A fired token (a cancel, a timeout, shutdown) may end the row by another write
         # than the finalize (`cancel`'s force_cancel): read it then.
         if attempt is None or attempt.token.is_set():
-            loop = fut.get_loop()
             with self._unchecked_lock:
                 # One check per turn; again on another loop (the first may be closed
                 # before its turn came: the ids wait for whichever check runs first).
