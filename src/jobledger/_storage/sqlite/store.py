@@ -1041,11 +1041,14 @@ class SqliteStore(ScheduleOps, WorkerOps):
 
         def read(conn: sqlite3.Connection) -> list[JobRow]:
             out: list[JobRow] = []
-            for start in range(0, len(ids), 400):
-                chunk = ids[start : start + 400]
-                marks = ",".join("?" * len(chunk))
-                sql = q.TERMINAL_AMONG.format(keys=marks, ids=marks)
-                out.extend(conn.execute(sql, (*keys_of(conn, chunk), *chunk)).fetchall())
+            for start in range(0, len(ids), 800):
+                chunk = ids[start : start + 800]
+                sql = q.TERMINAL_AMONG.format(keys=",".join("?" * len(chunk)))
+                rows = conn.execute(sql, keys_of(conn, chunk)).fetchall()
+                if rows:
+                    # A key says where to look, the id whether it is the row asked for.
+                    asked = set(chunk)
+                    out.extend(r for r in rows if r[L.C_ID] in asked)
             return out
 
         return self.read(read)
