@@ -37,6 +37,7 @@ from jobledger._core import ids
 from jobledger._storage import layout as L
 from jobledger._storage import rate, settings, tx
 from jobledger._storage.attempts import with_final_attempt
+from jobledger._storage.equality import equal_to
 from jobledger._storage.interface import (
     APPLIED,
     SUCCESSOR_END,
@@ -1267,15 +1268,7 @@ def _key_taken(exc: BaseException | None) -> bool:
 
 
 def _where_queue_type(queue: str | None, type_name: str | None) -> tuple[str, tuple[str, ...]]:
-    parts: list[str] = []
-    params: list[str] = []
-    if queue is not None:
-        parts.append("queue = ?")
-        params.append(queue)
-    if type_name is not None:
-        parts.append("type = ?")
-        params.append(type_name)
-    return " AND ".join(parts), tuple(params)
+    return equal_to((("queue", queue), ("type", type_name)), "?")
 
 
 def _where(flt: JobFilter) -> q.JobsWhere:
