@@ -45,7 +45,9 @@ from tests.integration import _procs, v7_id
 WAIT = _procs.WAIT
 TABLES = {
     "job_attempts",
+    "job_counts",
     "job_deps",
+    "job_minutes",
     "job_schedules",
     "job_totals",
     "jobs",

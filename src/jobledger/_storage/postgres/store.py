@@ -94,6 +94,7 @@ from jobledger._storage.interface import (
     successor_key,
 )
 from jobledger._storage.observe import (
+    MINUTES_KEPT,
     JobMetrics,
     LeaderLease,
     QueueCounts,
@@ -1442,7 +1443,18 @@ class PostgresStore(ScheduleOps, WorkerOps):
             if n < batch:
                 if total:
                     self._stmt(lambda c: c.execute(self.q.GC_WORKFLOWS), "gc")
+                self.write(functools.partial(self._fold_counts, before_ms), "gc")
                 return total
+
+    def _fold_counts(self, before_ms: int, conn: Conn) -> None:
+        """The kept counts' tidying (migration 12): rows of gone sessions into slot 0,
+        and the chart's minutes a day older than `before_ms` dropped."""
+        found = conn.execute(self.q.HAS_JOB_COUNTS).fetchone()
+        if found is None or not found[0]:
+            return
+        conn.execute(self.q.FOLD_COUNTS)
+        conn.execute(self.q.FOLD_MINUTES)
+        conn.execute(self.q.GC_MINUTES, (before_ms // 60_000 - MINUTES_KEPT,))
 
     def _gc_batch(self, before_ms: int, batch: int, conn: Conn) -> int:
         # Serialised with re-runs, which write edges to old jobs (Queries.GC_TERMINAL).
@@ -1497,6 +1509,9 @@ class PostgresStore(ScheduleOps, WorkerOps):
 
     def job_metrics(self, bounds_ms: tuple[int, ...]) -> JobMetrics:
         return self.read(lambda c: observe.job_metrics(c, self._ident, bounds_ms))
+
+    def throughput(self, first_minute: int, end_minute: int) -> dict[int, tuple[int, int]]:
+        return self.read(lambda c: observe.throughput(c, self._ident, first_minute, end_minute))
 
     def count_finished_before(self, before_ms: int) -> int:
         return self.read(lambda c: observe.count_finished_before(c, self._ident, before_ms))

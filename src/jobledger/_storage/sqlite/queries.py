@@ -513,6 +513,9 @@ TERMINAL_AMONG = (
 )
 # A workflow job whose output a job yet to end will read (`ctx.upstream`) is kept past
 # the retention; a job outside every workflow has no `step` and pays one NULL test.
+# The throughput chart's minutes (migration 16) older than what GC collects by more than
+# `observe.MINUTES_KEPT`: the chart reads at most that far back.
+GC_MINUTES = "DELETE FROM job_minutes WHERE minute < ?"
 GC_TERMINAL = (
     "DELETE FROM jobs WHERE rowid IN (SELECT rowid FROM jobs j WHERE finished_at IS NOT NULL "
     "AND finished_at < ? AND status IN ('completed', 'failed', 'cancelled') "

@@ -60,6 +60,7 @@ from jobledger._storage.interface import (
     successor_key,
 )
 from jobledger._storage.observe import (
+    MINUTES_KEPT,
     JobMetrics,
     LeaderLease,
     QueueCounts,
@@ -1045,6 +1046,10 @@ class SqliteStore(ScheduleOps, WorkerOps):
             if n < batch:
                 if total:
                     self.write(lambda c: c.execute(q.GC_WORKFLOWS), "gc")
+                self.write(
+                    lambda c: c.execute(q.GC_MINUTES, (before_ms // 60_000 - MINUTES_KEPT,)),
+                    "gc",
+                )
                 return total
 
     # -- observers (read-only) ------------------------------------------------------
@@ -1095,6 +1100,9 @@ class SqliteStore(ScheduleOps, WorkerOps):
 
     def job_metrics(self, bounds_ms: tuple[int, ...]) -> JobMetrics:
         return self.read(lambda c: observe.job_metrics(c, bounds_ms))
+
+    def throughput(self, first_minute: int, end_minute: int) -> dict[int, tuple[int, int]]:
+        return self.read(lambda c: observe.throughput(c, first_minute, end_minute))
 
     def count_finished_before(self, before_ms: int) -> int:
         return self.read(lambda c: observe.count_finished_before(c, before_ms))
