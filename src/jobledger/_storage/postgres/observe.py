@@ -14,6 +14,7 @@ queue is a loose scan of `jobs_claim_idx` (`sqlite/observe.OLDEST_PENDING` says 
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -41,6 +42,7 @@ __all__ = [
     "count_workflows",
     "has_job_of_type",
     "job_metrics",
+    "kept_count",
     "leader_lease",
     "queue_counts",
     "queue_settings",
@@ -131,6 +133,25 @@ def _throughput_sql(s: str, kept: bool) -> str:
 def _kept(conn: Conn, s: str) -> bool:
     found = conn.execute("SELECT to_regclass(%s)", (f"{s}.job_counts",)).fetchone()
     return found is not None and found[0] is not None
+
+
+def kept_count(conn: Conn, s: str, statuses: Sequence[str], queue: str | None) -> int | None:
+    """`sqlite/observe.kept_count` in this dialect (summed over the slots)."""
+    if not _kept(conn, s):
+        return None
+    sql = f"SELECT coalesce(sum(jobs), 0) FROM {s}.job_counts"
+    parts: list[str] = []
+    params: list[Any] = []
+    if statuses:
+        parts.append("status = ANY(%s)")
+        params.append(list(statuses))
+    if queue is not None:
+        parts.append("queue = %s")
+        params.append(queue)
+    if parts:
+        sql += " WHERE " + " AND ".join(parts)
+    row = conn.execute(sql, params).fetchone()
+    return 0 if row is None else _int(row[0])
 
 
 def _oldest_pending(conn: Conn, s: str, queues: list[str]) -> dict[str, int]:

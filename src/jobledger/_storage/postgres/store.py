@@ -1427,11 +1427,15 @@ class PostgresStore(ScheduleOps, WorkerOps):
         return [tuple(r) for r in self.read(lambda c: c.execute(sql, params).fetchall())]
 
     def list(self, flt: JobFilter, *, limit: int, offset: int) -> list[JobRow]:
-        where, params = _where(flt)
+        where, params = _where(flt, self._ident)
         return self._rows(self.q.LIST_JOBS.replace("{where}", where), (*params, limit, offset))
 
     def count(self, flt: JobFilter) -> int:
-        where, params = _where(flt)
+        if _kept_countable(flt):
+            kept = self.read(lambda c: observe.kept_count(c, self._ident, flt.status, flt.queue))
+            if kept is not None:
+                return kept
+        where, params = _where(flt, self._ident)
         sql = self.q.COUNT_JOBS.replace("{where}", where)
         return int(self.read(lambda c: _scalar(c.execute(sql, params).fetchone())) or 0)
 
@@ -1702,7 +1706,19 @@ def _where_queue_type(queue: str | None, type_name: str | None) -> tuple[str, tu
     return " AND ".join(parts), tuple(params)
 
 
-def _where(flt: JobFilter) -> tuple[str, tuple[Any, ...]]:
+def _kept_countable(flt: JobFilter) -> bool:
+    """Whether the kept counts answer `count(flt)`: filters by status and queue only."""
+    return (
+        flt.type is None
+        and flt.schedule_id is None
+        and flt.parent_id is None
+        and flt.workflow_id is None
+        and flt.search is None
+    )
+
+
+def _where(flt: JobFilter, s: str) -> tuple[str, tuple[Any, ...]]:
+    """The WHERE of a listing; `s` is the quoted schema (for its functions)."""
     parts: list[str] = []
     params: list[Any] = []
     if flt.status:
@@ -1724,7 +1740,8 @@ def _where(flt: JobFilter) -> tuple[str, tuple[Any, ...]]:
             parts.append("id LIKE %s")  # backslash is PostgreSQL's default escape
             params.append(term.like_prefix())
         elif term.kind == "error":
-            parts.append("error IS NOT NULL AND error::jsonb ->> 'code' = %s")
+            # jobs_error_code_idx's expression (migration 12): NULL for a non-JSON error.
+            parts.append(f"error IS NOT NULL AND {s}.error_code(error) = %s")
             params.append(term.value)
         else:  # as SQLite's `queries.search_sql`: the JSON value as text
             parts.append(f"{term.kind}::jsonb #>> %s = %s")

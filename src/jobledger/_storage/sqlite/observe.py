@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import os
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import replace
 
 from jobledger._storage.layout import JOB_COLUMNS
@@ -53,6 +54,7 @@ __all__ = [
     "get_by_id",
     "has_job_of_type",
     "job_metrics",
+    "kept_count",
     "kept_counts",
     "leader_lease",
     "queue_counts",
@@ -179,6 +181,25 @@ def get_by_id(conn: sqlite3.Connection, job_id: str) -> tuple[object, ...] | Non
 
 def _kept(conn: sqlite3.Connection) -> bool:
     return _has_table(conn, "job_counts")
+
+
+def kept_count(conn: sqlite3.Connection, statuses: Sequence[str], queue: str | None) -> int | None:
+    """Rows in any of `statuses` (all when empty) of `queue` (any when None), from the
+    kept counts; None on a file without them."""
+    if not _kept(conn):
+        return None
+    sql = "SELECT coalesce(sum(jobs), 0) FROM job_counts"
+    parts: list[str] = []
+    params: list[str] = []
+    if statuses:
+        parts.append(f"status IN ({', '.join('?' * len(statuses))})")
+        params.extend(statuses)
+    if queue is not None:
+        parts.append("queue = ?")
+        params.append(queue)
+    if parts:
+        sql += " WHERE " + " AND ".join(parts)
+    return int(conn.execute(sql, params).fetchone()[0])
 
 
 def _oldest_pending(conn: sqlite3.Connection, queues: list[str]) -> dict[str, int]:

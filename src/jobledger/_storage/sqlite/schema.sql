@@ -21,6 +21,10 @@ CREATE INDEX jobs_ended_key_idx ON jobs (idempotency_key, finished_at)
     WHERE idempotency_key IS NOT NULL
         AND (status = 'completed' OR status = 'failed' OR status = 'cancelled');
 
+CREATE INDEX jobs_error_code_idx ON jobs
+    (CASE WHEN json_valid(error) THEN json_extract(error, '$.code') END)
+    WHERE error IS NOT NULL;
+
 CREATE INDEX jobs_failed_idx ON jobs (status) WHERE status = 'failed';
 
 CREATE INDEX jobs_finished_idx ON jobs (finished_at) WHERE finished_at IS NOT NULL;

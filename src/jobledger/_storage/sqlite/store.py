@@ -1035,6 +1035,10 @@ class SqliteStore(ScheduleOps, WorkerOps):
         return self.read(lambda c: c.execute(sql, params).fetchall())
 
     def count(self, flt: JobFilter) -> int:
+        if _kept_countable(flt):
+            kept = self.read(lambda c: observe.kept_count(c, flt.status, flt.queue))
+            if kept is not None:
+                return kept
         sql, params = _where(flt).count_sql()
         return int(self.read(lambda c: c.execute(sql, params).fetchone()[0]))
 
@@ -1240,6 +1244,17 @@ def _where_queue_type(queue: str | None, type_name: str | None) -> tuple[str, tu
         parts.append("type = ?")
         params.append(type_name)
     return " AND ".join(parts), tuple(params)
+
+
+def _kept_countable(flt: JobFilter) -> bool:
+    """Whether the kept counts answer `count(flt)`: filters by status and queue only."""
+    return (
+        flt.type is None
+        and flt.schedule_id is None
+        and flt.parent_id is None
+        and flt.workflow_id is None
+        and flt.search is None
+    )
 
 
 def _where(flt: JobFilter) -> q.JobsWhere:

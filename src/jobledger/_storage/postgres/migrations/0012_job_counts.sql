@@ -17,6 +17,18 @@
 -- sum over the slots. `PostgresStore.gc` folds the rows of sessions that are gone into
 -- slot 0 (`Queries.FOLD_COUNTS`): it only takes rows with FOR UPDATE SKIP LOCKED, so it
 -- never waits either, and a pid reused by a new session meanwhile just adds to its row.
+-- The console's search by error code, as SQLite's jobs_error_code_idx: rows with an
+-- error only; an error that is not JSON reads NULL instead of failing the write.
+CREATE FUNCTION error_code(error text) RETURNS text LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $$
+BEGIN
+    RETURN error::jsonb ->> 'code';
+EXCEPTION WHEN others THEN
+    RETURN NULL;
+END
+$$;
+CREATE INDEX jobs_error_code_idx ON jobs (error_code(error)) WHERE error IS NOT NULL;
+
 CREATE TABLE job_counts (
     queue       text COLLATE "C" NOT NULL,
     status      text NOT NULL,

@@ -17,6 +17,12 @@
 --   (finished_at / 60000), when they ended: GC does not lower it (the chart shows what
 --   happened), and `gc` drops the minutes older than what it collects.
 -- job_totals (migration 5) still keeps what collected rows contributed to the counters.
+-- The console's search by error code (`queries.search_sql`): only rows with an error have
+-- an entry, so the hot path writes one only for a failure or a retry. Not JSON: NULL.
+CREATE INDEX jobs_error_code_idx ON jobs
+    (CASE WHEN json_valid(error) THEN json_extract(error, '$.code') END)
+    WHERE error IS NOT NULL;
+
 CREATE TABLE job_counts (
     queue       TEXT NOT NULL,
     status      TEXT NOT NULL,
