@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 import jobledger as jl
+from jobledger._core import ids
 from jobledger._observe.read_model import HISTOGRAM_BUCKETS, ReadModel
 from jobledger._storage.observe import KEPT_BOUNDS_MS
 from jobledger._storage.open import open_store
@@ -321,3 +322,79 @@ def test_the_overview_and_metrics_read_the_kept_counts(ended: tuple[str, FakeClo
         stats = {q.name: q for q in rm.queue_stats()}
         assert stats[OK.name].counts["completed"] == 5 + 1000
         assert rm.metrics().jobs[(OK.name, "completed")] == 5 + 1000
+
+
+def _old_rows() -> list[tuple[Any, ...]]:
+    """Rows as a release before the kept counts left them: every status, started and
+    finished times around the bounds, retries."""
+    rows: list[tuple[Any, ...]] = []
+    statuses = ("pending", "delayed", "running", "completed", "failed", "cancelled", "waiting")
+    for i in range(140):
+        status = statuses[i % 7]
+        started = None if status in ("pending", "delayed", "waiting") else 1000 + i * 7
+        finished = None if started is None or status == "running" else started + 2 ** (i % 23)
+        rows.append(
+            (ids_new(i), "t", status, f"q{i % 3}", "{}", i % 3, 900, started, finished, 1, 1)
+        )
+    return rows
+
+
+def ids_new(i: int) -> str:
+    return ids.new_id(1_764_590_400_000 + i)
+
+
+_INSERT_OLD = (
+    "INSERT INTO jobs (id, type, status, queue, payload, attempt, scheduled_at, started_at, "
+    "finished_at, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+_INSERT_OLD_KEYED = _INSERT_OLD.replace("(id,", "(rowid, id,").replace("(?,", "(?, ?,")
+
+
+def test_the_migration_counts_the_rows_already_stored_sqlite(tmp_path: Path) -> None:
+    import sqlite3
+
+    from jobledger._storage.sqlite import migrate as sqlite_migrate
+
+    path = str(tmp_path / "old.db")
+    conn = sqlite3.connect(path, isolation_level=None)
+    everything = sqlite_migrate.load_migrations()
+    names = [m.name for m in everything]
+    for m in everything[: names.index("job_counts")]:
+        for statement in sqlite_migrate.split_statements(m.sql):
+            conn.execute(statement)
+        conn.execute(f"PRAGMA user_version = {m.number}")
+    for row in _old_rows():
+        conn.execute(_INSERT_OLD_KEYED, (ids.row_key(row[0]), *row))
+    sqlite_migrate.migrate_connection(conn)
+    conn.close()
+    _assert_exact(path)
+
+
+def test_the_migration_counts_the_rows_already_stored_postgres(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import psycopg
+
+    from jobledger._storage.postgres import migrate as pg_migrate
+    from tests.conformance.conftest import PG_DSN, new_schema_name, require_postgres
+    from tests.conftest import postgres_url
+
+    require_postgres()
+    schema = new_schema_name()
+    everything = pg_migrate.load_migrations()
+    older = everything[: [m.name for m in everything].index("job_counts")]
+    try:
+        with psycopg.connect(PG_DSN, autocommit=True) as conn:
+            with monkeypatch.context() as patch:
+                patch.setattr(pg_migrate, "load_migrations", lambda: tuple(older))
+                assert pg_migrate.migrate(conn, schema) == older[-1].number
+            conn.execute(f'SET search_path TO "{schema}"')
+            for row in _old_rows():
+                conn.execute(_INSERT_OLD.replace("?", "%s"), row)
+            assert pg_migrate.migrate(conn, schema) == everything[-1].number
+        _assert_exact(postgres_url(schema))
+    finally:
+        with psycopg.connect(PG_DSN, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
