@@ -63,7 +63,7 @@ DAYS = 7
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
 _TRACEBACK = (
-    "Traceback (most recent call last):\\n  File \\\"app/billing.py\\\", line 88, in charge\\n"
+    'Traceback (most recent call last):\\n  File \\"app/billing.py\\", line 88, in charge\\n'
     "    raise CardDeclined(order)\\nbilling.CardDeclined: card declined"
 )
 FAILED_ERROR = (
@@ -107,28 +107,34 @@ def _states_sql(h: str, newest: int, key: str, attempts_key: str) -> list[str]:
         f"finished_at = scheduled_at + {lat} + {run}, updated_at = scheduled_at + {lat} + {run}"
     )
     old = f"created_at < {newest}"
+    # Each statement moves only rows still pending, so a run cut short (another session's
+    # test terminating backends) can be redone without doubling anything.
+    todo = "status = 'pending' AND"
     return [
         # the backlog
         f"UPDATE jobs SET status = 'running', worker_id = 'bench-worker', "
         f"started_at = scheduled_at + {lat}, updated_at = scheduled_at + {lat} "
-        f"WHERE created_at >= {newest} AND ({h}) >= 920 AND ({h}) < 940",
+        f"WHERE {todo} created_at >= {newest} AND ({h}) >= 920 AND ({h}) < 940",
         f"UPDATE jobs SET status = 'delayed', attempt = 1, error = '{RETRY_ERROR}', "
-        f"scheduled_at = scheduled_at + 8 * 86400000 WHERE created_at >= {newest} AND ({h}) >= 940",
+        f"scheduled_at = scheduled_at + 8 * 86400000 "
+        f"WHERE {todo} created_at >= {newest} AND ({h}) >= 940",
         # what ended
         f"UPDATE jobs SET status = 'failed', attempt = 2, error = '{FAILED_ERROR}', {done} "
-        f"WHERE {old} AND ({h}) < 40",
+        f"WHERE {todo} {old} AND ({h}) < 40",
         f"UPDATE jobs SET status = 'cancelled', error = '{CANCEL_ERROR}', "
         f"finished_at = scheduled_at + {lat}, updated_at = scheduled_at + {lat} "
-        f"WHERE {old} AND ({h}) >= 40 AND ({h}) < 50",
-        f"UPDATE jobs SET status = 'completed', attempt = 1, output = '{{\"ok\": true}}', {done} "
-        f"WHERE {old} AND ({h}) >= 50 AND ({h}) < 150",
+        f"WHERE {todo} {old} AND ({h}) >= 40 AND ({h}) < 50",
+        f"UPDATE jobs SET status = 'completed', attempt = 1, output = '{{\"ok\": true}}', "
+        f"{done} WHERE {todo} {old} AND ({h}) >= 50 AND ({h}) < 150",
         f"UPDATE jobs SET status = 'completed', output = '{{\"ok\": true}}', {done} "
-        f"WHERE {old} AND ({h}) >= 150",
+        f"WHERE {todo} {old} AND ({h}) >= 150",
         # the retries' records, as the retry trigger writes them
         "INSERT INTO job_attempts (job_key, n, attempt, worker_id, started_at, finished_at, "
         f"outcome, error) SELECT {attempts_key}, g.n, g.n, 'bench-worker', scheduled_at - 60000, "
         f"scheduled_at - 59000, 'retry', '{RETRY_ERROR}' FROM jobs "
-        "JOIN (SELECT 0 AS n UNION ALL SELECT 1) g ON g.n < jobs.attempt",
+        "JOIN (SELECT 0 AS n UNION ALL SELECT 1) g ON g.n < jobs.attempt "
+        "WHERE NOT EXISTS (SELECT 1 FROM job_attempts a WHERE a.job_key = "
+        f"{attempts_key} AND a.n = g.n)",
     ]
 
 
@@ -152,14 +158,32 @@ def settle_postgres(url: str, schema: str) -> None:
     import psycopg
 
     dsn = url.split("?")[0]
+    for attempt in range(5):
+        try:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute(f'SET search_path TO "{schema}"')
+                cut = conn.execute("SELECT min(created_at), max(created_at) FROM jobs")
+                newest = _newest_cut(cut)
+                for sql in _states_sql("abs(hashtext(id)) % 1000", newest, "id", "jobs.id"):
+                    conn.execute(sql.replace("job_key", "job_id"))  # one transaction each
+                conn.execute("VACUUM ANALYZE jobs")
+                conn.execute("VACUUM ANALYZE job_attempts")
+                return
+        except psycopg.OperationalError:
+            if attempt == 4:
+                raise
+            time.sleep(5)
+
+
+def unsettled(dsn: str, schema: str) -> bool:
+    import psycopg
+
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f'SET search_path TO "{schema}"')
-        newest = _newest_cut(conn.execute("SELECT min(created_at), max(created_at) FROM jobs"))
-        with conn.transaction():
-            for sql in _states_sql("abs(hashtext(id)) % 1000", newest, "id", "jobs.id"):
-                conn.execute(sql.replace("(job_key,", "(job_id,"))
-        conn.execute("VACUUM ANALYZE jobs")
-        conn.execute("VACUUM ANALYZE job_attempts")
+        row = conn.execute(
+            f"SELECT count(*) FILTER (WHERE status = 'pending') * 10 > count(*) "
+            f'FROM "{schema}".jobs'
+        ).fetchone()
+        return bool(row and row[0])
 
 
 def _newest_cut(cur: Any) -> int:
@@ -265,6 +289,8 @@ def main() -> None:
         else:
             settle_postgres(url, schema)
     else:
+        if args.backend == "postgres" and unsettled(args.dsn, schema):
+            settle_postgres(url, schema)  # a run cut short: finish moving its rows
         # A kept database: let this tree migrate it (as a worker's start would) first.
         jl.JobManager(url, startup_delay=0)._store.close()
     built = time.perf_counter() - started
