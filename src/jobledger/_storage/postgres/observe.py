@@ -103,14 +103,18 @@ def _kept_sql(s: str) -> tuple[str, str, str]:
         f"sum(latency_ms) FROM {s}.job_counts GROUP BY queue, status, rb, lb "
         "HAVING sum(jobs) <> 0"
     )
-    pending = f"FROM {s}.jobs WHERE status = 'pending' AND cancel_requested = 0 AND queue = %(q)s"
+    # `sqlite/observe.OLDEST_PENDING` for every queue asked for (a text[]) in one
+    # statement: one recursion per queue along jobs_claim_idx.
+    pending = f"FROM {s}.jobs j WHERE j.status = 'pending' AND j.cancel_requested = 0"
     oldest = (
-        "WITH RECURSIVE p(pr) AS ("
-        f"SELECT (SELECT priority {pending} ORDER BY priority LIMIT 1) "
-        f"UNION ALL SELECT (SELECT priority {pending} AND priority > p.pr "
-        "ORDER BY priority LIMIT 1) FROM p WHERE p.pr IS NOT NULL) "
-        f"SELECT min((SELECT scheduled_at {pending} AND priority = p.pr "
-        "ORDER BY scheduled_at LIMIT 1)) FROM p WHERE p.pr IS NOT NULL"
+        "WITH RECURSIVE p(queue, pr) AS ("
+        f"SELECT q.name, (SELECT j.priority {pending} AND j.queue = q.name "
+        'ORDER BY j.priority LIMIT 1) FROM (SELECT unnest(%s::text[]) COLLATE "C" AS name) q '
+        f"UNION ALL SELECT p.queue, (SELECT j.priority {pending} AND j.queue = p.queue "
+        "AND j.priority > p.pr ORDER BY j.priority LIMIT 1) FROM p WHERE p.pr IS NOT NULL) "
+        f"SELECT queue, min((SELECT j.scheduled_at {pending} AND j.queue = p.queue "
+        "AND j.priority = p.pr ORDER BY j.scheduled_at LIMIT 1)) FROM p "
+        "WHERE p.pr IS NOT NULL GROUP BY queue"
     )
     return queue_counts, groups, oldest
 
@@ -155,13 +159,10 @@ def kept_count(conn: Conn, s: str, statuses: Sequence[str], queue: str | None) -
 
 
 def _oldest_pending(conn: Conn, s: str, queues: list[str]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    sql = _kept_sql(s)[2]
-    for name in queues:
-        row = conn.execute(sql, {"q": name}).fetchone()
-        if row is not None and row[0] is not None:
-            out[name] = int(row[0])
-    return out
+    if not queues:
+        return {}
+    rows = conn.execute(_kept_sql(s)[2], (queues,)).fetchall()
+    return {str(q): int(at) for q, at in rows if at is not None}
 
 
 def throughput(conn: Conn, s: str, first: int, end: int) -> dict[int, tuple[int, int]]:
