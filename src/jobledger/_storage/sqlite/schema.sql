@@ -364,9 +364,18 @@ BEGIN
     ON CONFLICT (queue, status, rb, lb) DO UPDATE SET jobs = jobs + excluded.jobs,
         started = started + excluded.started, retried = retried + excluded.retried,
         run_ms = run_ms + excluded.run_ms, latency_ms = latency_ms + excluded.latency_ms;
+    -- An ended row that moves leaves its minute (only a hand-made write does that:
+    -- terminal rows stay terminal), then the row is counted where it ended.
+    INSERT INTO job_minutes (minute, completed, failed)
+    SELECT old.finished_at / 60000, -(old.status = 'completed'), -(old.status = 'failed')
+    WHERE (old.status = 'completed' OR old.status = 'failed') AND old.finished_at IS NOT NULL
+        AND (old.status IS NOT new.status OR old.finished_at IS NOT new.finished_at)
+    ON CONFLICT (minute) DO UPDATE SET completed = completed + excluded.completed,
+        failed = failed + excluded.failed;
     INSERT INTO job_minutes (minute, completed, failed)
     SELECT new.finished_at / 60000, new.status = 'completed', new.status = 'failed'
-    WHERE old.status IS NOT new.status AND (new.status = 'completed' OR new.status = 'failed') AND new.finished_at IS NOT NULL
+    WHERE (new.status = 'completed' OR new.status = 'failed') AND new.finished_at IS NOT NULL
+        AND (old.status IS NOT new.status OR old.finished_at IS NOT new.finished_at)
     ON CONFLICT (minute) DO UPDATE SET completed = completed + excluded.completed,
         failed = failed + excluded.failed;
 END;

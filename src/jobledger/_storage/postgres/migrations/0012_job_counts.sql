@@ -97,15 +97,22 @@ DECLARE
             retried = c.retried + excluded.retried, run_ms = c.run_ms + excluded.run_ms,
             latency_ms = c.latency_ms + excluded.latency_ms
     $u$;
-    -- Jobs of `%2$s` that ended completed/failed in this statement, per minute.
+    -- The ended (completed/failed) rows per minute of `%2$s`, times %3$s: the statement's
+    -- new rows count +1, its old rows -1, so an update that ends a job adds it to its
+    -- minute and one that leaves an ended row where it was nets to nothing. No join of
+    -- the two transition tables: they have no statistics, and a nested loop over them
+    -- costs O(rows^2) for a big statement.
+    ended text := $e$
+        SELECT finished_at / 60000 AS minute,
+            %3$s * (status = 'completed')::int AS completed,
+            %3$s * (status = 'failed')::int AS failed
+        FROM %2$s WHERE status IN ('completed', 'failed') AND finished_at IS NOT NULL
+    $e$;
     minutes text := $m$
         INSERT INTO %1$s.job_minutes AS m (minute, slot, completed, failed)
-        SELECT n.finished_at / 60000, pg_backend_pid(),
-            count(*) FILTER (WHERE n.status = 'completed'),
-            count(*) FILTER (WHERE n.status = 'failed')
-        FROM %2$s
-        WHERE n.status IN ('completed', 'failed') AND n.finished_at IS NOT NULL %3$s
-        GROUP BY 1 ORDER BY 1
+        SELECT minute, pg_backend_pid(), sum(completed), sum(failed)
+        FROM (%2$s) d
+        GROUP BY minute HAVING sum(completed) <> 0 OR sum(failed) <> 0 ORDER BY minute
         ON CONFLICT (minute, slot) DO UPDATE SET completed = m.completed + excluded.completed,
             failed = m.failed + excluded.failed
     $m$;
@@ -120,7 +127,7 @@ BEGIN
         END
         $body$
     $f$, format(upsert, s, format(contribution, s, 'fresh', '1')),
-        format(minutes, s, 'fresh n', ''));
+        format(minutes, s, format(ended, s, 'fresh', '1')));
     EXECUTE format($f$
         CREATE FUNCTION count_updated() RETURNS trigger LANGUAGE plpgsql AS $body$
         BEGIN
@@ -131,8 +138,8 @@ BEGIN
         $body$
     $f$, format(upsert, s, format(contribution, s, 'old_rows', '-1') || ' UNION ALL '
             || format(contribution, s, 'new_rows', '1')),
-        format(minutes, s, 'new_rows n JOIN old_rows o ON o.id = n.id',
-            'AND o.status IS DISTINCT FROM n.status'));
+        format(minutes, s, format(ended, s, 'old_rows', '-1') || ' UNION ALL '
+            || format(ended, s, 'new_rows', '1')));
     EXECUTE format($f$
         CREATE FUNCTION count_deleted() RETURNS trigger LANGUAGE plpgsql AS $body$
         BEGIN

@@ -14,8 +14,9 @@
 --   too. So at every commit the table equals that GROUP BY over `jobs` (with zero rows
 --   left behind, which readers skip); tests/integration/test_kept_counts.py checks it.
 -- * job_minutes counts the jobs that ended completed or failed in each minute
---   (finished_at / 60000), when they ended: GC does not lower it (the chart shows what
---   happened), and `gc` drops the minutes older than what it collects.
+--   (finished_at / 60000): the rows that say so, plus those GC has collected since (a
+--   delete leaves it alone, so the chart shows what happened); `gc` drops the minutes
+--   a day older than what it collects (`observe.MINUTES_KEPT`).
 -- job_totals (migration 5) still keeps what collected rows contributed to the counters.
 -- The console's search by error code (`queries.search_sql`): only rows with an error have
 -- an entry, so the hot path writes one only for a failure or a retry. Not JSON: NULL.
@@ -110,9 +111,18 @@ BEGIN
     ON CONFLICT (queue, status, rb, lb) DO UPDATE SET jobs = jobs + excluded.jobs,
         started = started + excluded.started, retried = retried + excluded.retried,
         run_ms = run_ms + excluded.run_ms, latency_ms = latency_ms + excluded.latency_ms;
+    -- An ended row that moves leaves its minute (only a hand-made write does that:
+    -- terminal rows stay terminal), then the row is counted where it ended.
+    INSERT INTO job_minutes (minute, completed, failed)
+    SELECT old.finished_at / 60000, -(old.status = 'completed'), -(old.status = 'failed')
+    WHERE (old.status = 'completed' OR old.status = 'failed') AND old.finished_at IS NOT NULL
+        AND (old.status IS NOT new.status OR old.finished_at IS NOT new.finished_at)
+    ON CONFLICT (minute) DO UPDATE SET completed = completed + excluded.completed,
+        failed = failed + excluded.failed;
     INSERT INTO job_minutes (minute, completed, failed)
     SELECT new.finished_at / 60000, new.status = 'completed', new.status = 'failed'
-    WHERE old.status IS NOT new.status AND (new.status = 'completed' OR new.status = 'failed') AND new.finished_at IS NOT NULL
+    WHERE (new.status = 'completed' OR new.status = 'failed') AND new.finished_at IS NOT NULL
+        AND (old.status IS NOT new.status OR old.finished_at IS NOT new.finished_at)
     ON CONFLICT (minute) DO UPDATE SET completed = completed + excluded.completed,
         failed = failed + excluded.failed;
 END;
