@@ -30,6 +30,7 @@ __all__ = [
     "KEPT_BOUNDS_MS",
     "MINUTES_KEPT",
     "STATUSES",
+    "AuditRecord",
     "CheckpointResult",
     "CollectedTotal",
     "DatabaseMissing",
@@ -91,6 +92,18 @@ class WorkflowRecord:
     name: str
     created_at: int
     counts: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AuditRecord:
+    """One row of `audit_log`: `detail` is its JSON text, `at` epoch ms."""
+
+    id: int
+    at: int
+    actor: str
+    action: str
+    target: str
+    detail: str
 
 
 @dataclass(frozen=True, slots=True)

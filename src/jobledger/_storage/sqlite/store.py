@@ -61,6 +61,7 @@ from jobledger._storage.interface import (
 )
 from jobledger._storage.observe import (
     MINUTES_KEPT,
+    AuditRecord,
     JobMetrics,
     LeaderLease,
     QueueCounts,
@@ -72,7 +73,7 @@ from jobledger._storage.observe import (
 )
 from jobledger._storage.records import AttemptRow
 from jobledger._storage.schedule_ops import ScheduleOps
-from jobledger._storage.sqlite import observe
+from jobledger._storage.sqlite import audit, observe
 from jobledger._storage.sqlite import queries as q
 from jobledger._storage.sqlite.connections import (
     Synchronous,
@@ -81,6 +82,7 @@ from jobledger._storage.sqlite.connections import (
     open_writer,
 )
 from jobledger._storage.sqlite.files import FileIdentity
+from jobledger._storage.sqlite.group import GroupTx, WriterLock
 from jobledger._storage.sqlite.keys import key_of, keys_of
 from jobledger._storage.sqlite.migrate import migrate, migrate_connection
 from jobledger._storage.worker_ops import WorkerOps
@@ -185,7 +187,8 @@ class SqliteStore(ScheduleOps, WorkerOps):
         if not self.memory:
             self._file.record()
         self._told_replaced = False
-        self.lock = threading.RLock()
+        self.lock = WriterLock()
+        self._group: GroupTx | None = None
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
@@ -210,7 +213,8 @@ class SqliteStore(ScheduleOps, WorkerOps):
             return  # a private copy of the parent's memory: nothing is shared
         self._inherited.append(self.conn)
         self._inherited.extend(self._readers)
-        self.lock = threading.RLock()
+        self.lock = WriterLock()
+        self._group = None
         self._readers_lock = threading.Lock()
         self._readers = []
         self._local = threading.local()
@@ -248,6 +252,19 @@ class SqliteStore(ScheduleOps, WorkerOps):
             except sqlite3.Error as exc:
                 raise tx.storage_error(exc, label) from exc
 
+    def group_tx(self) -> GroupTx:
+        """The group that `async with ctx.transaction()` blocks share a commit through
+        (`group.py`); one per store."""
+        if self._group is None:
+            group = GroupTx(self.lock, self._writer_conn)
+            self.lock.group = group
+            self._group = group
+        return self._group
+
+    def _writer_conn(self) -> sqlite3.Connection:
+        self._reopen_if_closed()
+        return self.conn
+
     @contextmanager
     def user_transaction(self) -> Iterator[sqlite3.Connection]:
         """A caller-driven write transaction (`jobs.write_tx()`); no automatic retry."""
@@ -284,7 +301,10 @@ class SqliteStore(ScheduleOps, WorkerOps):
                 conn.close()
             except sqlite3.Error:
                 pass
-        with self.lock:
+        with self.lock:  # commits an open group first, from the thread that owns it
+            group = self._group
+            if group is not None and group.active:
+                group.abandon(StorageError("the store closed with a group transaction open"))
             self.conn.close()
 
     def report_file_replaced(self) -> bool:
@@ -855,8 +875,9 @@ class SqliteStore(ScheduleOps, WorkerOps):
     def retry_matching(
         self, flt: RetryFilter, limit: int, *, enqueued_by: str, now_ms: int
     ) -> builtins.list[JobRow]:
-        sql = q.retry_matching_sql(flt.status, flt.queue is not None, flt.type is not None)
-        params = tuple(v for v in (flt.queue, flt.type) if v is not None)
+        term, term_params = (None, []) if flt.search is None else q.search_sql(flt.search)
+        sql = q.retry_matching_sql(flt.status, flt.queue is not None, flt.type is not None, term)
+        params = (*(v for v in (flt.queue, flt.type) if v is not None), *term_params)
 
         def work(conn: sqlite3.Connection) -> builtins.list[JobRow]:
             old = conn.execute(sql, (*params, limit)).fetchall()
@@ -1116,6 +1137,23 @@ class SqliteStore(ScheduleOps, WorkerOps):
 
     def storage_facts(self) -> StorageFacts:
         return self.read(lambda c: observe.storage_facts(c, self.path))
+
+    # -- the audit log ------------------------------------------------------------------
+
+    def record_audit(
+        self, at_ms: int, actor: str, action: str, target: str, detail: str
+    ) -> AuditRecord:
+        return self.write(
+            lambda c: audit.insert_audit(c, at_ms, actor, action, target, detail), "audit"
+        )
+
+    def audit_records(
+        self, *, limit: int, offset: int = 0, actor: str | None = None, action: str | None = None
+    ) -> builtins.list[AuditRecord]:
+        return self.read(lambda c: audit.audit_records(c, limit, offset, actor, action))
+
+    def count_audit(self, *, actor: str | None = None, action: str | None = None) -> int:
+        return self.read(lambda c: audit.count_audit(c, actor, action))
 
     # -- workflows, observed (the console's reads, DESIGN.md §8.9) ---------------------
     # Kept apart from the workflow writes above: these only read, in one statement each.
