@@ -25,7 +25,7 @@ import pytest
 
 import jobledger as jl
 from jobledger._core import ids
-from jobledger._observe.read_model import HISTOGRAM_BUCKETS, ReadModel
+from jobledger._observe.read_model import HISTOGRAM_BUCKETS, JobQuery, ReadModel
 from jobledger._storage.observe import KEPT_BOUNDS_MS
 from jobledger._storage.open import open_store
 from jobledger._types import RecoveryStrategy
@@ -437,3 +437,36 @@ def test_kept_counts_follow_any_write_even_one_by_hand(db: str) -> None:
     db_rows(db, "DELETE FROM jobs WHERE queue = 'h.c' AND status <> 'completed'")
     expected, _ = _expected(db)
     assert _kept(db)[0] == expected  # a delete takes rows off, never minutes
+
+
+def test_an_observer_reads_a_file_from_before_the_kept_counts_by_its_rows(
+    tmp_path: Path,
+) -> None:
+    import sqlite3
+
+    from jobledger._storage.sqlite import migrate as sqlite_migrate
+
+    path = str(tmp_path / "old.db")
+    conn = sqlite3.connect(path, isolation_level=None)
+    everything = sqlite_migrate.load_migrations()
+    for m in everything[: [m.name for m in everything].index("job_counts")]:
+        for statement in sqlite_migrate.split_statements(m.sql):
+            conn.execute(statement)
+        conn.execute(f"PRAGMA user_version = {m.number}")
+    rows = _old_rows()
+    for row in rows:
+        conn.execute(_INSERT_OLD_KEYED, (ids.row_key(row[0]), *row))
+    conn.close()
+    clock = FakeClock(datetime.fromtimestamp(10_000, UTC))  # after every finished_at
+    with ReadModel(path, clock=clock) as rm:  # observers never migrate
+        assert rm.schema_version() == everything[-1].number - 1
+        counts = {q.name: q.counts for q in rm.queue_stats()}
+        assert sum(counts["q0"].values()) == sum(r[3] == "q0" for r in rows)
+        assert rm.metrics().jobs[("q1", "failed")] == sum(
+            r[3] == "q1" and r[2] == "failed" for r in rows
+        )
+        assert rm.count_jobs(JobQuery(status=("completed",))) == sum(
+            r[2] == "completed" for r in rows
+        )
+        ended = sum(r[2] in ("completed", "failed") for r in rows)
+        assert sum(c + f for _, c, f in rm.throughput(1440).items) == ended
