@@ -74,6 +74,7 @@ from jobledger._core.search import Search
 from jobledger._storage import layout as L
 from jobledger._storage import rate, settings
 from jobledger._storage.attempts import with_final_attempt
+from jobledger._storage.equality import equal_to
 from jobledger._storage.interface import (
     APPLIED,
     SUCCESSOR_END,
@@ -1722,15 +1723,7 @@ def _storage_error(
 
 
 def _where_queue_type(queue: str | None, type_name: str | None) -> tuple[str, tuple[str, ...]]:
-    parts: list[str] = []
-    params: list[str] = []
-    if queue is not None:
-        parts.append("queue = %s")
-        params.append(queue)
-    if type_name is not None:
-        parts.append("type = %s")
-        params.append(type_name)
-    return " AND ".join(parts), tuple(params)
+    return equal_to((("queue", queue), ("type", type_name)), "%s")
 
 
 def _kept_countable(flt: JobFilter) -> bool:

@@ -527,8 +527,11 @@ GC_WORKFLOWS = (
     "(SELECT 1 FROM jobs WHERE jobs.workflow_id = workflows.id)"
 )
 
+# The ids are compared by the caller, on the few rows this returns: an `id IN` list
+# beside the keys cost SQLite an index of the list per statement, more than the lookups
+# (`Store.terminal_among` reads every awaited handle's row).
 TERMINAL_AMONG = (
-    f"SELECT {JOB_COLUMNS} FROM jobs WHERE rowid IN ({{keys}}) AND id IN ({{ids}}) "
+    f"SELECT {JOB_COLUMNS} FROM jobs WHERE rowid IN ({{keys}}) "
     "AND status IN ('completed', 'failed', 'cancelled')"
 )
 # A workflow job whose output a job yet to end will read (`ctx.upstream`) is kept past

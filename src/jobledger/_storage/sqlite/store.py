@@ -37,6 +37,7 @@ from jobledger._core import ids
 from jobledger._storage import layout as L
 from jobledger._storage import rate, settings, tx
 from jobledger._storage.attempts import with_final_attempt
+from jobledger._storage.equality import equal_to
 from jobledger._storage.interface import (
     APPLIED,
     SUCCESSOR_END,
@@ -1042,11 +1043,14 @@ class SqliteStore(ScheduleOps, WorkerOps):
 
         def read(conn: sqlite3.Connection) -> list[JobRow]:
             out: list[JobRow] = []
-            for start in range(0, len(ids), 400):
-                chunk = ids[start : start + 400]
-                marks = ",".join("?" * len(chunk))
-                sql = q.TERMINAL_AMONG.format(keys=marks, ids=marks)
-                out.extend(conn.execute(sql, (*keys_of(conn, chunk), *chunk)).fetchall())
+            for start in range(0, len(ids), 800):
+                chunk = ids[start : start + 800]
+                sql = q.TERMINAL_AMONG.format(keys=",".join("?" * len(chunk)))
+                rows = conn.execute(sql, keys_of(conn, chunk)).fetchall()
+                if rows:
+                    # A key says where to look, the id whether it is the row asked for.
+                    asked = set(chunk)
+                    out.extend(r for r in rows if r[L.C_ID] in asked)
             return out
 
         return self.read(read)
@@ -1273,15 +1277,7 @@ def _key_taken(exc: BaseException | None) -> bool:
 
 
 def _where_queue_type(queue: str | None, type_name: str | None) -> tuple[str, tuple[str, ...]]:
-    parts: list[str] = []
-    params: list[str] = []
-    if queue is not None:
-        parts.append("queue = ?")
-        params.append(queue)
-    if type_name is not None:
-        parts.append("type = ?")
-        params.append(type_name)
-    return " AND ".join(parts), tuple(params)
+    return equal_to((("queue", queue), ("type", type_name)), "?")
 
 
 def _kept_countable(flt: JobFilter) -> bool:
