@@ -83,10 +83,10 @@ _GET_BY_ID = f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?"
 # `jobledger jobs enqueue` without --app (the CLI's check), which is rare enough.
 _HAS_TYPE = "SELECT EXISTS (SELECT 1 FROM jobs WHERE type = ?)"
 
-# The dashboard's per-queue counts in one pass, grouped by queue alone: the GROUP BY's
-# sort of every row is most of the cost, and a key of (queue, status) made it ~25%
-# dearer than per-status sums (0.50 against 0.62-0.73 s at a million rows), before a
-# second pass for the oldest pending row.
+# A file before schema 16: the dashboard's per-queue counts in one pass, grouped by
+# queue alone: the GROUP BY's sort of every row is most of the cost, and a key of
+# (queue, status) made it ~25% dearer than per-status sums (0.50 against 0.62-0.73 s
+# at a million rows), before a second pass for the oldest pending row.
 QUEUE_STATS_SCAN = (
     "SELECT queue, min(CASE WHEN status = 'pending' THEN scheduled_at END), "
     + ", ".join(f"sum(status = '{status}')" for status in STATUSES)
@@ -129,7 +129,8 @@ _THROUGHPUT_SCAN = (
 
 @functools.cache
 def metrics_scan(bounds_ms: tuple[int, ...]) -> str:
-    """Every figure `/metrics` takes from `jobs`, in ONE pass over the table.
+    """Every figure `/metrics` takes from `jobs`, in ONE pass over the table: what a file
+    before schema 16 is read by (later ones keep the same figures in `job_counts`).
 
     Grouped by queue, status and the bucket each histogram's value falls in (NULL for a
     row the histogram does not cover, `len(bounds_ms)` above the last bound), so each
