@@ -30,6 +30,7 @@ from starlette.routing import Route
 from jobledger._observe import dashboard
 from jobledger._observe.auth import ANONYMOUS, Principal
 from jobledger._observe.read_model import JobQuery, ReadModel
+from jobledger.clock import from_ms
 
 __all__ = ["THROUGHPUT_MINUTES", "page_routes"]
 
@@ -62,7 +63,8 @@ def page_routes(
         if _JOB_PARAMS & set(request.query_params):
             # The job list lived on `/` before: its links (and bookmarks) still work.
             return RedirectResponse(f"/jobs?{request.url.query}", status_code=303)
-        series = await read(rm.throughput, THROUGHPUT_MINUTES)
+        found = await read(rm.throughput, THROUGHPUT_MINUTES)
+        series = [(from_ms(at), done, failed) for at, done, failed in found.items]
         html = await read(
             dashboard.render_overview,
             rm,

@@ -735,7 +735,11 @@ class Store(Protocol):
     def terminal_among(self, ids: Sequence[str]) -> list[JobRow]: ...
     def list(self, flt: JobFilter, *, limit: int, offset: int) -> list[JobRow]: ...
     def count(self, flt: JobFilter) -> int: ...
-    def gc(self, before_ms: int, *, batch: int = 1000) -> int: ...
+    def gc(self, before_ms: int, *, batch: int = 1000) -> int:
+        """Delete terminal rows finished before `before_ms` (and their attempts and edges);
+        also tidies what the kept counts leave behind (minutes of the throughput chart a
+        day older than `before_ms`). Returns the rows deleted."""
+        ...
 
     # -- observers (read-only) ------------------------------------------------------
     # What `_observe/read_model.py` reads, besides get/list/count (the values are in
@@ -757,8 +761,14 @@ class Store(Protocol):
         ...
 
     def job_metrics(self, bounds_ms: tuple[int, ...]) -> JobMetrics:
-        """The metrics pass over `jobs` (histogram buckets up to each bound, in ms) and
-        the totals GC has collected."""
+        """What `/metrics` takes from `jobs` (histogram buckets up to each bound, in ms)
+        and the totals GC has collected: from the counts the write path keeps when
+        `bounds_ms` are the kept ones, else from a pass over `jobs`."""
+        ...
+
+    def throughput(self, first_minute: int, end_minute: int) -> dict[int, tuple[int, int]]:
+        """(completed, failed) jobs per minute number (`finished_at // 60000`) in
+        `[first_minute, end_minute)`; minutes without any are left out."""
         ...
 
     def count_finished_before(self, before_ms: int) -> int:
@@ -767,12 +777,6 @@ class Store(Protocol):
 
     def has_job_of_type(self, type_name: str) -> bool:
         """Whether any row of `jobs`, in any state, has this type."""
-        ...
-
-    def throughput(self, since_ms: int, bucket_ms: int) -> builtins.list[tuple[int, int, int]]:
-        """Rows that ended `completed` or `failed` at or after `since_ms`, counted per
-        bucket of `bucket_ms`: `(bucket start ms, completed, failed)`, oldest first, only
-        the buckets that have some (a range read of the `finished_at` index)."""
         ...
 
     def storage_facts(self) -> StorageFacts:

@@ -61,6 +61,7 @@ from jobledger._storage.interface import (
     successor_key,
 )
 from jobledger._storage.observe import (
+    MINUTES_KEPT,
     AuditRecord,
     JobMetrics,
     LeaderLease,
@@ -1059,6 +1060,10 @@ class SqliteStore(ScheduleOps, WorkerOps):
         return self.read(lambda c: c.execute(sql, params).fetchall())
 
     def count(self, flt: JobFilter) -> int:
+        if _kept_countable(flt):
+            kept = self.read(lambda c: observe.kept_count(c, flt.status, flt.queue))
+            if kept is not None:
+                return kept
         sql, params = _where(flt).count_sql()
         return int(self.read(lambda c: c.execute(sql, params).fetchone()[0]))
 
@@ -1070,6 +1075,10 @@ class SqliteStore(ScheduleOps, WorkerOps):
             if n < batch:
                 if total:
                     self.write(lambda c: c.execute(q.GC_WORKFLOWS), "gc")
+                self.write(
+                    lambda c: c.execute(q.GC_MINUTES, (before_ms // 60_000 - MINUTES_KEPT,)),
+                    "gc",
+                )
                 return total
 
     # -- observers (read-only) ------------------------------------------------------
@@ -1121,14 +1130,14 @@ class SqliteStore(ScheduleOps, WorkerOps):
     def job_metrics(self, bounds_ms: tuple[int, ...]) -> JobMetrics:
         return self.read(lambda c: observe.job_metrics(c, bounds_ms))
 
+    def throughput(self, first_minute: int, end_minute: int) -> dict[int, tuple[int, int]]:
+        return self.read(lambda c: observe.throughput(c, first_minute, end_minute))
+
     def count_finished_before(self, before_ms: int) -> int:
         return self.read(lambda c: observe.count_finished_before(c, before_ms))
 
     def has_job_of_type(self, type_name: str) -> bool:
         return self.read(lambda c: observe.has_job_of_type(c, type_name))
-
-    def throughput(self, since_ms: int, bucket_ms: int) -> builtins.list[tuple[int, int, int]]:
-        return self.read(lambda c: observe.throughput(c, since_ms, bucket_ms))
 
     def storage_facts(self) -> StorageFacts:
         return self.read(lambda c: observe.storage_facts(c, self.path))
@@ -1269,6 +1278,17 @@ def _key_taken(exc: BaseException | None) -> bool:
 
 def _where_queue_type(queue: str | None, type_name: str | None) -> tuple[str, tuple[str, ...]]:
     return equal_to((("queue", queue), ("type", type_name)), "?")
+
+
+def _kept_countable(flt: JobFilter) -> bool:
+    """Whether the kept counts answer `count(flt)`: filters by status and queue only."""
+    return (
+        flt.type is None
+        and flt.schedule_id is None
+        and flt.parent_id is None
+        and flt.workflow_id is None
+        and flt.search is None
+    )
 
 
 def _where(flt: JobFilter) -> q.JobsWhere:
