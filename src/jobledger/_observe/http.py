@@ -81,6 +81,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from jobledger._core.audit import audit_target
 from jobledger._core.search import Search, parse_search
 from jobledger._observe import dashboard, metrics
 from jobledger._observe.auth import (
@@ -752,7 +753,7 @@ def _action_routes(manager: Callable[[], JobManager], rm: ReadModel) -> list[Rou
     async def audit(request: Request, action: str, target: str, detail: dict[str, Any]) -> None:
         actor = principal_of(request).name
         await run_in_threadpool(
-            lambda: manager().record_audit(actor, action, target[:500] or "-", detail)
+            lambda: manager().record_audit(actor, action, audit_target(target), detail)
         )
 
     async def cancel(request: Request) -> Response:
