@@ -1,6 +1,7 @@
 """The read-only HTTP API and the dashboard (Starlette; the `web` extra).
 
-Routes (see `openapi.py` for the schema served at `/openapi.json`):
+Routes (`openapi.py` holds their table and builds `/openapi.json` from the models of
+`api_models.py`):
 
     GET /api/jobs                 filters status (comma list), queue, type, schedule_id,
                                   parent_id, workflow_id; limit 1-500 (50); offset >= 0
@@ -510,7 +511,7 @@ def create_app(
         return PlainTextResponse(metrics.render(data), media_type=metrics.CONTENT_TYPE)
 
     async def openapi_route(request: Request) -> Response:
-        return JSONResponse(openapi_schema(actions=allow_actions))
+        return JSONResponse(openapi_schema(actions=allow_actions, token=token is not None))
 
     async def index(request: Request) -> Response:
         try:
