@@ -15,6 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import jobledger as jl
+from jobledger._observe import http
 from jobledger._observe.http import LOOPBACK_HOSTS, create_app
 from jobledger.testing import FakeClock
 from tests.http.conftest import WAIT, WORK, BackgroundWorker, Item, Populated, running_server
@@ -106,6 +107,28 @@ def test_events_of_a_finished_job_are_one_snapshot(base_url: str, populated: Pop
     ) as response:
         events = list(_events(response))
     assert [(e, d["status"]) for e, d in events] == [("snapshot", "failed")]
+
+
+def test_events_carry_increasing_ids_and_a_ping_while_nothing_changes(
+    base_url: str, populated: Populated, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A pending job nobody runs: after its snapshot the stream stays open, and the only
+    # thing it sends is the ping (the closure reads PING_SECONDS per request).
+    monkeypatch.setattr(http, "PING_SECONDS", 0.05)
+    lines: list[str] = []
+    with httpx.stream(
+        "GET", f"{base_url}/api/jobs/{populated.ids['pending']}/events", timeout=WAIT
+    ) as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        assert response.headers["cache-control"] == "no-store"
+        for line in response.iter_lines():
+            lines.append(line)
+            if line.startswith(":"):
+                break
+    assert lines[:2] == ["retry: 2000", ""]
+    assert lines[2:5] == ["id: 1", "event: snapshot", lines[4]]
+    assert json.loads(lines[4].removeprefix("data: "))["status"] == "pending"
+    assert lines[-1] == ": ping"
 
 
 def _families(text: str) -> dict[str, Any]:

@@ -45,9 +45,9 @@ Invariants:
   `Origin` on a POST). The SameSite=Strict cookie already keeps other sites out; this is
   the second lock, and it also holds against a sibling subdomain, which SameSite counts
   as the same site.
-* Server-sent events come from polling the row (`poll_interval`), so progress written by
-  any process shows up; a stream sends a comment every few seconds so a gone client is
-  noticed.
+* Server-sent events (sse-starlette) come from polling the row (`poll_interval`), so
+  progress written by any process shows up; a stream sends a `: ping` comment every
+  `PING_SECONDS` so a gone client is noticed.
 """
 
 from __future__ import annotations
@@ -56,13 +56,13 @@ import asyncio
 import hmac
 import json
 import re
-import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
 
+from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import QueryParams
@@ -75,7 +75,6 @@ from starlette.responses import (
     JSONResponse,
     PlainTextResponse,
     Response,
-    StreamingResponse,
 )
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
@@ -179,9 +178,9 @@ def _error(status: int, code: str, message: str) -> JSONResponse:
     return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
 
 
-def _sse(event: str, data: Any, event_id: int) -> str:
+def _sse(event: str, data: Any, event_id: int) -> ServerSentEvent:
     body = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-    return f"id: {event_id}\nevent: {event}\ndata: {body}\n\n"
+    return ServerSentEvent(body, event=event, id=str(event_id), sep="\n")
 
 
 def _progress_json(snap: JobSnapshot) -> dict[str, Any]:
@@ -423,13 +422,12 @@ def create_app(
         if first is None:
             return _error(404, "JOB_NOT_FOUND", f"no job with id {job_id!r}")
 
-        async def stream() -> AsyncIterator[str]:
+        async def stream() -> AsyncIterator[ServerSentEvent]:
             seq = 0
             snap: JobSnapshot | None = first
             last_state: str | None = None
             last_progress: tuple[Any, Any] | None = None
-            last_sent = time.monotonic()
-            yield "retry: 2000\n\n"
+            yield ServerSentEvent(retry=2000, sep="\n")
             while True:
                 if snap is None:
                     seq += 1
@@ -440,28 +438,25 @@ def create_app(
                 if progress != last_progress and last_state is not None:
                     seq += 1
                     last_progress = progress
-                    last_sent = time.monotonic()
                     yield _sse("progress", _progress_json(snap), seq)
                 if state != last_state:
                     seq += 1
                     last_state = state
                     last_progress = progress
-                    last_sent = time.monotonic()
                     yield _sse("snapshot", snap.to_json(), seq)
                 if snap.is_terminal:
                     return
-                if time.monotonic() - last_sent > PING_SECONDS:
-                    last_sent = time.monotonic()
-                    yield ": ping\n\n"
+                # sse-starlette cancels this generator when the client disconnects.
                 await asyncio.sleep(poll_interval)
-                if await request.is_disconnected():
-                    return
                 snap = await read(rm.get_job, job_id)
 
-        return StreamingResponse(
+        # The ping (a comment every PING_SECONDS) is what notices a client that went
+        # away without a FIN: writing to its socket fails and the stream is cancelled.
+        return EventSourceResponse(
             stream(),
-            media_type="text/event-stream",
-            headers={"cache-control": "no-store", "x-accel-buffering": "no"},
+            ping=PING_SECONDS,
+            sep="\n",
+            ping_message_factory=lambda: ServerSentEvent(comment="ping", sep="\n"),
         )
 
     async def api_workflows(request: Request) -> Response:
