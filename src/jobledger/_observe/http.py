@@ -641,7 +641,7 @@ def _action_routes(manager: Callable[[], JobManager], rm: ReadModel) -> list[Rou
         if raw.strip():
             try:
                 body = json.loads(raw)
-            except ValueError as exc:
+            except (ValueError, RecursionError) as exc:
                 return _error(400, "INVALID_BODY", f"the body is not JSON: {exc}")
             if not isinstance(body, dict) or set(body) - {"payload"}:
                 return _error(
@@ -676,7 +676,7 @@ def _action_routes(manager: Callable[[], JobManager], rm: ReadModel) -> list[Rou
         schedule_id = request.path_params["schedule_id"]
         try:
             body = json.loads(await request.body() or b"null")
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             return _error(400, "INVALID_BODY", f"the body is not JSON: {exc}")
         if not isinstance(body, dict) or set(body) != {"from", "to"}:
             return _error(
@@ -710,7 +710,7 @@ def _action_routes(manager: Callable[[], JobManager], rm: ReadModel) -> list[Rou
         if action == "limits":
             try:
                 body = json.loads(await request.body() or b"null")
-            except ValueError as exc:
+            except (ValueError, RecursionError) as exc:
                 return _error(400, "INVALID_BODY", f"the body is not JSON: {exc}")
             if not isinstance(body, dict) or set(body) - {"concurrency", "rate_limit"}:
                 return _error(
