@@ -24,14 +24,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
-from pydantic import BaseModel
 from starlette.routing import Route
 
 import jobledger as jl
 from jobledger._observe import api_models as m
 from jobledger._observe.http import DEFAULT_LIMIT, MAX_LIMIT, create_app
-from jobledger._observe.openapi import OPERATIONS, Operation, openapi_schema
+from jobledger._observe.openapi import OPERATIONS, openapi_schema
 from tests.http.conftest import WAIT, BackgroundWorker, Item, running_server
+from tests.http.models_check import BY_ID, check_answer, model_for
 from tests.http.workflows import build
 
 TOKEN = "t0ken-models"
@@ -40,15 +40,6 @@ WORK = jl.JobType("models.work", Item)
 FAIL = jl.JobType("models.fail", Item)
 HOLD = jl.JobType("models.hold", Item)
 NOBODY = jl.JobType("models.nobody", Item)
-_BY_ID = {op.operation_id: op for op in OPERATIONS}
-
-
-def model_for(op: Operation, status: int) -> type[BaseModel] | None:
-    """The model the document names for `status` of `op` (None: not JSON)."""
-    if status == op.status:
-        return op.response
-    what = op.errors.get(status)
-    return what[1] if isinstance(what, tuple) else m.ErrorEnvelope
 
 
 @dataclass
@@ -59,19 +50,14 @@ class Checker:
     seen: dict[str, set[int]] = field(default_factory=dict)
 
     def __call__(self, operation_id: str, response: httpx.Response, status: int) -> Any:
-        op = _BY_ID[operation_id]
+        op = BY_ID[operation_id]
         assert response.status_code == status, (operation_id, response.text[:500])
         documented = self.documents[op.actions]["paths"][op.path][op.method.lower()]
         assert str(status) in documented["responses"], (operation_id, status)
-        model = model_for(op, status)
         content_type = response.headers["content-type"]
-        if model is None:
-            assert content_type.startswith(op.media_type), (operation_id, content_type)
-        else:
-            assert content_type == "application/json", (operation_id, content_type)
-            model.model_validate_json(response.content)
+        check_answer(op, status, content_type, response.content)
         self.seen.setdefault(operation_id, set()).add(status)
-        return response.json() if model is not None else response.text
+        return response.json() if model_for(op, status) is not None else response.text
 
 
 def test_every_api_route_has_one_entry_and_every_entry_a_route(db_path: str) -> None:
@@ -90,7 +76,7 @@ def test_every_api_route_has_one_entry_and_every_entry_a_route(db_path: str) -> 
     entries = {(op.method, op.starlette_path) for op in OPERATIONS}
     assert routes == entries
     assert len({(op.method, op.path) for op in OPERATIONS}) == len(OPERATIONS)
-    assert len(_BY_ID) == len(OPERATIONS)
+    assert len(BY_ID) == len(OPERATIONS)
 
 
 def test_the_document_is_pydantics_schema_of_the_models() -> None:
