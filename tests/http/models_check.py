@@ -8,7 +8,7 @@ from pydantic import BaseModel
 from jobledger._observe import api_models as m
 from jobledger._observe.openapi import OPERATIONS, Operation
 
-__all__ = ["BY_ID", "BY_ROUTE", "check_answer", "model_for"]
+__all__ = ["BY_ID", "BY_ROUTE", "check_answer", "model_for", "sse_events"]
 
 BY_ID = {op.operation_id: op for op in OPERATIONS}
 BY_ROUTE = {(op.method, op.path): op for op in OPERATIONS}
@@ -22,6 +22,25 @@ def model_for(op: Operation, status: int) -> type[BaseModel] | None:
     return what[1] if isinstance(what, tuple) else m.ErrorEnvelope
 
 
+def sse_events(text: str) -> list[dict[str, str]]:
+    """The events of an event stream as a parser reads them: `{"event", "id", "data"}`
+    for each block with data (the `retry:` block and `: ping` comments have none)."""
+    out: list[dict[str, str]] = []
+    for block in text.replace("\r\n", "\n").split("\n\n"):
+        fields: dict[str, str] = {}
+        data: list[str] = []
+        for line in block.split("\n"):
+            name, _, value = line.partition(":")
+            value = value.removeprefix(" ")
+            if name == "data":
+                data.append(value)
+            elif name in ("event", "id"):
+                fields[name] = value
+        if data:
+            out.append({**fields, "data": "\n".join(data)})
+    return out
+
+
 def check_answer(op: Operation, status: int, content_type: str, body: bytes) -> None:
     """Raise (AssertionError or pydantic's ValidationError) unless the answer is one
     the document describes: a documented status, its media type, its model."""
@@ -30,6 +49,11 @@ def check_answer(op: Operation, status: int, content_type: str, body: bytes) -> 
     model = model_for(op, status)
     if model is None:
         assert content_type.startswith(op.media_type), (op.operation_id, content_type)
+        if op.stream is not None:
+            events = sse_events(body.decode())
+            assert events, (op.operation_id, body[:300])
+            for event in events:
+                op.stream.model_validate(event)
         return
     assert content_type == "application/json", (op.operation_id, content_type, body[:300])
     model.model_validate_json(body)

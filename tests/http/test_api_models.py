@@ -15,7 +15,6 @@ app's API routes and the table's entries are the same set.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -31,7 +30,7 @@ from jobledger._observe import api_models as m
 from jobledger._observe.http import DEFAULT_LIMIT, MAX_LIMIT, create_app
 from jobledger._observe.openapi import OPERATIONS, openapi_schema
 from tests.http.conftest import WAIT, BackgroundWorker, Item, running_server
-from tests.http.models_check import BY_ID, check_answer, model_for
+from tests.http.models_check import BY_ID, check_answer, model_for, sse_events
 from tests.http.workflows import build
 
 TOKEN = "t0ken-models"
@@ -281,12 +280,18 @@ def _exercise(client: httpx.Client, check: Checker, world: World) -> None:
         check(route, client.get(f"/api/jobs/a%2Fb{suffix}"), 404)
 
     text = check("jobEvents", client.get(f"/api/jobs/{ids['completed']}/events"), 200)
-    events = [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: ")]
-    assert len(events) == 1
-    m.Job.model_validate_json(json.dumps(events[0]))
+    (only,) = [m.JobEvent.model_validate(e).root for e in sse_events(text)]
+    assert isinstance(only, m.SnapshotEvent)
+    assert (only.id, only.data.status) == ("1", "completed")
     with client.stream("GET", f"/api/jobs/{ids['running']}/events") as stream:
-        data = next(line for line in stream.iter_lines() if line.startswith("data: "))
-    assert m.Job.model_validate_json(data[6:]).status == "running"
+        head = ""
+        for chunk in stream.iter_text():
+            head += chunk
+            if "\ndata: " in head and head.endswith("\n\n"):
+                break
+    first = m.JobEvent.model_validate(sse_events(head)[0]).root
+    assert isinstance(first, m.SnapshotEvent)
+    assert first.data.status == "running"
 
     listed = check("listWorkflows", client.get("/api/workflows"), 200)
     assert {w["id"] for w in listed["items"]} == set(world.workflows.values())

@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import jobledger as jl
 from jobledger._observe import http
+from jobledger._observe.api_models import JobEvent
 from jobledger._observe.http import LOOPBACK_HOSTS, create_app
 from jobledger.testing import FakeClock
 from tests.http.conftest import WAIT, WORK, BackgroundWorker, Item, Populated, running_server
@@ -67,6 +68,10 @@ def test_events_stream_progress_and_end_at_the_terminal_state(tmp_path: Path) ->
             released = 0
             for event, data in _events(response):
                 seen.append((event, data))
+                # Each event is one the document describes (`api_models.JobEvent`).
+                JobEvent.model_validate(
+                    {"event": event, "id": str(len(seen)), "data": json.dumps(data)}
+                )
                 ready = (event == "snapshot" and data["status"] == "running" and released == 0) or (
                     event == "progress" and data["progress"] == 25 * released
                 )

@@ -34,8 +34,10 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    Json,
     JsonValue,
     NonNegativeInt,
+    RootModel,
     Strict,
 )
 
@@ -53,10 +55,12 @@ __all__ = [
     "ErrorEnvelope",
     "Explanation",
     "Gone",
+    "GoneEvent",
     "Health",
     "HealthError",
     "Job",
     "JobErrorInfo",
+    "JobEvent",
     "JobListQuery",
     "JobPage",
     "Leader",
@@ -65,6 +69,7 @@ __all__ = [
     "OpenAPIDocument",
     "PathSegment",
     "ProgressEvent",
+    "ProgressUpdateEvent",
     "Queue",
     "QueueLimits",
     "QueueList",
@@ -74,6 +79,7 @@ __all__ = [
     "RunResult",
     "Schedule",
     "ScheduleList",
+    "SnapshotEvent",
     "StatusCounts",
     "Time",
     "Worker",
@@ -222,6 +228,38 @@ class Gone(ApiModel):
     """The data of a `gone` server-sent event: the row was deleted while watched."""
 
     id: str
+
+
+class SnapshotEvent(ApiModel):
+    """A `snapshot` event: the whole job, first and whenever anything but progress
+    changes. Its `data` is a Job as JSON text."""
+
+    event: Literal["snapshot"]
+    id: str = Field(description="Increasing from 1 within the stream.")
+    data: Json[Job]
+
+
+class ProgressUpdateEvent(ApiModel):
+    """A `progress` event: the job's progress changed."""
+
+    event: Literal["progress"]
+    id: str
+    data: Json[ProgressEvent]
+
+
+class GoneEvent(ApiModel):
+    """A `gone` event: the row was deleted while watched; the stream ends."""
+
+    event: Literal["gone"]
+    id: str
+    data: Json[Gone]
+
+
+class JobEvent(RootModel[SnapshotEvent | ProgressUpdateEvent | GoneEvent]):
+    """One event of `/api/jobs/{id}/events` as a parser reads it (`event`, `id`, `data`);
+    the `retry:` line and the `: ping` comments carry no data and are not events."""
+
+    model_config = ConfigDict(strict=True, frozen=True)
 
 
 # -- workflows ------------------------------------------------------------------------

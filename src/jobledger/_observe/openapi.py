@@ -46,7 +46,9 @@ class Operation:
     """One method on one path of the API, as the document describes it.
 
     `response` is the model of the success answer (`status`), or None for an answer
-    that is not JSON (`media_type`: the event stream, the metrics text). `errors` maps a
+    that is not JSON (`media_type`: the event stream, the metrics text); `stream` is the
+    model of each event of an event stream (OpenAPI before 3.2 has the media type's
+    `schema` describe one event). `errors` maps a
     status to the codes it carries, or to (description, model) when that answer is not
     the error envelope. `route` is the Starlette path when it is not `path` with `:str`
     converters (one route may serve several documented paths)."""
@@ -68,6 +70,7 @@ class Operation:
     route: str | None = None
     path_descriptions: Mapping[str, str] = field(default_factory=dict)
     extra_models: tuple[type[BaseModel], ...] = ()
+    stream: type[BaseModel] | None = None
 
     @property
     def starlette_path(self) -> str:
@@ -76,7 +79,7 @@ class Operation:
     def models(self) -> list[type[BaseModel]]:
         """The models the document's components must hold for this operation."""
         # The query model is not one: its fields are inlined as parameters.
-        found = [self.response, self.body, *self.extra_models]
+        found = [self.response, self.body, self.stream, *self.extra_models]
         found += [e[1] for e in self.errors.values() if isinstance(e, tuple)]
         return [model for model in found if model is not None]
 
@@ -143,7 +146,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "terminal state.",
         errors={404: _NOT_FOUND},
         path_descriptions=_JOB_ID,
-        extra_models=(m.Job, m.ProgressEvent, m.Gone),
+        stream=m.JobEvent,
     ),
     Operation(
         "GET",
@@ -340,14 +343,11 @@ def _parameters(op: Operation) -> list[dict[str, Any]]:
 
 
 def _responses(op: Operation, *, token: bool) -> dict[str, Any]:
-    ok = (
-        _json("Success.", op.response)
-        if op.response is not None
-        else {
-            "description": "Success.",
-            "content": {op.media_type: {"schema": TypeAdapter(str).json_schema()}},
-        }
-    )
+    if op.response is not None:
+        ok = _json("Success.", op.response)
+    else:
+        body = _ref(op.stream) if op.stream is not None else TypeAdapter(str).json_schema()
+        ok = {"description": "Success.", "content": {op.media_type: {"schema": body}}}
     errors: dict[int, str | tuple[str, type[BaseModel]]] = {
         500: "INTERNAL: a bug (the message never carries a traceback).",
         503: "The database cannot be read (DB_* codes).",
