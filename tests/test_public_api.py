@@ -10,6 +10,7 @@ CONTRACT = {
     "AfterStartup",
     "AllMissed",  # DESIGN.md §8.11
     "AttemptSnapshot",
+    "AuditEntry",
     "CancelManyResult",
     "CancelToken",
     "Clock",

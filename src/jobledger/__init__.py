@@ -25,6 +25,7 @@ from jobledger._scheduling.triggers import (
 )
 from jobledger._types import (
     AttemptSnapshot,
+    AuditEntry,
     CancelManyResult,
     DrainVerdict,
     Explanation,
@@ -63,6 +64,7 @@ __all__ = [
     "AfterStartup",
     "AllMissed",
     "AttemptSnapshot",
+    "AuditEntry",
     "CancelManyResult",
     "CancelToken",
     "CatchUpPolicy",

@@ -308,6 +308,31 @@ class WorkflowInfo:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    """One action a person took (`jobs.audit_log`, the console's audit page): who
+    (`actor`: a token's name, or `cli:USER`), what (`action`, e.g. "job.retry",
+    "queue.pause"), on what (`target`: a job id, queue or schedule id, or a filter), and
+    `detail` (what was asked and what it did)."""
+
+    id: int
+    at: datetime
+    actor: str
+    action: str
+    target: str
+    detail: Mapping[str, Any]
+
+    def to_json(self) -> dict[str, JSON]:
+        return {
+            "id": self.id,
+            "at": _iso(self.at),
+            "actor": self.actor,
+            "action": self.action,
+            "target": self.target,
+            "detail": dict(self.detail),
+        }
+
+
 def workflow_status(statuses: Iterable[JobStatus]) -> WorkflowStatus:
     """`WorkflowSnapshot.status` of jobs with these statuses."""
     seen = set(statuses)
@@ -381,10 +406,13 @@ class DrainVerdict:
 
 @dataclass(frozen=True, slots=True)
 class CancelManyResult:
-    """`aborted`: running handlers signalled; `transitioned`: rows cancelled directly."""
+    """`aborted`: running handlers signalled in this process; `transitioned`: rows
+    cancelled directly; `requested`: running jobs (in any process) marked to be
+    cancelled, which their workers stop."""
 
     aborted: int
     transitioned: int
+    requested: int = 0
 
 
 @dataclass(frozen=True, slots=True)

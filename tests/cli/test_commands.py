@@ -336,8 +336,26 @@ def test_serve_refuses_to_bind_beyond_loopback_without_a_token(cli: Cli) -> None
     open_to_all = cli("serve", "--host", "0.0.0.0", "--port", "0")
     assert open_to_all.exit_code == 2
     assert _lines(open_to_all.stderr) == [
-        "jobledger: error: binding to 0.0.0.0 (beyond loopback) needs --token"
+        "jobledger: error: binding to 0.0.0.0 (beyond loopback) needs --token or --viewer-token"
     ]
     actions = cli("serve", "--port", "0", "--allow-actions")
     assert actions.exit_code == 2
-    assert "--allow-actions needs --token" in actions.stderr
+    assert "--allow-actions needs an operator --token" in actions.stderr
+    # A viewer token is enough to bind, but never to act.
+    viewer_acts = cli("serve", "--port", "0", "--allow-actions", "--viewer-token", "ann:s3cret-1")
+    assert viewer_acts.exit_code == 2
+    assert "--allow-actions needs an operator --token" in viewer_acts.stderr
+    for bad, why in [
+        ("bad name:x", "token name"),
+        ("ann:", "secret of token 'ann'"),
+        ("ann:has space", "secret of token 'ann'"),
+    ]:
+        refused = cli("serve", "--port", "0", "--token", bad)
+        assert refused.exit_code == 2, bad
+        assert why in refused.stderr, refused.stderr
+    twice = cli("serve", "--port", "0", "--token", "ann:s1-long", "--viewer-token", "ann:s2-long")
+    assert twice.exit_code == 2
+    assert "the token name 'ann' is given twice" in twice.stderr
+    same = cli("serve", "--port", "0", "--token", "ann:same", "--viewer-token", "bob:same")
+    assert same.exit_code == 2
+    assert "two tokens have the same secret" in same.stderr

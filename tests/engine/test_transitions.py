@@ -386,7 +386,7 @@ def test_cancel_many_finalizes_like_cancel(db: str) -> None:
             bystander = jobs.enqueue(OTHER, Item(n=9), delay=0.01)
 
             result = jobs.cancel_many(type=ITEM, reason="bulk")
-            assert result == jl.CancelManyResult(aborted=1, transitioned=3)
+            assert result == jl.CancelManyResult(aborted=1, transitioned=3, requested=1)
             for h in [running, *waiting]:
                 snap = await h.finished
                 assert snap.status == "cancelled"
@@ -413,7 +413,7 @@ def test_cancel_many_by_queue_from_another_thread(db: str) -> None:
             waiting = jobs.enqueue(ITEM, Item(n=1), queue="bulk")
             elsewhere = jobs.enqueue(ITEM, Item(n=2), queue="elsewhere", delay=3600)
             result = await asyncio.to_thread(jobs.cancel_many, queue="bulk")
-            assert result == jl.CancelManyResult(aborted=1, transitioned=1)
+            assert result == jl.CancelManyResult(aborted=1, transitioned=1, requested=1)
             assert (await running.finished).status == "cancelled"
             assert (await waiting.finished).status == "cancelled"
             assert jobs.get(elsewhere.id).status == "delayed"  # type: ignore[union-attr]

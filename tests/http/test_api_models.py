@@ -355,3 +355,31 @@ def _actions(client: httpx.Client, check: Checker, world: World) -> None:
         200,
     )
     check("setQueueLimits", client.post("/api/queues/q/limits", json={"rate_limit": "x"}), 400)
+
+    paused = check("pauseSchedule", client.post(f"/api/schedules/{sid['interval']}/pause"), 200)
+    assert paused["enabled"] is False
+    check("resumeSchedule", client.post(f"/api/schedules/{sid['interval']}/resume"), 200)
+    check("pauseSchedule", client.post("/api/schedules/nope/pause"), 404)
+    trigger = f"/api/schedules/{sid['interval']}/trigger"
+    cron = {"cron": "*/5 * * * *", "timezone": "Europe/Berlin"}
+    assert check("setScheduleTrigger", client.post(trigger, json=cron), 200)["trigger_text"] == (
+        "cron */5 * * * * (Europe/Berlin)"
+    )
+    check("setScheduleTrigger", client.post(trigger, json={"every": 60}), 200)
+    check("setScheduleTrigger", client.post(trigger, json={"cron": "nope"}), 400)
+    paused_queue = {"queue": "models.paused"}
+    many = check("cancelJobs", client.post("/api/jobs/cancel", json=paused_queue), 200)
+    assert many == {"cancelled": 1, "asked_to_stop": 0}
+    check("cancelJobs", client.post("/api/jobs/cancel", json={}), 400)
+    again = check("retryJobs", client.post("/api/jobs/retry", json={"status": ["cancelled"]}), 200)
+    assert again["retried"] >= 2
+    check("retryJobs", client.post("/api/jobs/retry", json={"status": "running"}), 400)
+
+    audit = check("listAudit", client.get("/api/audit", params={"limit": 500}), 200)
+    assert {e["actor"] for e in audit["items"]} == {"operator"}
+    assert "jobs.cancel_many" in {e["action"] for e in audit["items"]}
+    check("listAudit", client.get("/api/audit", params={"action": "queue.pause"}), 200)
+    check("listAudit", client.get("/api/audit", params={"limit": 0}), 400)
+    me = check("whoami", client.get("/api/whoami"), 200)
+    assert me == {"name": "operator", "role": "operator", "can_act": True}
+    check("whoami", _without_token(client, "GET", "/api/whoami"), 401)

@@ -212,7 +212,7 @@ def test_token_and_host_checks(tmp_path: Path, populated: Populated) -> None:
         rebound = httpx.get(f"{url}/api/health", headers={"host": "evil.example"}, timeout=10)
         assert rebound.status_code == 400
     local.state.read_model.close()
-    with pytest.raises(ValueError, match="needs a token"):
+    with pytest.raises(ValueError, match="needs an operator token"):
         create_app(populated.path, allow_actions=True)
 
 

@@ -44,6 +44,7 @@ from tests.integration import _procs, v7_id
 
 WAIT = _procs.WAIT
 TABLES = {
+    "audit_log",
     "job_attempts",
     "job_deps",
     "job_schedules",

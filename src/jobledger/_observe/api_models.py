@@ -41,18 +41,26 @@ from pydantic import (
     Strict,
 )
 
+from jobledger._observe.auth import Role
 from jobledger._types import AttemptOutcome, CancelOutcome, JobStatus
 
 __all__ = [
     "ApiModel",
     "Attempt",
     "AttemptList",
+    "AuditEntry",
+    "AuditPage",
+    "AuditQuery",
     "BackfillBody",
     "BackfillResult",
+    "CancelManyBody",
+    "CancelManyResult",
     "CancelQuery",
     "CancelResult",
+    "CronTrigger",
     "ErrorBody",
     "ErrorEnvelope",
+    "EveryTrigger",
     "Explanation",
     "Gone",
     "GoneEvent",
@@ -66,6 +74,7 @@ __all__ = [
     "Leader",
     "LimitsBody",
     "LogLine",
+    "Name",
     "OpenAPIDocument",
     "PathSegment",
     "ProgressEvent",
@@ -76,12 +85,16 @@ __all__ = [
     "RateLimit",
     "Reason",
     "RetryBody",
+    "RetryManyBody",
+    "RetryManyResult",
     "RunResult",
     "Schedule",
     "ScheduleList",
     "SnapshotEvent",
     "StatusCounts",
     "Time",
+    "TriggerBody",
+    "WhoAmI",
     "Worker",
     "WorkerList",
     "Workflow",
@@ -107,6 +120,8 @@ def _iso_z(value: Any) -> Any:
 Time = Annotated[AwareDatetime, Strict(False), BeforeValidator(_iso_z)]
 # A path parameter: any non-empty text (a "/" in it, sent as %2F, reaches another route).
 PathSegment = Annotated[str, Field(min_length=1)]
+# A text field of a request body: null or left out means none, "" is refused.
+Name = Annotated[str, Field(min_length=1)]
 WorkflowStatus = Literal["running", "completed", "failed", "cancelled"]
 UpstreamPolicy = Literal["cancel", "run"]
 
@@ -407,6 +422,31 @@ class WorkerList(ApiModel):
     leader: Leader | None
 
 
+class AuditEntry(ApiModel):
+    """One action a person took: `AuditEntry.to_json()`."""
+
+    id: int
+    at: Time
+    actor: str = Field(description="A token's name, or cli:USER.")
+    action: str = Field(description='"job.retry", "queue.pause", ...')
+    target: str = Field(description="A job id, queue or schedule id, or a filter.")
+    detail: dict[str, JsonValue]
+
+
+class AuditPage(ApiModel):
+    items: list[AuditEntry] = Field(description="Newest first.")
+    limit: int
+    offset: int
+
+
+class WhoAmI(ApiModel):
+    """Who the request's token names (`anonymous` without one) and whether it may act."""
+
+    name: str
+    role: Role
+    can_act: bool
+
+
 class Health(ApiModel):
     status: Literal["ok"]
     schema_version: int
@@ -446,6 +486,16 @@ class BackfillResult(ApiModel):
     written: NonNegativeInt
 
 
+class RetryManyResult(ApiModel):
+    retried: NonNegativeInt
+    items: list[Job] = Field(description="The new jobs.")
+
+
+class CancelManyResult(ApiModel):
+    cancelled: NonNegativeInt = Field(description="Jobs that were waiting, now cancelled.")
+    asked_to_stop: NonNegativeInt = Field(description="Running jobs marked to be cancelled.")
+
+
 class RetryBody(ApiModel):
     """The new job's payload; without it, the old job's."""
 
@@ -457,6 +507,43 @@ class LimitsBody(ApiModel):
 
     concurrency: int | None = Field(None, description="Jobs at once in every worker.")
     rate_limit: str | None = Field(None, description='Starts per window: "10/s", "600/m".')
+
+
+class RetryManyBody(ApiModel):
+    """Which finished jobs to re-run, each as a new job (at most `limit`, only jobs no
+    job re-runs yet)."""
+
+    status: JobStatus | list[JobStatus] = Field(
+        JobStatus.FAILED,
+        description="A terminal status or a list of them (a comma list in one string is read too).",
+    )
+    queue: Name | None = None
+    type: Name | None = None
+    q: Name | None = Field(None, description="A search, as `GET /api/jobs?q=`.")
+    limit: int = Field(1000, ge=1, le=1000)
+
+
+class CancelManyBody(ApiModel):
+    """Cancel every unfinished job of a queue or a type (one of them is required)."""
+
+    queue: Name | None = None
+    type: Name | None = None
+    reason: Name | None = None
+
+
+class CronTrigger(ApiModel):
+    cron: str = Field(description='A 5- or 6-field cron expression: "*/5 * * * *".')
+    timezone: str | None = Field(None, description='An IANA zone: "Europe/Berlin".')
+
+
+class EveryTrigger(ApiModel):
+    every: float = Field(description="Seconds between fires.")
+
+
+class TriggerBody(RootModel[CronTrigger | EveryTrigger]):
+    """A schedule's new trigger: a cron (with an optional zone) or an interval."""
+
+    model_config = ConfigDict(strict=True, frozen=True)
 
 
 class BackfillBody(ApiModel):
@@ -493,6 +580,13 @@ class WorkflowListQuery(ApiModel):
     name: str = Field("", description="Only workflows of this name.")
     limit: int = Field(50, ge=1, le=500, description="Page size.")
     offset: int = Field(0, ge=0, le=10**18 - 1, description="Rows to skip.")
+
+
+class AuditQuery(ApiModel):
+    actor: str = Field("", description="Only this actor's entries.")
+    action: str = Field("", description="Only entries of this action (job.retry, ...).")
+    limit: int = Field(50, ge=1, le=500, description="Page size.")
+    offset: int = Field(0, ge=0, le=2**62, description="Rows to skip.")
 
 
 class CancelQuery(ApiModel):

@@ -53,7 +53,6 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import re
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -82,9 +81,20 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from jobledger._core.search import Search, parse_search
 from jobledger._observe import dashboard, metrics
+from jobledger._observe.auth import (
+    ANONYMOUS,
+    SCOPE_KEY,
+    ApiToken,
+    can_act,
+    check_tokens,
+    match_secret,
+    parse_token,
+    principal_of,
+)
 from jobledger._observe.openapi import openapi_schema
 from jobledger._observe.read_model import JobQuery, ReadModel, iso, parse_statuses
 from jobledger._runtime.manager import JobManager
+from jobledger._scheduling.triggers import Cron, Interval
 from jobledger._types import JobSnapshot, QueueLimits
 from jobledger.errors import JobError, JobNotFound, JobValidationError, StorageError
 
@@ -92,8 +102,11 @@ __all__ = [
     "DEFAULT_LIMIT",
     "LOOPBACK_HOSTS",
     "MAX_LIMIT",
+    "ApiToken",
+    "check_tokens",
     "create_app",
     "parse_job_query",
+    "parse_token",
     "parse_workflow_query",
 ]
 
@@ -125,6 +138,15 @@ def _int_param(params: QueryParams, name: str, default: int, low: int, high: int
     if not low <= value <= high:
         raise InvalidQuery(f"{name} must be between {low} and {high}, not {value}")
     return value
+
+
+def _name_param(params: QueryParams, name: str) -> str | None:
+    raw = params.get(name)
+    if raw is None or raw == "":
+        return None
+    if len(raw) > 500 or any(ord(c) < 32 or 127 <= ord(c) < 160 for c in raw):
+        raise InvalidQuery(f"{name} is at most 500 characters without control characters")
+    return raw
 
 
 def parse_job_query(params: QueryParams) -> tuple[JobQuery, int, int]:
@@ -227,37 +249,35 @@ def origin_of(url: str) -> str | None:
 
 
 class _Guard:
-    """Pure ASGI middleware: origin rule, token check and security headers (streams pass
-    untouched)."""
+    """Pure ASGI middleware: origin rule, who is asking (`auth.py`), the role rule and
+    security headers (streams pass untouched)."""
 
     def __init__(
-        self, app: ASGIApp, token: str | None, allowed_origins: Sequence[str] = ()
+        self, app: ASGIApp, tokens: Sequence[ApiToken] = (), allowed_origins: Sequence[str] = ()
     ) -> None:
         self.app = app
-        self.token = token
+        self.tokens = tuple(tokens)
         self.allowed_origins = frozenset(
             o for o in (origin_of(url) for url in allowed_origins) if o is not None
         )
 
-    def _authorised(self, request: Request) -> str | None:
-        """How the request carries the token: "header", "cookie", "query", or None."""
-        assert self.token is not None
-        expected = self.token.encode()
+    def _authorised(self, request: Request) -> tuple[ApiToken, str] | None:
+        """The token the request carries and how: "header", "cookie" or "query"."""
         auth = request.headers.get("authorization", "")
-        if auth.lower().startswith("bearer ") and hmac.compare_digest(
-            auth[7:].strip().encode(), expected
-        ):
-            return "header"
+        if auth.lower().startswith("bearer "):
+            found = match_secret(self.tokens, auth[7:].strip())
+            if found is not None:
+                return found, "header"
         cookie = request.cookies.get(_TOKEN_COOKIE)
-        if cookie is not None and hmac.compare_digest(cookie.encode(), expected):
-            return "cookie"
+        if cookie is not None:
+            found = match_secret(self.tokens, cookie)
+            if found is not None:
+                return found, "cookie"
         query = request.query_params.get("token")
-        if (
-            request.method in _SAFE_METHODS
-            and query is not None
-            and hmac.compare_digest(query.encode(), expected)
-        ):
-            return "query"
+        if request.method in _SAFE_METHODS and query is not None:
+            found = match_secret(self.tokens, query)
+            if found is not None:
+                return found, "query"
         return None
 
     def _origin_refused(self, request: Request, via: str | None) -> str | None:
@@ -286,38 +306,39 @@ class _Guard:
             await self.app(scope, receive, send)
             return
         path: str = scope.get("path", "")
-        set_cookie = False
         request = Request(scope)
-        via = self._authorised(request) if self.token is not None else None
-        if request.method not in _SAFE_METHODS:
+        found = self._authorised(request) if self.tokens else None
+        token, via = found if found is not None else (None, None)
+        safe = request.method in _SAFE_METHODS
+        if not safe:
             refused = self._origin_refused(request, via)
             if refused is not None:
                 await self._send_with_headers(
                     _error(403, "FORBIDDEN_ORIGIN", refused), scope, receive, send
                 )
                 return
-        if self.token is not None and path != "/api/health":
-            ok, from_query = via is not None, via == "query"
-            if not ok:
-                response: Response
-                if request.method not in _SAFE_METHODS and "token" in request.query_params:
-                    response = _error(
-                        401,
-                        "UNAUTHORIZED",
-                        f"{request.method} does not read the token from the query string; "
-                        "send it as Authorization: Bearer (or the cookie ?token= sets)",
-                    )
-                elif path.startswith(("/api/", "/metrics", "/openapi.json", "/static/")):
-                    response = _error(401, "UNAUTHORIZED", "a valid token is required")
-                else:
-                    response = HTMLResponse(
-                        "<!doctype html><title>jobledger</title><p>A token is required: open "
-                        "this page with <code>?token=...</code>.</p>",
-                        status_code=401,
-                    )
-                await self._send_with_headers(response, scope, receive, send)
+        principal = ANONYMOUS
+        if self.tokens and path != "/api/health":
+            if token is None:
+                await self._send_with_headers(
+                    self._unauthorised(request, path), scope, receive, send
+                )
                 return
-            set_cookie = from_query
+            principal = token.principal
+            if not safe and principal.role != "operator":
+                await self._send_with_headers(
+                    _error(
+                        403,
+                        "FORBIDDEN_ROLE",
+                        f"{principal.name!r} holds a viewer token; actions need an operator's",
+                    ),
+                    scope,
+                    receive,
+                    send,
+                )
+                return
+        scope[SCOPE_KEY] = principal
+        cookie = token.secret if token is not None and via == "query" else None
 
         async def send_wrapped(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -326,18 +347,34 @@ class _Guard:
                 for name, value in _security_headers(path):
                     if name.encode() not in names:
                         headers.append((name.encode(), value.encode()))
-                if set_cookie and self.token is not None:
+                if cookie is not None:
                     headers.append(
                         (
                             b"set-cookie",
-                            f"{_TOKEN_COOKIE}={self.token}; Path=/; HttpOnly; "
-                            "SameSite=Strict".encode(),
+                            f"{_TOKEN_COOKIE}={cookie}; Path=/; HttpOnly; SameSite=Strict".encode(),
                         )
                     )
                 message = {**message, "headers": headers}
             await send(message)
 
         await self.app(scope, receive, send_wrapped)
+
+    @staticmethod
+    def _unauthorised(request: Request, path: str) -> Response:
+        if request.method not in _SAFE_METHODS and "token" in request.query_params:
+            return _error(
+                401,
+                "UNAUTHORIZED",
+                f"{request.method} does not read the token from the query string; "
+                "send it as Authorization: Bearer (or the cookie ?token= sets)",
+            )
+        if path.startswith(("/api/", "/metrics", "/openapi.json", "/static/")):
+            return _error(401, "UNAUTHORIZED", "a valid token is required")
+        return HTMLResponse(
+            "<!doctype html><title>jobledger</title><p>A token is required: open "
+            "this page with <code>?token=...</code>.</p>",
+            status_code=401,
+        )
 
     @staticmethod
     async def _send_with_headers(
@@ -364,6 +401,7 @@ def create_app(
     db_path: str,
     *,
     token: str | None = None,
+    tokens: Sequence[ApiToken] = (),
     allow_actions: bool = False,
     poll_interval: float = 0.25,
     allowed_hosts: Sequence[str] | None = None,
@@ -373,14 +411,21 @@ def create_app(
 ) -> Starlette:
     """The ASGI app over the database at `db_path` (opened read-only at once).
 
-    `allow_actions` adds POST routes (cancel a job, run a schedule now) and needs `token`.
-    They use `action_manager` (never started; the caller closes it), else a bare
-    `JobManager(db_path)` made on first use and kept in `app.state.action_manager`.
-    `allowed_origins` are origins (`https://jobs.example.com`) besides the server's own
-    that state-changing requests may come from: a reverse proxy's public address.
+    `tokens` are operators' and viewers' (`auth.ApiToken`); `token` is one operator's
+    secret, named "operator". With any token, every route but `/api/health` needs one.
+    `allow_actions` adds POST routes (cancel, retry, queue and schedule actions), which
+    only an operator may call, so it needs an operator token; each action is written to
+    the audit log under the token's name. They use `action_manager` (never started; the
+    caller closes it), else a bare `JobManager(db_path)` made on first use and kept in
+    `app.state.action_managers`. `allowed_origins` are origins
+    (`https://jobs.example.com`) besides the server's own that state-changing requests
+    may come from: a reverse proxy's public address.
     """
-    if allow_actions and not token:
-        raise ValueError("allow_actions needs a token")
+    all_tokens = check_tokens(
+        [*tokens, *([ApiToken("operator", token, "operator")] if token else [])]
+    )
+    if allow_actions and not any(t.role == "operator" for t in all_tokens):
+        raise ValueError("allow_actions needs an operator token")
     rm = read_model if read_model is not None else ReadModel(db_path)
 
     async def read(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -491,6 +536,23 @@ def create_app(
             }
         )
 
+    async def api_audit(request: Request) -> Response:
+        params = request.query_params
+        try:
+            limit = _int_param(params, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
+            offset = _int_param(params, "offset", 0, 0, 2**62)
+            actor, action = (_name_param(params, n) for n in ("actor", "action"))
+        except InvalidQuery as exc:
+            return _error(400, "INVALID_QUERY", str(exc))
+        entries = await read(rm.audit, limit=limit, offset=offset, actor=actor, action=action)
+        return JSONResponse(
+            {"items": [e.to_json() for e in entries], "limit": limit, "offset": offset}
+        )
+
+    async def api_whoami(request: Request) -> Response:
+        who = principal_of(request)
+        return JSONResponse({"name": who.name, "role": who.role, "can_act": can_act(request)})
+
     async def api_health(request: Request) -> Response:
         try:
             version = await read(rm.schema_version)
@@ -506,7 +568,7 @@ def create_app(
         return PlainTextResponse(metrics.render(data), media_type=metrics.CONTENT_TYPE)
 
     async def openapi_route(request: Request) -> Response:
-        return JSONResponse(openapi_schema(actions=allow_actions, token=token is not None))
+        return JSONResponse(openapi_schema(actions=allow_actions, token=bool(all_tokens)))
 
     async def index(request: Request) -> Response:
         try:
@@ -521,7 +583,7 @@ def create_app(
             limit=limit,
             offset=offset,
             problem=problem,
-            actions=allow_actions,
+            actions=can_act(request),
         )
         return HTMLResponse(html, status_code=400 if problem else 200)
 
@@ -533,7 +595,7 @@ def create_app(
         attempts = await read(rm.attempts, job_id)
         explained = None if snap.is_terminal else await read(rm.explain, job_id)
         return HTMLResponse(
-            dashboard.render_job(snap, attempts, actions=allow_actions, explained=explained)
+            dashboard.render_job(snap, attempts, actions=can_act(request), explained=explained)
         )
 
     async def workflows_page(request: Request) -> Response:
@@ -568,6 +630,8 @@ def create_app(
         Route("/api/queues", api_queues),
         Route("/api/schedules", api_schedules),
         Route("/api/workers", api_workers),
+        Route("/api/audit", api_audit),
+        Route("/api/whoami", api_whoami),
         Route("/api/health", api_health),
         Route("/metrics", metrics_route),
         Route("/openapi.json", openapi_route),
@@ -601,7 +665,7 @@ def create_app(
     async def internal_error(request: Request, exc: Exception) -> Response:
         return _error(500, "INTERNAL", "internal error; see the server log")
 
-    middleware = [Middleware(_Guard, token=token, allowed_origins=list(allowed_origins))]
+    middleware = [Middleware(_Guard, tokens=all_tokens, allowed_origins=list(allowed_origins))]
     if allowed_hosts is not None:
         middleware.insert(0, Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts)))
     app = Starlette(
@@ -617,14 +681,58 @@ def create_app(
     app.router.redirect_slashes = False
     app.state.read_model = rm
     app.state.action_managers = holder
+    app.state.allow_actions = allow_actions
     return app
 
 
+def _json_object(raw: bytes, allowed: set[str], shape: str) -> dict[str, Any] | JSONResponse:
+    """The body as a JSON object with keys among `allowed` (empty body = {}), or the
+    400 INVALID_BODY response that says `shape`."""
+    if not raw.strip():
+        return {}
+    try:
+        body = json.loads(raw)
+    except (ValueError, RecursionError) as exc:  # nested past the parser: still a 400
+        return _error(400, "INVALID_BODY", f"the body is not JSON: {exc}")
+    if not isinstance(body, dict) or set(body) - allowed:
+        return _error(400, "INVALID_BODY", f"the body is a JSON object: {shape}")
+    return body
+
+
+def _text_fields(body: dict[str, Any], names: Sequence[str]) -> dict[str, str] | JSONResponse:
+    out: dict[str, str] = {}
+    for name in names:
+        value = body.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, str) or not value:
+            return _error(400, "INVALID_BODY", f"{name!r} is a non-empty string")
+        out[name] = value
+    return out
+
+
+def _filter_text(parts: dict[str, Any]) -> str:
+    """A bulk action's filter as the audit log's target: `status=failed queue=emails`."""
+    text = " ".join(
+        f"{k}={','.join(v) if isinstance(v, list) else v}" for k, v in parts.items() if v
+    )
+    return (text or "all")[:500]
+
+
 def _action_routes(manager: Callable[[], JobManager], rm: ReadModel) -> list[Route]:
-    """POST routes, only with `allow_actions` (and so a token). They go through a
-    never-started `JobManager`: it writes the request; the worker running a job acts on
-    it. Running a schedule needs the handler of its type registered in that manager; a
-    retry's payload is validated against it when it has one (else only as JSON)."""
+    """POST routes, only with `allow_actions` (and so an operator token; the guard has
+    refused viewers). They go through a never-started `JobManager`: it writes the
+    request; the worker running a job acts on it. Running a schedule needs the handler
+    of its type registered in that manager; a retry's payload is validated against it
+    when it has one (else only as JSON). Each action that was carried out is written to
+    the audit log under the caller's token name, after it took effect (so the log never
+    names an action that did not happen)."""
+
+    async def audit(request: Request, action: str, target: str, detail: dict[str, Any]) -> None:
+        actor = principal_of(request).name
+        await run_in_threadpool(
+            lambda: manager().record_audit(actor, action, target[:500] or "-", detail)
+        )
 
     async def cancel(request: Request) -> Response:
         job_id = request.path_params["job_id"]
@@ -632,23 +740,17 @@ def _action_routes(manager: Callable[[], JobManager], rm: ReadModel) -> list[Rou
             return _error(404, "JOB_NOT_FOUND", f"no job with id {job_id!r}")
         reason = request.query_params.get("reason") or "cancelled from the dashboard"
         outcome = await manager().cancel(job_id, reason=reason[:500])
+        await audit(request, "job.cancel", job_id, {"outcome": outcome, "reason": reason[:500]})
         return JSONResponse({"id": job_id, "outcome": outcome})
 
     async def retry(request: Request) -> Response:
         job_id = request.path_params["job_id"]
-        raw = await request.body()
+        body = _json_object(await request.body(), {"payload"}, '{} or {"payload": ...}')
+        if isinstance(body, JSONResponse):
+            return body
         options: dict[str, Any] = {}
-        if raw.strip():
-            try:
-                body = json.loads(raw)
-            except (ValueError, RecursionError) as exc:
-                return _error(400, "INVALID_BODY", f"the body is not JSON: {exc}")
-            if not isinstance(body, dict) or set(body) - {"payload"}:
-                return _error(
-                    400, "INVALID_BODY", 'the body is a JSON object: {} or {"payload": ...}'
-                )
-            if "payload" in body:
-                options["payload"] = body["payload"]
+        if "payload" in body:
+            options["payload"] = body["payload"]
         try:
             handle = await run_in_threadpool(lambda: manager().retry(job_id, **options))
         except JobNotFound as exc:
@@ -659,18 +761,127 @@ def _action_routes(manager: Callable[[], JobManager], rm: ReadModel) -> list[Rou
             if exc.code != "JOB_NOT_RETRYABLE":
                 raise
             return _error(409, exc.code, exc.message)
+        await audit(
+            request, "job.retry", job_id, {"new_job": handle.id, "payload": "payload" in body}
+        )
         return JSONResponse(
             handle.snapshot.to_json(),
             status_code=201,
             headers={"location": f"/api/jobs/{quote(handle.id, safe='')}"},
         )
 
+    async def retry_many(request: Request) -> Response:
+        shape = (
+            '{"status": "failed" or [...], "queue": ..., "type": ..., "q": ..., "limit": 1-1000}'
+        )
+        body = _json_object(await request.body(), {"status", "queue", "type", "q", "limit"}, shape)
+        if isinstance(body, JSONResponse):
+            return body
+        texts = _text_fields(body, ("queue", "type", "q"))
+        if isinstance(texts, JSONResponse):
+            return texts
+        status = body.get("status", "failed")
+        if isinstance(status, str):
+            status = [s for s in status.split(",") if s]
+        if not isinstance(status, list) or not all(isinstance(s, str) for s in status):
+            return _error(400, "INVALID_BODY", "'status' is a status or a list of them")
+        limit = body.get("limit", 1000)
+        try:
+            handles = await run_in_threadpool(
+                lambda: manager().retry_many(
+                    status=status,
+                    queue=texts.get("queue"),
+                    type=texts.get("type"),
+                    search=texts.get("q"),
+                    limit=limit,
+                )
+            )
+        except JobValidationError as exc:
+            return _error(400, exc.code, exc.message)
+        target = _filter_text({"status": status, **texts})
+        await audit(
+            request,
+            "jobs.retry_many",
+            target,
+            {"retried": len(handles), "new_jobs": [h.id for h in handles[:20]]},
+        )
+        return JSONResponse(
+            {"retried": len(handles), "items": [h.snapshot.to_json() for h in handles]}
+        )
+
+    async def cancel_many(request: Request) -> Response:
+        body = _json_object(
+            await request.body(), {"queue", "type", "reason"}, '{"queue": ..., "type": ...}'
+        )
+        if isinstance(body, JSONResponse):
+            return body
+        texts = _text_fields(body, ("queue", "type", "reason"))
+        if isinstance(texts, JSONResponse):
+            return texts
+        reason = texts.get("reason", "cancelled from the dashboard")[:500]
+        try:
+            result = await run_in_threadpool(
+                lambda: manager().cancel_many(
+                    queue=texts.get("queue"), type=texts.get("type"), reason=reason
+                )
+            )
+        except JobValidationError as exc:
+            return _error(400, exc.code, exc.message)
+        counts = {"cancelled": result.transitioned, "asked_to_stop": result.requested}
+        target = _filter_text({k: v for k, v in texts.items() if k != "reason"})
+        await audit(request, "jobs.cancel_many", target, {**counts, "reason": reason})
+        return JSONResponse(counts)
+
+    async def schedule_or_404(schedule_id: str) -> dict[str, Any] | JSONResponse:
+        found = await run_in_threadpool(rm.schedule, schedule_id)
+        if found is None:
+            return _error(404, "JOB_SCHEDULE_NOT_FOUND", f"no schedule with id {schedule_id!r}")
+        return found
+
     async def run_schedule(request: Request) -> Response:
         schedule_id = request.path_params["schedule_id"]
-        if await run_in_threadpool(rm.schedule, schedule_id) is None:
-            return _error(404, "JOB_SCHEDULE_NOT_FOUND", f"no schedule with id {schedule_id!r}")
+        found = await schedule_or_404(schedule_id)
+        if isinstance(found, JSONResponse):
+            return found
         written = await manager().trigger_job_schedule_now_by_id(schedule_id)
+        await audit(request, "schedule.run_now", schedule_id, {"enqueued": bool(written)})
         return JSONResponse({"id": schedule_id, "enqueued": bool(written)})
+
+    async def schedule_action(request: Request) -> Response:
+        schedule_id, action = request.path_params["schedule_id"], request.path_params["action"]
+        if action not in ("pause", "resume", "trigger"):
+            return _error(404, "NOT_FOUND", "POST /api/schedules/{id}/pause|resume|trigger|run")
+        found = await schedule_or_404(schedule_id)
+        if isinstance(found, JSONResponse):
+            return found
+        patch: dict[str, Any]
+        detail: dict[str, Any]
+        if action == "trigger":
+            shape = '{"cron": "*/5 * * * *", "timezone": "Europe/Berlin"} or {"every": 60}'
+            body = _json_object(await request.body(), {"cron", "timezone", "every"}, shape)
+            if isinstance(body, JSONResponse):
+                return body
+            trigger = _trigger_of(body, shape)
+            if isinstance(trigger, JSONResponse):
+                return trigger
+            patch, detail = {"trigger": trigger}, {"from": found.get("trigger"), "to": body}
+        else:
+            patch, detail = {"enabled": action == "resume"}, {}
+        try:
+            changed = await run_in_threadpool(
+                lambda: manager().update_job_schedule(schedule_id, **patch)
+            )
+        except JobError as exc:
+            if exc.code == "JOB_SCHEDULE_NOT_FOUND":
+                return _error(404, exc.code, exc.message)
+            if isinstance(exc, JobValidationError) or exc.code.startswith("JOB_SCHEDULE"):
+                return _error(400, exc.code, exc.message)
+            raise
+        if changed is None:
+            return _error(404, "JOB_SCHEDULE_NOT_FOUND", f"no schedule with id {schedule_id!r}")
+        await audit(request, f"schedule.{action}", schedule_id, detail)
+        now = await schedule_or_404(schedule_id)
+        return now if isinstance(now, JSONResponse) else JSONResponse(now)
 
     async def backfill_schedule(request: Request) -> Response:
         schedule_id = request.path_params["schedule_id"]
@@ -699,6 +910,12 @@ def _action_routes(manager: Callable[[], JobManager], rm: ReadModel) -> list[Rou
             if isinstance(exc, JobValidationError):
                 return _error(400, exc.code, exc.message)
             raise
+        await audit(
+            request,
+            "schedule.backfill",
+            schedule_id,
+            {"from": iso(bounds[0]), "to": iso(bounds[1]), "written": written},
+        )
         return JSONResponse({"id": schedule_id, "written": written})
 
     async def queue_action(request: Request) -> Response:
@@ -729,12 +946,34 @@ def _action_routes(manager: Callable[[], JobManager], rm: ReadModel) -> list[Rou
             limits = await run_in_threadpool(act)
         except JobValidationError as exc:
             return _error(400, exc.code, exc.message)
+        await audit(request, f"queue.{action}", queue, dict(options))
         return JSONResponse(limits.to_json())
 
     return [
+        Route("/api/jobs/retry", retry_many, methods=["POST"]),
+        Route("/api/jobs/cancel", cancel_many, methods=["POST"]),
         Route("/api/jobs/{job_id:str}/cancel", cancel, methods=["POST"]),
         Route("/api/jobs/{job_id:str}/retry", retry, methods=["POST"]),
         Route("/api/schedules/{schedule_id:str}/run", run_schedule, methods=["POST"]),
         Route("/api/schedules/{schedule_id:str}/backfill", backfill_schedule, methods=["POST"]),
+        Route("/api/schedules/{schedule_id:str}/{action:str}", schedule_action, methods=["POST"]),
         Route("/api/queues/{rest:path}", queue_action, methods=["POST"]),
     ]
+
+
+def _trigger_of(body: dict[str, Any], shape: str) -> Cron | Interval | JSONResponse:
+    """The trigger a schedule edit asks for: a cron (with an optional zone) or an
+    interval; the scheduler validates it further (JOB_SCHEDULE_TRIGGER_INVALID)."""
+    if ("cron" in body) == ("every" in body):
+        return _error(400, "INVALID_BODY", f"give one of cron or every: {shape}")
+    if "every" in body:
+        every = body["every"]
+        if "timezone" in body:
+            return _error(400, "INVALID_BODY", "timezone goes with cron, not every")
+        if isinstance(every, bool) or not isinstance(every, int | float):
+            return _error(400, "INVALID_BODY", "'every' is a number of seconds")
+        return Interval(float(every))
+    expr, zone = body["cron"], body.get("timezone")
+    if not isinstance(expr, str) or not (zone is None or isinstance(zone, str)):
+        return _error(400, "INVALID_BODY", "'cron' and 'timezone' are strings")
+    return Cron(expr, timezone=zone or None)

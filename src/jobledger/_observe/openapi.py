@@ -89,6 +89,7 @@ _JOB_ID = {"job_id": "The job's id."}
 _SCHEDULE_ID = {"schedule_id": "The schedule's id."}
 _QUEUE = {"queue": "The queue's name (it may contain '/', sent as is or as %2F)."}
 _ACTIONS = " (needs --allow-actions and an operator's token)"
+_SCHEDULE_ACTION = "/api/schedules/{schedule_id:str}/{action:str}"
 
 OPERATIONS: tuple[Operation, ...] = (
     Operation(
@@ -192,7 +193,41 @@ OPERATIONS: tuple[Operation, ...] = (
         media_type="text/plain",
         description="Prometheus text format 0.0.4.",
     ),
+    Operation(
+        "GET",
+        "/api/audit",
+        "listAudit",
+        "The audit log, newest first: every action a person took",
+        m.AuditPage,
+        query=m.AuditQuery,
+        errors={400: "INVALID_QUERY: limit, offset, actor or action is invalid."},
+    ),
+    Operation("GET", "/api/whoami", "whoami", "The caller's token name and role", m.WhoAmI),
     Operation("GET", "/openapi.json", "openapi", "This document", m.OpenAPIDocument),
+    Operation(
+        "POST",
+        "/api/jobs/retry",
+        "retryJobs",
+        "Re-run the finished jobs a filter selects, each as a new job" + _ACTIONS,
+        m.RetryManyResult,
+        body=m.RetryManyBody,
+        errors={
+            400: "INVALID_BODY, or JOB_INVALID_OPTION (a status that is not terminal, a "
+            "limit out of range, a bad search)."
+        },
+        actions=True,
+    ),
+    Operation(
+        "POST",
+        "/api/jobs/cancel",
+        "cancelJobs",
+        "Cancel every unfinished job of a queue or a type" + _ACTIONS,
+        m.CancelManyResult,
+        body=m.CancelManyBody,
+        body_required=True,
+        errors={400: "INVALID_BODY, or JOB_FILTER_REQUIRED (neither queue nor type)."},
+        actions=True,
+    ),
     Operation(
         "POST",
         "/api/jobs/{job_id}/cancel",
@@ -251,6 +286,45 @@ OPERATIONS: tuple[Operation, ...] = (
             404: "JOB_SCHEDULE_NOT_FOUND",
         },
         actions=True,
+        path_descriptions=_SCHEDULE_ID,
+    ),
+    Operation(
+        "POST",
+        "/api/schedules/{schedule_id}/pause",
+        "pauseSchedule",
+        "Stop a schedule's fires (it stays stored)" + _ACTIONS,
+        m.Schedule,
+        errors={404: "JOB_SCHEDULE_NOT_FOUND"},
+        actions=True,
+        route=_SCHEDULE_ACTION,
+        path_descriptions=_SCHEDULE_ID,
+    ),
+    Operation(
+        "POST",
+        "/api/schedules/{schedule_id}/resume",
+        "resumeSchedule",
+        "Let a paused schedule fire again" + _ACTIONS,
+        m.Schedule,
+        errors={404: "JOB_SCHEDULE_NOT_FOUND"},
+        actions=True,
+        route=_SCHEDULE_ACTION,
+        path_descriptions=_SCHEDULE_ID,
+    ),
+    Operation(
+        "POST",
+        "/api/schedules/{schedule_id}/trigger",
+        "setScheduleTrigger",
+        "Give a schedule a new trigger: a cron (with a zone) or an interval" + _ACTIONS,
+        m.Schedule,
+        body=m.TriggerBody,
+        body_required=True,
+        errors={
+            400: "INVALID_BODY, or JOB_SCHEDULE_TRIGGER_INVALID (a cron or zone that does "
+            "not parse, an interval out of range).",
+            404: "JOB_SCHEDULE_NOT_FOUND",
+        },
+        actions=True,
+        route=_SCHEDULE_ACTION,
         path_descriptions=_SCHEDULE_ID,
     ),
     Operation(
@@ -356,8 +430,8 @@ def _responses(op: Operation, *, token: bool) -> dict[str, Any]:
         errors[401] = "UNAUTHORIZED: no valid token (a query-string token is not read on POST)."
     if op.method == "POST":
         errors[403] = (
-            "FORBIDDEN_ORIGIN: Origin (or Referer) is not the server's own; a request "
-            "authorised by the cookie must send one of them."
+            "FORBIDDEN_ROLE: a viewer's token. FORBIDDEN_ORIGIN: Origin (or Referer) is not "
+            "the server's own; a request authorised by the cookie must send one of them."
         )
     errors.update(op.errors)
     if _PARAM.search(op.path):

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from jobledger._core.audit import audit_entry
 from jobledger._core.rate import RateLimit, stored_rate
 from jobledger._core.search import Search
 from jobledger._storage.interface import JobFilter, Store
@@ -54,6 +55,7 @@ from jobledger._storage.rows import (
 from jobledger._storage.settings import by_queue
 from jobledger._types import (
     AttemptSnapshot,
+    AuditEntry,
     Explanation,
     JobSnapshot,
     JobStatus,
@@ -787,6 +789,18 @@ class ReadModel:
         return LeaderInfo(lease.worker_id, lease.term, lease.expires_at, valid)
 
     # -- schedules ------------------------------------------------------------------
+
+    def audit(
+        self,
+        *,
+        limit: int = 50,
+        offset: int = 0,
+        actor: str | None = None,
+        action: str | None = None,
+    ) -> list[AuditEntry]:
+        """The audit log newest first (`jobs.audit_log`)."""
+        rows = self.store.audit_records(limit=limit, offset=offset, actor=actor, action=action)
+        return [audit_entry(r) for r in rows]
 
     def schedules(self) -> list[dict[str, Any]]:
         """Every persistent schedule, as JSON-ready dicts (see `_schedule_json`)."""

@@ -35,6 +35,7 @@ from typing import Any, Generic, Literal, TypeAlias, final, overload
 
 from typing_extensions import TypeVar
 
+from jobledger._core.audit import audit_detail, audit_entry, check_audit_field
 from jobledger._core.backoff import RetryPolicy
 from jobledger._core.enqueue import (
     UNSET,
@@ -105,6 +106,7 @@ from jobledger._storage.rows import (
 from jobledger._storage.settings import by_queue
 from jobledger._types import (
     AttemptSnapshot,
+    AuditEntry,
     CancelManyResult,
     CancelOutcome,
     DrainVerdict,
@@ -703,18 +705,50 @@ class JobManager:
     ) -> builtins.list[WorkflowInfo]:
         """Workflows newest first (only those called `name`, when given), each with its
         jobs counted per status, not the jobs. `limit` is capped at 1000."""
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise JobValidationError("limit must be an integer >= 1", code="JOB_INVALID_OPTION")
-        if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= MAX_INT:
-            raise JobValidationError(
-                "offset must be an integer in [0, 2**62]", code="JOB_INVALID_OPTION"
-            )
+        _check_page(limit, offset)
         rows = self._store.list_workflows(limit=min(limit, LIST_CAP), offset=offset, name=name)
         return [workflow_info(r) for r in rows]
 
     def count_workflows(self, *, name: str | None = None) -> int:
         """How many workflows are stored (called `name`, when given)."""
         return self._store.count_workflows(name=name)
+
+    # -- the audit log (DESIGN.md §8.9) --------------------------------------------------
+
+    def record_audit(
+        self,
+        actor: str,
+        action: str,
+        target: str,
+        detail: Mapping[str, Any] | None = None,
+    ) -> AuditEntry:
+        """Append an entry to the audit log (what the console writes for every action;
+        an app with its own admin screens can write there too). JOB_INVALID_OPTION for an
+        empty or control-character field or a `detail` that is not a small JSON object."""
+        record = self._store.record_audit(
+            self._engine.now_ms(),
+            check_audit_field("actor", actor),
+            check_audit_field("action", action),
+            check_audit_field("target", target),
+            audit_detail(detail),
+        )
+        return audit_entry(record)
+
+    def audit_log(
+        self,
+        *,
+        actor: str | None = None,
+        action: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> builtins.list[AuditEntry]:
+        """Audit entries newest first (only `actor`'s or `action`'s, when given); `limit`
+        is capped at 1000."""
+        _check_page(limit, offset)
+        rows = self._store.audit_records(
+            limit=min(limit, LIST_CAP), offset=offset, actor=actor, action=action
+        )
+        return [audit_entry(r) for r in rows]
 
     async def cancel_workflow(self, workflow_id: str, reason: str | None = None) -> int:
         """Cancel every job of the workflow that has not finished: waiting, pending and
@@ -1139,14 +1173,17 @@ class JobManager:
         status: JobStatus | str | Sequence[JobStatus | str] = "failed",
         queue: str | None = None,
         type: JobType[Any] | str | None = None,
+        search: str | None = None,
         limit: int = MAX_RETRY_MANY,
     ) -> builtins.list[JobHandle]:
         """`retry` of every terminal job that matches, in one transaction, oldest first:
         at most `limit` (1-1000) of them, and only jobs no job re-runs yet, so a second
         call goes on where a `limit` stopped. `status` is one terminal status or a list
-        of them (default "failed"). The payloads are the old ones."""
+        of them (default "failed"); `search` a term of `list`'s search language. The
+        payloads are the old ones."""
         _check_filter_values(queue=queue, type=type)
-        flt = retry_filter(status, queue, None if type is None else _type_name(type), limit)
+        term = None if search is None else parse_search(search)
+        flt = retry_filter(status, queue, None if type is None else _type_name(type), limit, term)
         rows = self._store.retry_matching(
             flt, limit, enqueued_by=self.worker_id, now_ms=self._engine.now_ms()
         )
@@ -1278,7 +1315,8 @@ class JobManager:
                     aborted += 1
 
         loop = self._loop
-        if loop is None or _on_loop(loop) or not self._started:
+        if loop is None or _on_loop(loop) or not self._started or self._stopped:
+            # Stopped: nothing runs here any more (its loop may be closed).
             apply()
         else:
             done = threading.Event()
@@ -1291,7 +1329,7 @@ class JobManager:
 
             loop.call_soon_threadsafe(run)
             done.wait(5.0)
-        return CancelManyResult(aborted=aborted, transitioned=len(waiting))
+        return CancelManyResult(aborted=aborted, transitioned=len(waiting), requested=len(running))
 
     # -- reads ----------------------------------------------------------------------
 
@@ -1805,6 +1843,15 @@ def _workflow_not_found(workflow_id: object) -> JobNotFound:
         code="JOB_WORKFLOW_NOT_FOUND",
         params={"workflow_id": str(workflow_id)},
     )
+
+
+def _check_page(limit: object, offset: object) -> None:
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise JobValidationError("limit must be an integer >= 1", code="JOB_INVALID_OPTION")
+    if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= MAX_INT:
+        raise JobValidationError(
+            "offset must be an integer in [0, 2**62]", code="JOB_INVALID_OPTION"
+        )
 
 
 def _check_reason(reason: object) -> None:

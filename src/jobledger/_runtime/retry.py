@@ -17,6 +17,7 @@ from typing import Any
 
 from jobledger._core.limits import findable
 from jobledger._core.registry import HandlerSpec, JobType
+from jobledger._core.search import Search
 from jobledger._storage import layout as L
 from jobledger._storage.interface import TERMINAL, JobRow, RetryFilter
 from jobledger.errors import JobError, JobNotFound, JobValidationError
@@ -57,7 +58,11 @@ def retry_payload(
 
 
 def retry_filter(
-    status: object, queue: str | None, type_name: str | None, limit: object
+    status: object,
+    queue: str | None,
+    type_name: str | None,
+    limit: object,
+    search: Search | None = None,
 ) -> RetryFilter:
     """`retry_many`'s filter, or JOB_INVALID_OPTION: terminal statuses only (one or a
     sequence), `limit` an integer in [1, MAX_RETRY_MANY]."""
@@ -78,4 +83,4 @@ def retry_filter(
             code="JOB_INVALID_OPTION",
             params={"limit": repr(limit)[:200]},
         )
-    return RetryFilter(tuple(dict.fromkeys(statuses)), queue, type_name)
+    return RetryFilter(tuple(dict.fromkeys(statuses)), queue, type_name, search)

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from jobledger._storage.schedule_ops import Decide
 
 from jobledger._storage.observe import (
+    AuditRecord,
     JobMetrics,
     LeaderLease,
     QueueCounts,
@@ -246,11 +247,13 @@ def retry_row(
 @dataclass(frozen=True, slots=True)
 class RetryFilter:
     """Which terminal rows `Store.retry_matching` re-runs: `status` holds terminal
-    statuses only (at least one); `None` means no filter."""
+    statuses only (at least one); `None` means no filter; `search` is a console search
+    term (`_core/search.py`), as `JobFilter.search`."""
 
     status: tuple[str, ...] = ("failed",)
     queue: str | None = None
     type: str | None = None
+    search: Search | None = None
 
     def __post_init__(self) -> None:
         if not self.status or any(s not in TERMINAL for s in self.status):
@@ -752,6 +755,22 @@ class Store(Protocol):
     def storage_facts(self) -> StorageFacts:
         """What `doctor` checks below the tables (can be slow: SQLite's integrity check)."""
         ...
+
+    # -- the audit log (the console's actions, DESIGN.md §8.9) ------------------------
+    def record_audit(
+        self, at_ms: int, actor: str, action: str, target: str, detail: str
+    ) -> AuditRecord:
+        """Append one row (`detail` a JSON object's text) in a write transaction of its
+        own; returns it with its id."""
+        ...
+
+    def audit_records(
+        self, *, limit: int, offset: int = 0, actor: str | None = None, action: str | None = None
+    ) -> builtins.list[AuditRecord]:
+        """Newest first; a database from before the audit log has none."""
+        ...
+
+    def count_audit(self, *, actor: str | None = None, action: str | None = None) -> int: ...
 
     # -- workflows, observed (read-only; the console, DESIGN.md §8.9) ---------------
     def list_workflows(

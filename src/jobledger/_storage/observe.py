@@ -24,6 +24,7 @@ from jobledger.errors import StorageError
 
 __all__ = [
     "STATUSES",
+    "AuditRecord",
     "CheckpointResult",
     "CollectedTotal",
     "DatabaseMissing",
@@ -77,6 +78,18 @@ class WorkflowRecord:
     name: str
     created_at: int
     counts: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AuditRecord:
+    """One row of `audit_log`: `detail` is its JSON text, `at` epoch ms."""
+
+    id: int
+    at: int
+    actor: str
+    action: str
+    target: str
+    detail: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -132,13 +132,23 @@ def main(ctx: click.Context, db: str | None, debug: bool) -> None:
 
 
 def _register() -> None:
-    from jobledger.cli import _jobs, _ops, _queues, _schedules, _serve, _worker, _workflows
+    from jobledger.cli import (
+        _audit,
+        _jobs,
+        _ops,
+        _queues,
+        _schedules,
+        _serve,
+        _worker,
+        _workflows,
+    )
 
     main.add_command(_worker.worker)
     main.add_command(_jobs.jobs)
     main.add_command(_schedules.schedules)
     main.add_command(_queues.queues)
     main.add_command(_workflows.workflows)
+    main.add_command(_audit.audit)
     main.add_command(_ops.doctor)
     main.add_command(_ops.gc)
     main.add_command(_serve.serve)

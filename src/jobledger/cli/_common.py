@@ -10,6 +10,8 @@ passwords and makes control characters visible (see `_text.py`).
 
 from __future__ import annotations
 
+import asyncio
+import getpass
 import importlib
 import json
 import math
@@ -93,6 +95,33 @@ def reader(settings: Settings) -> ReadModel:
             EXIT_FAILED,
         )
     return ReadModel(settings.db)
+
+
+def cli_actor() -> str:
+    """Who the audit log says acted from this shell: `cli:USER`."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry and no $USER (a bare container)
+        user = f"uid{os.getuid()}"
+    return f"cli:{user}"[:200]
+
+
+def record_audit(
+    settings: Settings,
+    action: str,
+    target: str,
+    detail: dict[str, Any] | None = None,
+    manager: JobManager | None = None,
+) -> None:
+    """Write an audit entry for an action the CLI just took (DESIGN.md §8.9): the same
+    log the console's actions go to, under `cli:USER`."""
+    own = manager is None
+    m = JobManager(settings.db) if manager is None else manager
+    try:
+        m.record_audit(cli_actor(), action, target[:500] or "-", detail)
+    finally:
+        if own:
+            asyncio.run(m.stop())
 
 
 def _no_constant(name: str) -> Any:

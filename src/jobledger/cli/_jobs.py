@@ -28,6 +28,7 @@ from jobledger.cli._common import (
     out,
     parse_json_option,
     reader,
+    record_audit,
 )
 from jobledger.cli._params import (
     INT_MAX,
@@ -255,6 +256,7 @@ def cancel(settings: Settings, job_id: str, reason: str | None) -> None:
             await manager.stop()
 
     outcome = asyncio.run(go())
+    record_audit(settings, "job.cancel", job_id, {"outcome": outcome, "reason": reason})
     click.echo(f"{job_id} {outcome}")
     if outcome == "not-cancellable":
         fail(f"job {job_id} is already {snap.status if snap.is_terminal else 'finished'}")
@@ -459,10 +461,19 @@ def retry(
     try:
         if job_id is None:
             handles = manager.retry_many(status=statuses, queue=queue, type=type_, limit=limit)
-        elif payload is None:
-            handles = [manager.retry(job_id)]
+            target = " ".join(
+                f"{k}={v}"
+                for k, v in (("status", ",".join(statuses)), ("queue", queue), ("type", type_))
+                if v
+            )
+            detail = {"retried": len(handles), "new_jobs": [h.id for h in handles[:20]]}
+            record_audit(settings, "jobs.retry_many", target, detail, manager)
         else:
-            handles = [manager.retry(job_id, payload=value)]
+            handles = [
+                manager.retry(job_id) if payload is None else manager.retry(job_id, payload=value)
+            ]
+            detail = {"new_job": handles[0].id, "payload": payload is not None}
+            record_audit(settings, "job.retry", job_id, detail, manager)
     finally:
         asyncio.run(manager.stop())
     for handle in handles:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Any
 
 import click
 from rich.table import Table
@@ -13,7 +14,7 @@ from rich.table import Table
 from jobledger._observe.read_model import STATUSES
 from jobledger._runtime.manager import JobManager
 from jobledger._types import QueueLimits
-from jobledger.cli._common import Settings, fail, out, reader
+from jobledger.cli._common import Settings, fail, out, reader, record_audit
 from jobledger.cli._jobs import status_style
 from jobledger.cli._text import cell, dumps, when
 from jobledger.errors import JobError
@@ -71,10 +72,18 @@ def queues(ctx: click.Context, as_json: bool) -> None:
     console.print(table)
 
 
-def _change(settings: Settings, act: Callable[[JobManager], QueueLimits]) -> QueueLimits:
+def _change(
+    settings: Settings,
+    act: Callable[[JobManager], QueueLimits],
+    action: str,
+    queue: str,
+    detail: dict[str, Any] | None = None,
+) -> QueueLimits:
     manager = JobManager(settings.db)
     try:
-        return act(manager)
+        limits = act(manager)
+        record_audit(settings, action, queue, detail, manager)
+        return limits
     except JobError as exc:
         fail(f"{exc.code}: {exc.message}")
     finally:
@@ -99,7 +108,7 @@ def _print(limits: QueueLimits, as_json: bool) -> None:
 @click.pass_obj
 def pause(settings: Settings, queue: str, as_json: bool) -> None:
     """Stop claims on QUEUE in every worker (enqueues still land; running jobs finish)."""
-    _print(_change(settings, lambda m: m.pause_queue(queue)), as_json)
+    _print(_change(settings, lambda m: m.pause_queue(queue), "queue.pause", queue), as_json)
 
 
 @queues.command("resume")
@@ -108,7 +117,7 @@ def pause(settings: Settings, queue: str, as_json: bool) -> None:
 @click.pass_obj
 def resume(settings: Settings, queue: str, as_json: bool) -> None:
     """Let workers claim from QUEUE again."""
-    _print(_change(settings, lambda m: m.resume_queue(queue)), as_json)
+    _print(_change(settings, lambda m: m.resume_queue(queue), "queue.resume", queue), as_json)
 
 
 @queues.command("limit")
@@ -135,6 +144,9 @@ def limit(
         _change(
             settings,
             lambda m: m.set_queue_limits(queue, concurrency=concurrency, rate_limit=rate),
+            "queue.limits",
+            queue,
+            {"concurrency": concurrency, "rate_limit": rate},
         ),
         as_json,
     )

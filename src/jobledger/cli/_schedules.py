@@ -23,8 +23,18 @@ import click
 from rich.table import Table
 
 from jobledger._scheduling.job_schedules import JobSchedules
+from jobledger._scheduling.triggers import Cron, Interval
 from jobledger._storage.open import open_store
-from jobledger.cli._common import Settings, error_line, fail, out, reader
+from jobledger.cli._common import (
+    EXIT_BAD_INPUT,
+    Settings,
+    error_line,
+    fail,
+    out,
+    reader,
+    record_audit,
+)
+from jobledger.cli._params import Seconds
 from jobledger.cli._text import cell, dumps, when
 from jobledger.clock import SystemClock
 from jobledger.errors import JobError
@@ -138,6 +148,7 @@ def run_now(settings: Settings, schedule_id: str, app: str | None) -> None:
         job_id = None if stored is None else rows.manual_from_row(stored)
     if job_id is None:
         fail(f"JOB_SCHEDULE_NOT_FOUND: no schedule with id {schedule_id!r}")
+    record_audit(settings, "schedule.run_now", schedule_id, {"job": job_id})
     click.echo(job_id)
 
 
@@ -148,6 +159,7 @@ def _flip(settings: Settings, schedule_id: str, app: str | None, enabled: bool) 
         changed = rows.update(schedule_id, {"enabled": enabled})
     if changed is None:
         fail(f"JOB_SCHEDULE_NOT_FOUND: no schedule with id {schedule_id!r}")
+    record_audit(settings, f"schedule.{'resume' if enabled else 'pause'}", schedule_id)
     click.echo(f"{schedule_id} {'resumed' if enabled else 'paused'}")
 
 
@@ -197,4 +209,41 @@ def backfill(settings: Settings, schedule_id: str, start: str, end: str) -> None
             written = rows.backfill(schedule_id, begin, until)
         except JobError as exc:
             fail(f"{exc.code}: {exc.message}")
+    detail = {"from": begin.isoformat(), "to": until.isoformat(), "written": written}
+    record_audit(settings, "schedule.backfill", schedule_id, detail)
     click.echo(f"{written} job(s) written")
+
+
+@schedules.command("edit")
+@click.argument("schedule_id")
+@click.option("--cron", default=None, metavar="EXPR", help="A cron expression (5 or 6 fields).")
+@click.option("--timezone", default=None, metavar="ZONE", help="With --cron: an IANA zone.")
+@click.option("--every", type=Seconds(0.001, 10 * 365 * 86400.0), default=None, metavar="S")
+@click.pass_obj
+def edit(
+    settings: Settings,
+    schedule_id: str,
+    cron: str | None,
+    timezone: str | None,
+    every: float | None,
+) -> None:
+    """Change a schedule's trigger: --cron EXPR [--timezone ZONE], or --every SECONDS.
+    Its next run is recomputed from now; every worker follows."""
+    if (cron is None) == (every is None):
+        fail("give one of --cron or --every", EXIT_BAD_INPUT)
+    if timezone is not None and cron is None:
+        fail("--timezone goes with --cron", EXIT_BAD_INPUT)
+    trigger: Cron | Interval = Cron(cron, timezone=timezone) if cron else Interval(every or 0)
+    before = _get(settings, schedule_id)
+    with _schedules_of(settings) as rows:
+        try:
+            changed = rows.update(schedule_id, {"trigger": trigger})
+        except JobError as exc:
+            fail(f"{exc.code}: {exc.message}")
+    if changed is None:
+        fail(f"JOB_SCHEDULE_NOT_FOUND: no schedule with id {schedule_id!r}")
+    asked = {"cron": cron, "timezone": timezone} if cron else {"every": every}
+    record_audit(
+        settings, "schedule.trigger", schedule_id, {"from": before.get("trigger"), "to": asked}
+    )
+    click.echo(f"{schedule_id} trigger changed (the leader re-arms it)")

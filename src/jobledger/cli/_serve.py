@@ -17,10 +17,10 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Literal
 
 import click
 
@@ -133,20 +133,51 @@ def _origins(ctx: click.Context, param: click.Parameter, value: tuple[str, ...])
     return value
 
 
+Role = Literal["operator", "viewer"]
+
+
+def _tokens(role: Role) -> Callable[[click.Context, click.Parameter, tuple[str, ...]], Any]:
+    def parse(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> Any:
+        _, http = _web()
+        out = []
+        for spec in value:
+            try:
+                out.append(http.parse_token(spec, role))
+            except ValueError as exc:
+                raise click.BadParameter(str(exc), ctx, param) from None
+        return tuple(out)
+
+    return parse
+
+
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True)
 @click.option(
     "--token",
+    "operators",
     envvar="JOBLEDGER_TOKEN",
-    default=None,
-    help="Required on every request (Bearer header, or ?token= once in the browser on a "
-    "GET). Needed to bind beyond loopback. Also read from $JOBLEDGER_TOKEN.",
+    multiple=True,
+    metavar="NAME:SECRET",
+    callback=_tokens("operator"),
+    help="An operator's token (may read and, with --allow-actions, act); NAME is who the "
+    "audit log says acted. Sent as Authorization: Bearer SECRET, or ?token=SECRET once "
+    "in the browser. Repeatable; also read from $JOBLEDGER_TOKEN (space-separated).",
+)
+@click.option(
+    "--viewer-token",
+    "viewers",
+    envvar="JOBLEDGER_VIEWER_TOKEN",
+    multiple=True,
+    metavar="NAME:SECRET",
+    callback=_tokens("viewer"),
+    help="A viewer's token: reads every page and API route, takes no action. Repeatable.",
 )
 @click.option(
     "--allow-actions",
     is_flag=True,
-    help="Add POST routes to cancel jobs and run schedules (needs --token).",
+    help="Add the action routes and buttons (cancel, retry, bulk retry/cancel, queue and "
+    "schedule actions), for operators only (needs --token). Each action is audited.",
 )
 @click.option(
     "--app",
@@ -169,30 +200,36 @@ def serve(
     settings: Settings,
     host: str,
     port: int,
-    token: str | None,
+    operators: tuple[Any, ...],
+    viewers: tuple[Any, ...],
     allow_actions: bool,
     app: str | None,
     origins: tuple[str, ...],
     poll: float,
 ) -> None:
-    """Serve the read-only HTTP API and the dashboard."""
-    if not is_loopback(host) and not token:
-        fail(f"binding to {host} (beyond loopback) needs --token", EXIT_BAD_INPUT)
-    if allow_actions and not token:
-        fail("--allow-actions needs --token", EXIT_BAD_INPUT)
+    """Serve the HTTP API and the dashboard (read-only unless --allow-actions)."""
+    tokens = (*operators, *viewers)
+    if not is_loopback(host) and not tokens:
+        fail(f"binding to {host} (beyond loopback) needs --token or --viewer-token", EXIT_BAD_INPUT)
+    if allow_actions and not operators:
+        fail("--allow-actions needs an operator --token", EXIT_BAD_INPUT)
     if app is not None and not allow_actions:
         fail("--app is only used with --allow-actions", EXIT_BAD_INPUT)
     if origins and not allow_actions:
         fail("--origin is only used with --allow-actions", EXIT_BAD_INPUT)
     _, http = _web()
+    try:
+        http.check_tokens(tokens)
+    except ValueError as exc:
+        fail(str(exc), EXIT_BAD_INPUT)
     rm = reader(settings)
     manager = load_manager(app, settings) if app is not None else None
     asgi = http.create_app(
         settings.db,
-        token=token,
+        tokens=tokens,
         allow_actions=allow_actions,
         poll_interval=poll,
-        allowed_hosts=None if token else list(http.LOOPBACK_HOSTS),
+        allowed_hosts=None if tokens else list(http.LOOPBACK_HOSTS),
         read_model=rm,
         action_manager=manager,
         allowed_origins=origins,

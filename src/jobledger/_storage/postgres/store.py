@@ -70,6 +70,7 @@ from psycopg.pq import TransactionStatus
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from jobledger._core import ids
+from jobledger._core.search import Search
 from jobledger._storage import layout as L
 from jobledger._storage import rate, settings
 from jobledger._storage.attempts import with_final_attempt
@@ -94,6 +95,7 @@ from jobledger._storage.interface import (
     successor_key,
 )
 from jobledger._storage.observe import (
+    AuditRecord,
     JobMetrics,
     LeaderLease,
     QueueCounts,
@@ -103,7 +105,7 @@ from jobledger._storage.observe import (
     WorkerRecord,
     WorkflowRecord,
 )
-from jobledger._storage.postgres import observe
+from jobledger._storage.postgres import audit, observe
 from jobledger._storage.postgres.migrate import migrate, schema_version
 from jobledger._storage.postgres.queries import Queries, check_schema_name, quote_ident
 from jobledger._storage.records import AttemptRow
@@ -1280,7 +1282,12 @@ class PostgresStore(ScheduleOps, WorkerOps):
         self, flt: RetryFilter, limit: int, *, enqueued_by: str, now_ms: int
     ) -> builtins.list[JobRow]:
         q = self.q
-        where, params = _where_queue_type(flt.queue, flt.type)
+        where, queue_type = _where_queue_type(flt.queue, flt.type)
+        params: tuple[Any, ...] = queue_type
+        if flt.search is not None:
+            term, term_params = _search_where(flt.search)
+            where = f"{where} AND {term}" if where else term
+            params = (*params, *term_params)
         sql = q.RETRY_MATCHING.replace("{where}", f" AND {where}" if where else "")
 
         def work(conn: Conn) -> builtins.list[JobRow]:
@@ -1511,6 +1518,26 @@ class PostgresStore(ScheduleOps, WorkerOps):
     def storage_facts(self) -> StorageFacts:
         return self.read(observe.storage_facts)
 
+    # -- the audit log ------------------------------------------------------------------
+
+    def record_audit(
+        self, at_ms: int, actor: str, action: str, target: str, detail: str
+    ) -> AuditRecord:
+        return self.write(
+            lambda c: audit.insert_audit(c, self._ident, at_ms, actor, action, target, detail),
+            "audit",
+        )
+
+    def audit_records(
+        self, *, limit: int, offset: int = 0, actor: str | None = None, action: str | None = None
+    ) -> builtins.list[AuditRecord]:
+        return self.read(
+            lambda c: audit.audit_records(c, self._ident, limit, offset, actor, action)
+        )
+
+    def count_audit(self, *, actor: str | None = None, action: str | None = None) -> int:
+        return self.read(lambda c: audit.count_audit(c, self._ident, actor, action))
+
     # -- workflows, observed (the console's reads, DESIGN.md §8.9) ---------------------
     # Kept apart from the workflow writes above: these only read, in one statement each.
 
@@ -1707,18 +1734,21 @@ def _where(flt: JobFilter) -> tuple[str, tuple[Any, ...]]:
         if value is not None:
             parts.append(f"{column} = %s")
             params.append(value)
-    term = flt.search
-    if term is not None:
-        if term.kind == "id":
-            parts.append("id LIKE %s")  # backslash is PostgreSQL's default escape
-            params.append(term.like_prefix())
-        elif term.kind == "error":
-            parts.append("error IS NOT NULL AND error::jsonb ->> 'code' = %s")
-            params.append(term.value)
-        else:  # as SQLite's `queries.search_sql`: the JSON value as text
-            parts.append(f"{term.kind}::jsonb #>> %s = %s")
-            params += [list(term.path), term.value]
+    if flt.search is not None:
+        term, term_params = _search_where(flt.search)
+        parts.append(term)
+        params += term_params
     return (" WHERE " + " AND ".join(parts) if parts else ""), tuple(params)
+
+
+def _search_where(term: Search) -> tuple[str, list[Any]]:
+    """The condition of a console search, as SQLite's `queries.search_sql`."""
+    if term.kind == "id":
+        return "id LIKE %s", [term.like_prefix()]  # backslash is PostgreSQL's default escape
+    if term.kind == "error":
+        return "(error IS NOT NULL AND error::jsonb ->> 'code' = %s)", [term.value]
+    # The JSON value as text, as SQLite's `queries.search_sql`.
+    return f"{term.kind}::jsonb #>> %s = %s", [list(term.path), term.value]
 
 
 def _executor(conn: Conn) -> rate.Execute:

@@ -352,8 +352,11 @@ COPY_DEPS = (
 )
 
 
-def retry_matching_sql(statuses: tuple[str, ...], queue: bool, type_name: bool) -> str:
-    """Terminal rows of `statuses` (with `queue = ?`, `type = ?` when asked) that no row
+def retry_matching_sql(
+    statuses: tuple[str, ...], queue: bool, type_name: bool, search: str | None = None
+) -> str:
+    """Terminal rows of `statuses` (with `queue = ?`, `type = ?` and the condition
+    `search` (`search_sql`'s, its parameters after those) when asked) that no row
     re-runs yet (jobs_retry_of_idx), oldest first, `LIMIT ?`. The statuses are literals,
     so a single `failed` or `cancelled` reads its partial index, in rowid order."""
     if not statuses or any(s not in ("completed", "failed", "cancelled") for s in statuses):
@@ -364,6 +367,8 @@ def retry_matching_sql(statuses: tuple[str, ...], queue: bool, type_name: bool) 
         parts.append("queue = ?")
     if type_name:
         parts.append("type = ?")
+    if search is not None:
+        parts.append(f"({search})")
     parts.append("NOT EXISTS (SELECT 1 FROM jobs r WHERE r.retry_of = jobs.id)")
     return f"SELECT {JOB_COLUMNS} FROM jobs WHERE {' AND '.join(parts)} ORDER BY rowid LIMIT ?"
 

@@ -2,7 +2,11 @@
 -- After adding a migration, regenerate it from the repository root with
 --   python -m jobledger._storage.sqlite.migrate \
 --       > src/jobledger/_storage/sqlite/schema.sql
--- user_version = 14
+-- user_version = 15
+
+CREATE INDEX audit_log_action_idx ON audit_log (action, id);
+
+CREATE INDEX audit_log_actor_idx ON audit_log (actor, id);
 
 CREATE INDEX job_deps_job_idx ON job_deps (job_key);
 
@@ -42,6 +46,15 @@ CREATE INDEX jobs_schedule_idx ON jobs (schedule_id, finished_at) WHERE schedule
 CREATE INDEX jobs_workflow_idx ON jobs (workflow_id) WHERE workflow_id IS NOT NULL;
 
 CREATE INDEX rate_log_unfolded_idx ON rate_log (bucket, at) WHERE keys IS NOT NULL;
+
+CREATE TABLE audit_log (
+    id INTEGER PRIMARY KEY,
+    at INTEGER NOT NULL,
+    actor TEXT NOT NULL,
+    action TEXT NOT NULL,
+    target TEXT NOT NULL,
+    detail TEXT NOT NULL DEFAULT '{}'
+);
 
 CREATE TABLE job_attempts (
     job_key     INTEGER NOT NULL,

@@ -60,6 +60,7 @@ from jobledger._storage.interface import (
     successor_key,
 )
 from jobledger._storage.observe import (
+    AuditRecord,
     JobMetrics,
     LeaderLease,
     QueueCounts,
@@ -71,7 +72,7 @@ from jobledger._storage.observe import (
 )
 from jobledger._storage.records import AttemptRow
 from jobledger._storage.schedule_ops import ScheduleOps
-from jobledger._storage.sqlite import observe
+from jobledger._storage.sqlite import audit, observe
 from jobledger._storage.sqlite import queries as q
 from jobledger._storage.sqlite.connections import (
     Synchronous,
@@ -854,8 +855,9 @@ class SqliteStore(ScheduleOps, WorkerOps):
     def retry_matching(
         self, flt: RetryFilter, limit: int, *, enqueued_by: str, now_ms: int
     ) -> builtins.list[JobRow]:
-        sql = q.retry_matching_sql(flt.status, flt.queue is not None, flt.type is not None)
-        params = tuple(v for v in (flt.queue, flt.type) if v is not None)
+        term, term_params = (None, []) if flt.search is None else q.search_sql(flt.search)
+        sql = q.retry_matching_sql(flt.status, flt.queue is not None, flt.type is not None, term)
+        params = (*(v for v in (flt.queue, flt.type) if v is not None), *term_params)
 
         def work(conn: sqlite3.Connection) -> builtins.list[JobRow]:
             old = conn.execute(sql, (*params, limit)).fetchall()
@@ -1104,6 +1106,23 @@ class SqliteStore(ScheduleOps, WorkerOps):
 
     def storage_facts(self) -> StorageFacts:
         return self.read(lambda c: observe.storage_facts(c, self.path))
+
+    # -- the audit log ------------------------------------------------------------------
+
+    def record_audit(
+        self, at_ms: int, actor: str, action: str, target: str, detail: str
+    ) -> AuditRecord:
+        return self.write(
+            lambda c: audit.insert_audit(c, at_ms, actor, action, target, detail), "audit"
+        )
+
+    def audit_records(
+        self, *, limit: int, offset: int = 0, actor: str | None = None, action: str | None = None
+    ) -> builtins.list[AuditRecord]:
+        return self.read(lambda c: audit.audit_records(c, limit, offset, actor, action))
+
+    def count_audit(self, *, actor: str | None = None, action: str | None = None) -> int:
+        return self.read(lambda c: audit.count_audit(c, actor, action))
 
     # -- workflows, observed (the console's reads, DESIGN.md §8.9) ---------------------
     # Kept apart from the workflow writes above: these only read, in one statement each.
