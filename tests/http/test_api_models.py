@@ -27,6 +27,7 @@ from starlette.routing import Route
 
 import jobledger as jl
 from jobledger._observe import api_models as m
+from jobledger._observe.auth import ApiToken
 from jobledger._observe.http import DEFAULT_LIMIT, MAX_LIMIT, create_app
 from jobledger._observe.openapi import OPERATIONS, openapi_schema
 from tests.http.conftest import WAIT, BackgroundWorker, Item, running_server
@@ -34,6 +35,7 @@ from tests.http.models_check import BY_ID, check_answer, model_for, sse_events
 from tests.http.workflows import build
 
 TOKEN = "t0ken-models"
+VIEWER = "v1ewer-models"
 AUTH = {"authorization": f"Bearer {TOKEN}"}
 WORK = jl.JobType("models.work", Item)
 FAIL = jl.JobType("models.fail", Item)
@@ -220,7 +222,14 @@ def test_real_answers_of_every_route_match_the_models(db: str) -> None:
     async def work(ctx: jl.JobContext[Item]) -> None:
         return None
 
-    app = create_app(db, token=TOKEN, allow_actions=True, action_manager=acts, poll_interval=0.02)
+    app = create_app(
+        db,
+        token=TOKEN,
+        tokens=[ApiToken("viewer", VIEWER, "viewer")],
+        allow_actions=True,
+        action_manager=acts,
+        poll_interval=0.02,
+    )
     try:
         with (
             _world(db, jobs, gate) as world,
@@ -323,6 +332,9 @@ def _actions(client: httpx.Client, check: Checker, world: World) -> None:
         "cancelJob", client.post(cancel.format(ids["pending"]), headers={"origin": "http://x"}), 403
     )
     check("cancelJob", _without_token(client, "POST", cancel.format("x")), 401)
+    viewer = {"authorization": f"Bearer {VIEWER}"}
+    refused = check("cancelJob", client.post(cancel.format(ids["pending"]), headers=viewer), 403)
+    assert refused["error"]["code"] == "FORBIDDEN_ROLE"
     retry = "/api/jobs/{}/retry"
     check("retryJob", client.post(retry.format(ids["failed"])), 201)
     again = check(
