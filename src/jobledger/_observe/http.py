@@ -149,6 +149,13 @@ def _name_param(params: QueryParams, name: str) -> str | None:
     return raw
 
 
+def _no_nul(name: str, value: str | None) -> str | None:
+    # PostgreSQL cannot bind a NUL in text (a 503 otherwise); no stored name holds one.
+    if value is not None and "\x00" in value:
+        raise InvalidQuery(f"{name} holds a NUL character")
+    return value
+
+
 def parse_job_query(params: QueryParams) -> tuple[JobQuery, int, int]:
     """The filters, limit and offset of `GET /api/jobs` (and the dashboard's list)."""
     try:
@@ -158,7 +165,7 @@ def parse_job_query(params: QueryParams) -> tuple[JobQuery, int, int]:
 
     def text(name: str) -> str | None:
         value = params.get(name)
-        return value if value else None
+        return _no_nul(name, value) if value else None
 
     query = JobQuery(
         status=statuses,
@@ -186,7 +193,7 @@ def _search_param(q: str | None) -> Search | None:
 
 def parse_workflow_query(params: QueryParams) -> tuple[str | None, int, int]:
     """The name filter, limit and offset of `GET /api/workflows` (and its page)."""
-    name = params.get("name") or None
+    name = _no_nul("name", params.get("name")) or None
     limit = _int_param(params, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
     offset = _int_param(params, "offset", 0, 0, 10**18 - 1)
     return name, limit, offset
@@ -338,6 +345,15 @@ class _Guard:
                 )
                 return
         scope[SCOPE_KEY] = principal
+        if "\x00" in path:
+            # No id or name holds a NUL, and PostgreSQL cannot even bind one to compare.
+            await self._send_with_headers(
+                _error(404, "NOT_FOUND", "no route, id or name holds a NUL (%00)"),
+                scope,
+                receive,
+                send,
+            )
+            return
         cookie = token.secret if token is not None and via == "query" else None
 
         async def send_wrapped(message: Message) -> None:
@@ -705,8 +721,8 @@ def _text_fields(body: dict[str, Any], names: Sequence[str]) -> dict[str, str] |
         value = body.get(name)
         if value is None:
             continue
-        if not isinstance(value, str) or not value:
-            return _error(400, "INVALID_BODY", f"{name!r} is a non-empty string")
+        if not isinstance(value, str) or not value or "\x00" in value:
+            return _error(400, "INVALID_BODY", f"{name!r} is a non-empty string without NUL")
         out[name] = value
     return out
 
