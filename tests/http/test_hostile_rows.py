@@ -130,6 +130,7 @@ def test_hostile_rows_through_every_route(hostile: tuple[Hostile, httpx.Client])
 
 @pytest.mark.xfail(
     strict=True,
+    raises=AssertionError,
     reason="a payload search reads every row's JSON in SQL (SQLite json_extract, "
     "PostgreSQL ::jsonb): one row that does not parse fails the search with 503",
 )
@@ -142,6 +143,7 @@ def test_a_payload_search_over_rows_that_do_not_parse(
 
 @pytest.mark.xfail(
     strict=True,
+    raises=AssertionError,
     reason="the action takes effect, then its audit entry is refused (a target with a "
     "control character is JOB_INVALID_OPTION): 400 and no audit entry",
 )
@@ -150,3 +152,31 @@ def test_an_action_on_a_job_whose_id_holds_a_control_character(
 ) -> None:
     _, client = hostile
     _check("cancelJob", client.post(f"/api/jobs/{quote(CTRL_ID, safe='')}/cancel"))
+
+
+def test_a_nul_in_a_request_is_a_documented_refusal(
+    hostile: tuple[Hostile, httpx.Client],
+) -> None:
+    # PostgreSQL cannot bind a NUL in text: without the refusals these were 503s there.
+    _, client = hostile
+    span = {"from": "2020-01-01T00:00:00Z", "to": "2020-01-02T00:00:00Z"}
+    for op, method, url, body, status in (
+        ("listJobs", "GET", "/api/jobs?queue=a%00", None, 400),
+        ("listJobs", "GET", "/api/jobs?type=a%00&status=failed", None, 400),
+        ("listWorkflows", "GET", "/api/workflows?name=a%00", None, 400),
+        ("getJob", "GET", "/api/jobs/a%00b", None, 404),
+        ("getJobAttempts", "GET", "/api/jobs/a%00b/attempts", None, 404),
+        ("explainJob", "GET", "/api/jobs/a%00b/explain", None, 404),
+        ("jobEvents", "GET", "/api/jobs/a%00b/events", None, 404),
+        ("getWorkflow", "GET", "/api/workflows/a%00b", None, 404),
+        ("cancelJob", "POST", "/api/jobs/a%00b/cancel", None, 404),
+        ("retryJob", "POST", "/api/jobs/a%00b/retry", None, 404),
+        ("backfillSchedule", "POST", "/api/schedules/a%00b/backfill", span, 404),
+        ("pauseQueue", "POST", "/api/queues/a%00b/pause", None, 404),
+        ("cancelJobs", "POST", "/api/jobs/cancel", {"queue": "a\x00"}, 400),
+        ("retryJobs", "POST", "/api/jobs/retry", {"type": "a\x00"}, 400),
+    ):
+        answer = _check(op, client.request(method, url, json=body))
+        assert answer.status_code == status, (url, answer.text[:200])
+    for page in ("/jobs/a%00b", "/?queue=a%00", "/workflows?name=a%00"):
+        assert client.get(page).status_code in (400, 404), page

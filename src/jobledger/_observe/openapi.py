@@ -47,11 +47,11 @@ class Operation:
 
     `response` is the model of the success answer (`status`), or None for an answer
     that is not JSON (`media_type`: the event stream, the metrics text); `stream` is the
-    model of each event of an event stream (OpenAPI before 3.2 has the media type's
-    `schema` describe one event). `errors` maps a
-    status to the codes it carries, or to (description, model) when that answer is not
-    the error envelope. `route` is the Starlette path when it is not `path` with `:str`
-    converters (one route may serve several documented paths)."""
+    model of each event of an event stream (before OpenAPI 3.2, a stream's `schema`
+    describes one event). `errors` maps a status to the codes it carries, or to
+    (description, model) when that answer is not the error envelope. `route` is the
+    Starlette path when it is not `path` with `:str` converters (one route may serve
+    several documented paths)."""
 
     method: Method
     path: str
@@ -69,7 +69,6 @@ class Operation:
     needs_token: bool = True
     route: str | None = None
     path_descriptions: Mapping[str, str] = field(default_factory=dict)
-    extra_models: tuple[type[BaseModel], ...] = ()
     stream: type[BaseModel] | None = None
 
     @property
@@ -79,7 +78,7 @@ class Operation:
     def models(self) -> list[type[BaseModel]]:
         """The models the document's components must hold for this operation."""
         # The query model is not one: its fields are inlined as parameters.
-        found = [self.response, self.body, self.stream, *self.extra_models]
+        found = [self.response, self.body, self.stream]
         found += [e[1] for e in self.errors.values() if isinstance(e, tuple)]
         return [model for model in found if model is not None]
 
