@@ -19,7 +19,16 @@ from jobledger._observe import http
 from jobledger._observe.api_models import JobEvent
 from jobledger._observe.http import LOOPBACK_HOSTS, create_app
 from jobledger.testing import FakeClock
-from tests.http.conftest import WAIT, WORK, BackgroundWorker, Item, Populated, running_server
+from tests.conftest import run, wait_until
+from tests.http.conftest import (
+    WAIT,
+    WORK,
+    BackgroundWorker,
+    Item,
+    Populated,
+    running_server,
+    running_uvicorn,
+)
 
 
 def _events(response: httpx.Response) -> Any:
@@ -134,6 +143,27 @@ def test_events_carry_increasing_ids_and_a_ping_while_nothing_changes(
     assert lines[2:5] == ["id: 1", "event: snapshot", lines[4]]
     assert json.loads(lines[4].removeprefix("data: "))["status"] == "pending"
     assert lines[-1] == ": ping"
+
+
+def test_the_stream_of_a_client_that_went_away_ends(populated: Populated) -> None:
+    # A pending job nobody runs: its stream would go on for ever. The client reads the
+    # first snapshot and leaves; the server must notice and end the stream, which is
+    # the moment uvicorn's task for the request finishes.
+    app = create_app(populated.path, poll_interval=0.02)
+    try:
+        with running_uvicorn(app) as (url, server):
+            tasks = server.server_state.tasks
+            with (
+                httpx.Client(timeout=WAIT) as client,
+                client.stream("GET", f"{url}/api/jobs/{populated.ids['pending']}/events") as r,
+            ):
+                for line in r.iter_lines():
+                    if line.startswith("data: "):
+                        assert len(tasks) == 1  # the stream is being answered
+                        break  # closing the line iterator closes the connection
+            run(wait_until(lambda: not tasks, timeout=WAIT, what="the stream to end"))
+    finally:
+        app.state.read_model.close()
 
 
 def _families(text: str) -> dict[str, Any]:
