@@ -90,3 +90,15 @@ def test_it_equals_the_dataclass_made_snapshot_and_behaves_as_one() -> None:
         assert pickle.loads(pickle.dumps(snap)) == snap
         assert dataclasses.replace(snap, priority=9).priority == 9
         assert repr(snap) == repr(_expected(row))
+
+
+def test_json_columns_that_do_not_parse_read_as_well_as_they_can() -> None:
+    # A row another program wrote: not JSON, or nested past json.loads' recursion.
+    deep = "[" * 5000 + "]" * 5000
+    snap = snapshot_from_row(
+        _row(C_PAYLOAD="{not json", C_OUTPUT=deep, C_METADATA="[1, 2]", C_ERROR=deep)
+    )
+    assert (snap.payload, snap.output, snap.metadata) == ("{not json", deep, {})
+    assert snap.error is not None
+    assert snap.error.code == "JOB_CORRUPT_ERROR_ROW"
+    assert snapshot_from_row(_row(C_METADATA=deep)).metadata == {}
