@@ -145,7 +145,7 @@ async def _worker(cfg: dict[str, Any]) -> int:
                 raise RuntimeError("chaos: a flaky job's first attempt")
             if ledger is not None:
                 try:
-                    with ctx.transaction() as tx:
+                    async with ctx.transaction() as tx:  # SQLite: the group commit
                         tx.execute(ledger, (ctx.job_id, ctx.payload.n, pid))
                         tx.set_output(ctx.payload.n)
                         # Before the commit: the commit frees the job's slot, and the

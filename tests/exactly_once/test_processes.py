@@ -10,6 +10,8 @@ import os
 import signal
 from pathlib import Path
 
+import pytest
+
 import jobledger as jl
 from tests.conftest import db_rows
 from tests.recovery import arun, read_markers, spawn, status_counts, wait_for
@@ -22,18 +24,21 @@ def _marked(path: Path, job_id: str, what: str) -> bool:
     return any(m[1] == job_id and m[3] == what for m in read_markers(path))
 
 
-def test_a_stopped_worker_resumed_after_its_rescue_writes_nothing(db: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["ledger", "ledger_async"])  # `with`, `async with`
+def test_a_stopped_worker_resumed_after_its_rescue_writes_nothing(
+    db: str, tmp_path: Path, mode: str
+) -> None:
     producer = jl.JobManager(db)
     with producer.write_tx() as tx:
         tx.execute("CREATE TABLE ledger (order_id INTEGER, worker_id TEXT)")
-    a = spawn(db, "ledger", tmp_path, "a", *FAST)
+    a = spawn(db, mode, tmp_path, "a", *FAST)
     b = None
     try:
         a_id = a.wait_started()
         job = producer.enqueue(LEDGER, 42).id
         wait_for(lambda: _marked(a.markers, job, f"enter:{a_id}"), what="A in the handler")
         os.kill(a.pid, signal.SIGSTOP)
-        b = spawn(db, "ledger", tmp_path, "b", *FAST)
+        b = spawn(db, mode, tmp_path, "b", *FAST)
         b_id = b.wait_started()
         # A is silent past worker_timeout: B rescues the job (retry) and runs it.
         wait_for(lambda: _marked(b.markers, job, f"enter:{b_id}"), what="B to rescue the job")

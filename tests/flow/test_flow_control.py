@@ -214,7 +214,7 @@ KEYED = jl.JobType("flow.keyed", Tenant)
 
 
 def test_a_keyed_rate_limit_gives_each_key_its_own_window(db: str) -> None:
-    async def main() -> dict[str, list[float]]:
+    async def main() -> tuple[dict[str, list[float]], dict[str, list[float]]]:
         starts: dict[str, list[float]] = {}
         claimed: dict[str, list[float]] = {}
         jobs = jl.JobManager(db, startup_delay=0, poll_interval=0.02)
@@ -238,19 +238,19 @@ def test_a_keyed_rate_limit_gives_each_key_its_own_window(db: str) -> None:
                 assert snap.started_at is not None
                 tenant = snap.payload["tenant"]
                 claimed.setdefault(tenant, []).append(snap.started_at.timestamp())
-        # Exact on the rows' start times (the claim's clock), and within the start lag
-        # (well under 50 ms here) on the handlers' own.
+        # Exact on the rows' start times (the claim's clock). The handlers' own times
+        # only trail them, by a start lag a loaded machine stretches: no window on those.
         for tenant, times in claimed.items():
             assert _max_in_window(times, 0.3) <= 2, (tenant, times)
-        return starts
+        return claimed, starts
 
-    starts = run(main())
+    claimed, starts = run(main())
     assert sorted(starts) == ["a", "b", "c"]
     for tenant, times in starts.items():
         assert len(times) == 6, tenant
-        assert _max_in_window(times, 0.25) <= 2, tenant
+        assert min(times) >= min(claimed[tenant]) - 0.001, tenant
     # The keys are independent: the first window saw every tenant's first two.
-    everything = sorted(t for times in starts.values() for t in times)
+    everything = sorted(t for times in claimed.values() for t in times)
     assert _max_in_window(everything, 0.29) >= 4
 
 

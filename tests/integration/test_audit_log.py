@@ -16,7 +16,6 @@ import jobledger as jl
 from jobledger._fake_clock import FakeClock
 from jobledger._observe.read_model import ReadModel
 
-
 IDLE = jl.JobType("audit.idle", dict)
 
 

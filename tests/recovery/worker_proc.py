@@ -43,6 +43,8 @@ Modes:
             `ledger` (which the test made) and sets the worker id as the output; records
             "committed", or "lost" when the transaction raises `JobClaimLost` (then
             re-raised) — the exactly-once test, `tests/exactly_once/test_processes.py`.
+    ledger_async  the same through `async with ctx.transaction()` (SQLite's group
+            commit).
     idle    no jobs; only a started manager (for the leadership tests).
 """
 
@@ -268,7 +270,9 @@ def register_workflow(
     return sampler
 
 
-def register_ledger(jobs: jl.JobManager, markers: Markers, go: str, db: str) -> None:
+def register_ledger(
+    jobs: jl.JobManager, markers: Markers, go: str, db: str, *, group: bool = False
+) -> None:
     mark = "%s" if db.startswith("postgresql") else "?"
     insert = f"INSERT INTO ledger (order_id, worker_id) VALUES ({mark}, {mark})"
 
@@ -278,9 +282,14 @@ def register_ledger(jobs: jl.JobManager, markers: Markers, go: str, db: str) -> 
         while not os.path.exists(go):  # noqa: ASYNC240 (a stat of a local file)
             await asyncio.sleep(0.01)
         try:
-            with ctx.transaction() as tx:
-                tx.execute(insert, (ctx.payload, jobs.worker_id))
-                tx.set_output(jobs.worker_id)
+            if group:
+                async with ctx.transaction() as tx:
+                    tx.execute(insert, (ctx.payload, jobs.worker_id))
+                    tx.set_output(jobs.worker_id)
+            else:
+                with ctx.transaction() as tx:
+                    tx.execute(insert, (ctx.payload, jobs.worker_id))
+                    tx.set_output(jobs.worker_id)
         except jl.JobClaimLost:
             markers.mark(LEDGER.name, ctx.job_id, ctx.attempt, "lost")
             raise
@@ -325,8 +334,9 @@ async def main(args: argparse.Namespace) -> int:
         sampler = register_workflow(
             jobs, markers, args.concurrency, args.hold, f"{args.markers}.go", args.db
         )
-    elif args.mode == "ledger":
-        register_ledger(jobs, markers, f"{args.markers}.go", args.db)
+    elif args.mode in ("ledger", "ledger_async"):
+        group = args.mode == "ledger_async"
+        register_ledger(jobs, markers, f"{args.markers}.go", args.db, group=group)
     elif args.mode != "idle":
         raise SystemExit(f"unknown mode {args.mode!r}")
 
@@ -350,7 +360,18 @@ async def main(args: argparse.Namespace) -> int:
 def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="worker_proc")
     p.add_argument("db")
-    modes = ("block", "work", "lock", "spread", "cpu", "rated", "workflow", "ledger", "idle")
+    modes = (
+        "block",
+        "work",
+        "lock",
+        "spread",
+        "cpu",
+        "rated",
+        "workflow",
+        "ledger",
+        "ledger_async",
+        "idle",
+    )
     p.add_argument("mode", choices=modes)
     p.add_argument("--markers", required=True)
     p.add_argument("--status", default=None)

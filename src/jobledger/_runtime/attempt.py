@@ -29,7 +29,7 @@ from jobledger._core.registry import HandlerSpec, encode_metadata
 from jobledger._runtime.context import CancelToken
 from jobledger._runtime.joblog import JobLogger, LogBuffer
 from jobledger._runtime.timers import call_later
-from jobledger._runtime.transactions import JobTransaction
+from jobledger._runtime.transactions import GroupCommitter, JobTransaction, spoiled_error
 from jobledger._storage.interface import ClaimedJob, JobRow, Outcome
 from jobledger._types import LogLine
 from jobledger.errors import JobClaimLost, JobError, JobValidationError
@@ -100,6 +100,7 @@ class Attempt:
         "submitted",
         "task",
         "token",
+        "tx_backstop",
         "tx_opened",
         "type",
         "workflow_id",
@@ -148,6 +149,7 @@ class Attempt:
         # `ctx.transaction()`: whether one was opened, and once it committed, the outcome
         # it wrote with the row it answered (the engine writes nothing more).
         self.tx_opened = False
+        self.tx_backstop: threading.Timer | None = None
         self.job: ClaimedJob | None = None  # the claim, set by the engine before the handler
         self.committed: tuple[Outcome, JobRow] | None = None
 
@@ -204,9 +206,7 @@ class Attempt:
                 out[name] = value
         return out
 
-    @contextmanager
-    def transaction(self) -> Iterator[JobTransaction]:
-        """`ctx.transaction()` (`_runtime/transactions.py` states what it guarantees)."""
+    def _open_tx_check(self) -> None:
         if self.tx_opened:
             raise JobValidationError(
                 "ctx.transaction() was used once in this attempt already",
@@ -216,6 +216,12 @@ class Attempt:
         self.tx_opened = True
         if self.token.is_set():
             raise self._claim_lost()
+
+    @contextmanager
+    def transaction(self) -> Iterator[JobTransaction]:
+        """`with ctx.transaction()` (`_runtime/transactions.py` states what it
+        guarantees): its own write transaction, committed when the block is left."""
+        self._open_tx_check()
         engine = self._engine
         store = engine.store
         backstop = self._timeout_backstop()
@@ -234,11 +240,73 @@ class Attempt:
             if row is None:
                 raise self._claim_lost()
         self.committed = (outcome, row)
+        self._after_commit(tx)
+
+    def _after_commit(self, tx: JobTransaction) -> None:
         for fn in tx._after_commit:
             try:
                 fn()
             except Exception:
                 log.exception("an after-commit callback of job %s failed", self.job_id)
+
+    def group_committer(self) -> GroupCommitter | None:
+        """The loop's group commit for `async with ctx.transaction()`, or None where
+        blocks commit on their own (PostgreSQL; a handler off the engine's loop)."""
+        return self._engine.group_committer()
+
+    async def enter_group_tx(self, committer: GroupCommitter) -> JobTransaction:
+        """`async with ctx.transaction()` on SQLite: a savepoint of the group transaction
+        the blocks of this loop share (`GroupCommitter`)."""
+        self._open_tx_check()
+        await committer.acquire()
+        if self.token.is_set():
+            committer.end(keep=False)
+            raise self._claim_lost()
+        conn = committer.begin()
+        tx = JobTransaction(conn, self._engine.store)
+        committer.current = tx
+        self.tx_backstop = self._timeout_backstop()
+        return tx
+
+    async def exit_group_tx(
+        self, committer: GroupCommitter, tx: JobTransaction, failed: bool
+    ) -> None:
+        """Close the block: keep it (fenced finalize in its savepoint) and await the
+        group's commit, or roll it back (`failed`: the block raised, and that exception
+        goes on)."""
+        tx._open = False
+        backstop, self.tx_backstop = self.tx_backstop, None
+        if backstop is not None:
+            backstop.cancel()
+        if failed:
+            committer.end(keep=False)
+            return
+        if tx.spoiled:
+            committer.end(keep=False)
+            raise spoiled_error()
+        if self.token.is_set():
+            committer.end(keep=False)
+            raise self._claim_lost()
+        engine = self._engine
+        try:
+            outcome = engine.completion_in_tx(self, tx.output)
+            row = engine.store.finalize_in(tx.conn, outcome, engine.now_ms())
+        except BaseException:
+            committer.end(keep=False)
+            raise
+        if row is None:
+            committer.end(keep=False)
+            raise self._claim_lost()
+        # Set before the commit it awaits: the commit runs at the end of this turn of the
+        # loop, before the engine can see this handler end (a cancel included), and a
+        # failed one clears it (`GroupCommitter._flushed`).
+        self.committed = (outcome, row)
+        future = committer.end(keep=True, attempt=self)
+        if future is None:  # spoiled while finalizing: nothing of it is kept
+            self.committed = None
+            raise spoiled_error()
+        await future
+        self._after_commit(tx)
 
     def _timeout_backstop(self) -> threading.Timer | None:
         """A timer that fires the token at the job's timeout from a thread of its own.

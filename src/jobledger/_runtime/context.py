@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from contextlib import AbstractContextManager
 
     from jobledger._runtime.attempt import Attempt
-    from jobledger._runtime.transactions import JobTransaction
+    from jobledger._runtime.transactions import GroupCommitter, JobTransaction
 
 __all__ = ["CancelReason", "CancelToken", "JobContext"]
 
@@ -187,15 +187,17 @@ class JobContext(Generic[P]):
                 params={"reason": self.cancelled.reason},
             )
 
-    def transaction(self) -> AbstractContextManager[JobTransaction]:
+    def transaction(self) -> TransactionBlock:
         """A write transaction on the job database whose commit also completes this job,
-        fenced on this attempt (DESIGN.md §8.13): `with ctx.transaction() as tx:` run
-        your statements (`tx.execute`, the backend's placeholders), `jobs.enqueue_tx(tx,
-        ...)` follow-ups and `tx.set_output(value)`; leaving the block commits them with
-        the job's `completed` row, or raises `JobClaimLost` (nothing committed) when the
-        attempt no longer owns the job. Once per attempt; keep it short (on SQLite it
-        holds the write lock) and do not `await` inside it."""
-        return self._attempt.transaction()
+        fenced on this attempt (DESIGN.md §8.13): `async with ctx.transaction() as tx:`
+        (or `with` in a plain `def` handler) run your statements (`tx.execute`, the
+        backend's placeholders), `jobs.enqueue_tx(tx, ...)` follow-ups and
+        `tx.set_output(value)`; leaving the block commits them with the job's `completed`
+        row, or raises `JobClaimLost` (nothing committed) when the attempt no longer owns
+        the job. Once per attempt; keep it short and do not `await` inside it. On SQLite
+        `async with` shares its commit with the blocks of other jobs ending at the same
+        moment (`_runtime/transactions.py`)."""
+        return TransactionBlock(self._attempt)
 
     def report_progress(self, progress: float, detail: str | None = None) -> Awaitable[None]:
         """Record progress (0-100). Persisted throttled; the last value always lands."""
@@ -214,6 +216,52 @@ class JobContext(Generic[P]):
 
     def __repr__(self) -> str:
         return f"JobContext(job_id={self.job_id!r}, attempt={self.attempt})"
+
+
+class TransactionBlock:
+    """What `ctx.transaction()` returns: `with` commits the block on its own, `async
+    with` through the loop's group commit (SQLite) or on its own (PostgreSQL)."""
+
+    __slots__ = ("_attempt", "_committer", "_sync", "_tx")
+
+    def __init__(self, attempt_state: Attempt) -> None:
+        self._attempt = attempt_state
+        self._sync: AbstractContextManager[JobTransaction] | None = None
+        self._committer: GroupCommitter | None = None
+        self._tx: JobTransaction | None = None
+
+    def __enter__(self) -> JobTransaction:
+        self._sync = self._attempt.transaction()
+        return self._sync.__enter__()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        assert self._sync is not None
+        return self._sync.__exit__(exc_type, exc, tb)
+
+    async def __aenter__(self) -> JobTransaction:
+        committer = self._attempt.group_committer()
+        if committer is None:
+            return self.__enter__()
+        self._committer = committer
+        self._tx = await self._attempt.enter_group_tx(committer)
+        return self._tx
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        if self._committer is None:
+            return self.__exit__(exc_type, exc, tb)
+        assert self._tx is not None
+        await self._attempt.exit_group_tx(self._committer, self._tx, failed=exc is not None)
+        return None
 
 
 class DurableLockHandle:

@@ -87,6 +87,7 @@ from jobledger._runtime.context import JobContext
 from jobledger._runtime.events import EventBus, JobEvent
 from jobledger._runtime.joblog import log_ends, log_raised, log_start, worker_log
 from jobledger._runtime.timers import call_later
+from jobledger._runtime.transactions import GroupCommitter
 from jobledger._storage import layout as L
 from jobledger._storage.interface import (
     APPLIED,
@@ -198,6 +199,7 @@ class Engine:
         self.clock = clock
         self.worker_id = worker_id
         self.handlers = handlers
+        self._group_committer: GroupCommitter | None = None
         self.events = events
         self.global_max = global_max_concurrency
         self.process_max: int | None = None
@@ -593,6 +595,25 @@ class Engine:
             error = outcome[0].error
             traced.end(outcome[0].kind, None if error is None else json.loads(error), raised)
         self._submit(outcome)
+
+    def group_committer(self) -> GroupCommitter | None:
+        """`async with ctx.transaction()`'s group commit on this loop (a store that
+        offers one: SQLite), made on first use; None when called off the loop."""
+        loop = self.loop
+        if loop is None:
+            return None
+        try:
+            if asyncio.get_running_loop() is not loop:
+                return None
+        except RuntimeError:
+            return None
+        committer = self._group_committer
+        if committer is None:
+            make = getattr(self.store, "group_tx", None)
+            if make is None:
+                return None
+            committer = self._group_committer = GroupCommitter(make(), loop)
+        return committer
 
     def completion_in_tx(self, attempt: Attempt, value: Any) -> Outcome:
         """The `completed` outcome `ctx.transaction()` commits (the output validated as a

@@ -14,16 +14,29 @@ Invariants of `ctx.transaction()` (`Attempt.transaction` runs it):
 * One transaction per attempt: a second is `JOB_INVALID_OPTION`, before anything opens.
 * After the commit the attempt is done: the engine settles it from the committed row
   without writing again (`Engine._flush`); what the handler returns is ignored.
+
+`async with ctx.transaction()` keeps every promise above and, on SQLite, shares its
+commit with the other blocks that end in the same turn of the event loop
+(`_storage/sqlite/group.py`, driven by `GroupCommitter`): each block is a savepoint of
+one writer transaction, and its `async with` returns only after that transaction
+committed, so code after the block still runs after its effects are durable. A commit
+that fails fails every block of it (nothing of theirs landed; their handlers take the
+failure path). Blocks of one loop run one at a time (an `asyncio.Lock`); awaiting inside
+one holds the others back, and if the engine writes meanwhile the block is rolled back
+and fails with JOB_TRANSACTION_SPOILED (nothing of it is committed). On PostgreSQL,
+whose transactions do not share one writer, a block commits on its own, as `with` does.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from jobledger._storage.interface import Store
+from jobledger._storage.interface import GroupCommit, Store
+from jobledger.errors import JobError, StorageError
 
-__all__ = ["JobTransaction", "WriteTx"]
+__all__ = ["GroupCommitter", "JobTransaction", "WriteTx", "spoiled_error"]
 
 _UNSET: Any = object()
 
@@ -58,12 +71,111 @@ class JobTransaction(WriteTx):
     Use `jobs.enqueue_tx(tx, ...)` for follow-up jobs and `tx.set_output(value)` for the
     job's output (validated as a returned value would be, at the commit)."""
 
-    __slots__ = ("output",)
+    __slots__ = ("output", "spoiled")
 
     def __init__(self, conn: Any, store: Store) -> None:
         super().__init__(conn, store)
         self.output: Any = None
+        self.spoiled = False
+
+    def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> Any:
+        if self.spoiled:
+            raise spoiled_error()
+        return self.conn.execute(sql, params)
+
+    def executemany(self, sql: str, rows: Any) -> Any:
+        if self.spoiled:
+            raise spoiled_error()
+        return self.conn.executemany(sql, rows)
 
     def set_output(self, value: Any) -> None:
         """The job's output, stored by the commit (default None)."""
         self.output = value
+
+
+def spoiled_error() -> JobError:
+    return JobError(
+        "this ctx.transaction() block was rolled back: its handler awaited inside it "
+        "while the worker wrote to the database; nothing of it was committed (keep "
+        "awaits out of the block)",
+        code="JOB_TRANSACTION_SPOILED",
+    )
+
+
+class GroupCommitter:
+    """The async blocks of one event loop and the store's `GroupTx` they share.
+
+    `block()` gives the next block the group (one at a time); `end()` releases it and
+    returns the future of the commit that will hold it; the commit runs at the end of
+    this turn of the loop (`call_soon`), or earlier when anything else writes."""
+
+    __slots__ = ("_lock", "_loop", "_scheduled", "_waiting", "current", "group")
+
+    def __init__(self, group: GroupCommit, loop: asyncio.AbstractEventLoop) -> None:
+        self.group = group
+        self._loop = loop
+        self._lock = asyncio.Lock()
+        self._waiting: list[tuple[asyncio.Future[None], Any]] = []
+        self._scheduled = False
+        self.current: JobTransaction | None = None
+        group.on_flushed = self._flushed
+        group.spoil = self._spoil
+
+    async def acquire(self) -> None:
+        await self._lock.acquire()
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def begin(self) -> Any:
+        try:
+            return self.group.begin_block()
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def end(self, keep: bool, attempt: Any = None) -> asyncio.Future[None] | None:
+        """Close the current block; the future of its commit when kept (and not spoiled).
+        A failed commit clears `attempt.committed`."""
+        tx, self.current = self.current, None
+        try:
+            self.group.end_block(keep and (tx is None or not tx.spoiled))
+        finally:
+            self._lock.release()
+        if not keep or (tx is not None and tx.spoiled):
+            self._schedule()
+            return None
+        future: asyncio.Future[None] = self._loop.create_future()
+        self._waiting.append((future, attempt))
+        self._schedule()
+        return future
+
+    def _schedule(self) -> None:
+        if not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self._tick)
+
+    def _tick(self) -> None:
+        # Every turn of the loop ends committed: a block still open here awaited inside
+        # itself, and is rolled back and spoiled by the flush.
+        self._scheduled = False
+        self.group.flush()
+
+    def _spoil(self) -> None:
+        if self.current is not None:
+            self.current.spoiled = True
+
+    def _flushed(self, error: BaseException | None) -> None:
+        waiting, self._waiting = self._waiting, []
+        failure: BaseException | None = error
+        if error is not None and not isinstance(error, JobError):
+            failure = StorageError(f"ctx.transaction (group commit): {error!r}")
+        for future, attempt in waiting:
+            if failure is not None and attempt is not None:
+                attempt.committed = None
+            if future.done():
+                continue
+            if failure is None:
+                future.set_result(None)
+            else:
+                future.set_exception(failure)

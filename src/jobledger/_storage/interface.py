@@ -54,6 +54,7 @@ __all__ = [
     "ClaimRequest",
     "ClaimResult",
     "ClaimedJob",
+    "GroupCommit",
     "JobFilter",
     "JobRow",
     "KeyRule",
@@ -416,6 +417,22 @@ class WorkflowHead(NamedTuple):
     name: str
     created_at: int
     retry_of: str | None
+
+
+class GroupCommit(Protocol):
+    """Transaction blocks of one thread sharing one commit (a store that offers it:
+    `SqliteStore.group_tx`; `_storage/sqlite/group.py` states the invariants). The
+    runtime's `GroupCommitter` drives it; `flush` reports a failed commit to
+    `on_flushed` as a `StorageError`."""
+
+    active: bool
+    in_block: bool
+    on_flushed: Callable[[BaseException | None], None] | None
+    spoil: Callable[[], None] | None
+
+    def begin_block(self) -> Any: ...
+    def end_block(self, keep: bool) -> None: ...
+    def flush(self) -> None: ...
 
 
 class Store(Protocol):

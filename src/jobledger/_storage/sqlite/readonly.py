@@ -34,6 +34,7 @@ from jobledger._storage.records import AttemptRow
 from jobledger._storage.sqlite import observe
 from jobledger._storage.sqlite import queries as q
 from jobledger._storage.sqlite.connections import open_reader
+from jobledger._storage.sqlite.group import WriterLock
 from jobledger._storage.sqlite.migrate import SCHEMA_VERSION, observed_state
 from jobledger._storage.sqlite.store import SqliteStore
 from jobledger.errors import SchemaError, StorageError
@@ -85,7 +86,7 @@ class ReadOnlySqliteStore(SqliteStore):
         self.q = q
         self.memory = False
         self.read_only = True
-        self.lock = threading.RLock()
+        self.lock = WriterLock()  # never holds a group: nothing is written here
         self._busy_timeout = busy_timeout
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []

@@ -81,6 +81,7 @@ from jobledger._storage.sqlite.connections import (
     open_writer,
 )
 from jobledger._storage.sqlite.files import FileIdentity
+from jobledger._storage.sqlite.group import GroupTx, WriterLock
 from jobledger._storage.sqlite.keys import key_of, keys_of
 from jobledger._storage.sqlite.migrate import migrate, migrate_connection
 from jobledger._storage.worker_ops import WorkerOps
@@ -185,7 +186,8 @@ class SqliteStore(ScheduleOps, WorkerOps):
         if not self.memory:
             self._file.record()
         self._told_replaced = False
-        self.lock = threading.RLock()
+        self.lock = WriterLock()
+        self._group: GroupTx | None = None
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
@@ -210,7 +212,8 @@ class SqliteStore(ScheduleOps, WorkerOps):
             return  # a private copy of the parent's memory: nothing is shared
         self._inherited.append(self.conn)
         self._inherited.extend(self._readers)
-        self.lock = threading.RLock()
+        self.lock = WriterLock()
+        self._group = None
         self._readers_lock = threading.Lock()
         self._readers = []
         self._local = threading.local()
@@ -248,6 +251,19 @@ class SqliteStore(ScheduleOps, WorkerOps):
             except sqlite3.Error as exc:
                 raise tx.storage_error(exc, label) from exc
 
+    def group_tx(self) -> GroupTx:
+        """The group that `async with ctx.transaction()` blocks share a commit through
+        (`group.py`); one per store."""
+        if self._group is None:
+            group = GroupTx(self.lock, self._writer_conn)
+            self.lock.group = group
+            self._group = group
+        return self._group
+
+    def _writer_conn(self) -> sqlite3.Connection:
+        self._reopen_if_closed()
+        return self.conn
+
     @contextmanager
     def user_transaction(self) -> Iterator[sqlite3.Connection]:
         """A caller-driven write transaction (`jobs.write_tx()`); no automatic retry."""
@@ -284,7 +300,10 @@ class SqliteStore(ScheduleOps, WorkerOps):
                 conn.close()
             except sqlite3.Error:
                 pass
-        with self.lock:
+        with self.lock:  # commits an open group first, from the thread that owns it
+            group = self._group
+            if group is not None and group.active:
+                group.abandon(StorageError("the store closed with a group transaction open"))
             self.conn.close()
 
     def report_file_replaced(self) -> bool:

@@ -1,0 +1,229 @@
+"""`async with ctx.transaction()`: on SQLite the blocks that end in one turn of the loop
+share one commit (`_storage/sqlite/group.py`), and each keeps every promise of the
+`with` form: its rows, follow-ups and completion land together or not at all, a failed
+block takes nothing of its neighbours with it, and its `async with` returns only once
+committed. On PostgreSQL a block commits on its own. Real files and schemas (`db`)."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from typing import Any
+
+import pydantic
+
+import jobledger as jl
+from tests.conftest import db_rows, is_postgres, run, sql_for
+from tests.engine import fast_retry, make_manager
+
+
+class Entry(pydantic.BaseModel):
+    n: int
+
+
+ENTRY = jl.JobType("gc.entry", Entry)
+FOLLOW = jl.JobType("gc.follow", Entry)
+
+
+def _setup(db: str, *, concurrency: int = 50) -> jl.JobManager:
+    jobs = make_manager(db, global_max_concurrency=concurrency)
+    with jobs.write_tx() as tx:
+        tx.execute("CREATE TABLE IF NOT EXISTS ledger (n INTEGER PRIMARY KEY, attempt INTEGER)")
+
+    @jobs.handler(FOLLOW, recovery="retry")
+    async def follow(ctx: jl.JobContext[Entry]) -> None:
+        return None
+
+    return jobs
+
+
+def _ledger(db: str) -> list[int]:
+    return [int(r[0]) for r in db_rows(db, "SELECT n FROM ledger ORDER BY n")]
+
+
+def _insert(db: str) -> str:
+    return sql_for(db, "INSERT INTO ledger (n, attempt) VALUES (?, ?)")
+
+
+def _trace_groups(conn: sqlite3.Connection, sizes: list[int]) -> None:
+    """Append to `sizes` the blocks of each commit on the writer connection, from its
+    statement trace."""
+    current = [0]
+
+    def trace(sql: str) -> None:
+        if sql.startswith("SAVEPOINT jobledger_block"):
+            current[0] += 1
+        elif sql.startswith(("COMMIT", "ROLLBACK")) and current[0]:
+            sizes.append(current[0])
+            current[0] = 0
+
+    conn.set_trace_callback(trace)
+
+
+def test_many_blocks_complete_once_each_and_share_commits(db: str) -> None:
+    jobs = _setup(db)
+    sql = _insert(db)
+    after: list[int] = []
+
+    @jobs.handler(ENTRY, recovery="retry", concurrency=50)
+    async def entry(ctx: jl.JobContext[Entry]) -> None:
+        async with ctx.transaction() as tx:
+            tx.execute(sql, (ctx.payload.n, ctx.attempt))
+            jobs.enqueue_tx(tx, FOLLOW, Entry(n=ctx.payload.n))
+            tx.set_output({"n": ctx.payload.n})
+        # Code after the block runs after its commit: the row is there for any reader.
+        assert jobs.get(ctx.job_id).status == "completed"  # type: ignore[union-attr]
+        after.append(ctx.payload.n)
+
+    handles = jobs.enqueue_many(ENTRY, [Entry(n=i) for i in range(300)])
+    sizes: list[int] = []
+
+    async def main() -> list[jl.JobSnapshot]:
+        async with jobs:
+            if not is_postgres(db):  # the writer connection, traced from here on
+                _trace_groups(jobs._store.conn, sizes)  # type: ignore[attr-defined]
+            done = await asyncio.gather(*(h.finished for h in handles))
+            while jobs.count(type=FOLLOW, status="completed") < 300:
+                await asyncio.sleep(0.01)
+            return list(done)
+
+    done = run(main())
+    assert {s.status for s in done} == {jl.JobStatus.COMPLETED}
+    assert sorted(s.output["n"] for s in done) == list(range(300))
+    assert _ledger(db) == list(range(300))
+    assert sorted(after) == list(range(300))
+    assert jobs.count(type=FOLLOW) == 300
+    assert {a.outcome for s in done for a in jobs.attempts(s.id)} == {"completed"}
+    if not is_postgres(db):
+        assert sum(sizes) == 300
+        assert max(sizes) > 1, sizes  # at least one commit held several blocks
+
+
+def test_a_failing_block_rolls_back_alone(db: str) -> None:
+    jobs = _setup(db)
+    sql = _insert(db)
+    tries: dict[int, list[int]] = {}
+
+    @jobs.handler(ENTRY, recovery="retry", concurrency=20, retry=fast_retry(3))
+    async def entry(ctx: jl.JobContext[Entry]) -> None:
+        tries.setdefault(ctx.payload.n, []).append(ctx.attempt)
+        async with ctx.transaction() as tx:
+            tx.execute(sql, (ctx.payload.n, ctx.attempt))
+            jobs.enqueue_tx(tx, FOLLOW, Entry(n=ctx.payload.n))
+            if ctx.payload.n % 5 == 0 and ctx.attempt == 0:
+                raise RuntimeError("declined")
+
+    handles = jobs.enqueue_many(ENTRY, [Entry(n=i) for i in range(20)])
+
+    async def main() -> list[jl.JobSnapshot]:
+        async with jobs:
+            return list(await asyncio.gather(*(h.finished for h in handles)))
+
+    done = run(main())
+    assert {s.status for s in done} == {jl.JobStatus.COMPLETED}
+    assert _ledger(db) == list(range(20))  # each row once: the failed tries left none
+    assert jobs.count(type=FOLLOW) == 20
+    assert {n: t for n, t in tries.items() if len(t) > 1} == {n: [0, 1] for n in range(0, 20, 5)}
+
+
+def test_awaiting_inside_a_block_spoils_it_and_commits_nothing_of_it(db_path: str) -> None:
+    """SQLite's group only: on PostgreSQL a block commits on its own, nothing is shared."""
+    db = db_path
+    jobs = _setup(db)
+    sql = _insert(db)
+    seen: list[str] = []
+
+    @jobs.handler(ENTRY, recovery="retry", retry=fast_retry(3))
+    async def entry(ctx: jl.JobContext[Entry]) -> None:
+        try:
+            async with ctx.transaction() as tx:
+                tx.execute(sql, (ctx.payload.n, ctx.attempt))
+                if ctx.attempt == 0:
+                    await asyncio.sleep(0.01)  # the loop turns: the block is rolled back
+                    tx.execute(sql, (ctx.payload.n + 100, ctx.attempt))
+        except jl.JobError as exc:
+            seen.append(exc.code)
+            raise
+
+    async def main() -> jl.JobSnapshot:
+        async with jobs:
+            return await jobs.enqueue(ENTRY, Entry(n=1)).finished
+
+    done = run(main())
+    assert seen == ["JOB_TRANSACTION_SPOILED"]
+    assert done.status == jl.JobStatus.COMPLETED
+    assert [tuple(r) for r in db_rows(db, "SELECT n, attempt FROM ledger")] == [(1, 1)]
+    assert [a.outcome for a in jobs.attempts(done.id)] == ["retry", "completed"]
+
+
+def test_a_commit_that_fails_fails_every_block_of_it(db_path: str) -> None:
+    """A deferred foreign key makes COMMIT itself fail (a real SQLite refusal): the
+    blocks that shared it are all rolled back and retried; none is half-written. A group
+    commit is SQLite's."""
+    db = db_path
+    jobs = _setup(db)
+    with jobs.write_tx() as tx:
+        tx.execute("CREATE TABLE parent (id INTEGER PRIMARY KEY)")
+        tx.execute(
+            "CREATE TABLE child (id INTEGER PRIMARY KEY, parent_id INTEGER "
+            "REFERENCES parent(id) DEFERRABLE INITIALLY DEFERRED)"
+        )
+    sql = _insert(db)
+    attempts: dict[int, list[int]] = {}
+    release = asyncio.Event()
+
+    @jobs.handler(ENTRY, recovery="retry", concurrency=10, retry=fast_retry(3))
+    async def entry(ctx: jl.JobContext[Entry]) -> None:
+        attempts.setdefault(ctx.payload.n, []).append(ctx.attempt)
+        await release.wait()  # all ten reach their block in the same turn
+        async with ctx.transaction() as tx:
+            tx.execute(sql, (ctx.payload.n, ctx.attempt))
+            if ctx.payload.n == 3 and ctx.attempt == 0:
+                tx.execute("INSERT INTO child (id, parent_id) VALUES (1, 999)")
+
+    handles = jobs.enqueue_many(ENTRY, [Entry(n=i) for i in range(10)])
+
+    async def main() -> list[jl.JobSnapshot]:
+        async with jobs:
+            while jobs.count(type=ENTRY, status="running") < 10:
+                await asyncio.sleep(0.01)
+            release.set()
+            return list(await asyncio.gather(*(h.finished for h in handles)))
+
+    done = run(main())
+    assert {s.status for s in done} == {jl.JobStatus.COMPLETED}
+    assert _ledger(db) == list(range(10))
+    assert db_rows(db, "SELECT count(*) FROM child") == [(0,)]
+    assert all(t == [0, 1] for t in attempts.values()), attempts  # the whole group retried
+    first = jobs.attempts(done[3].id)[0]
+    assert first.outcome == "retry"
+    assert first.error is not None
+    assert "DB_WRITE_TX_FAILED" in first.error.message
+    assert "FOREIGN KEY constraint failed" in first.error.message
+
+
+def test_a_sync_write_between_blocks_flushes_the_group_first(db: str) -> None:
+    """A `with jobs.write_tx()` on the loop while blocks wait for their commit commits
+    them first, so what it reads is what is committed."""
+    jobs = _setup(db)
+    sql = _insert(db)
+    seen: list[Any] = []
+
+    @jobs.handler(ENTRY, recovery="retry", concurrency=5)
+    async def entry(ctx: jl.JobContext[Entry]) -> None:
+        async with ctx.transaction() as tx:
+            tx.execute(sql, (ctx.payload.n, ctx.attempt))
+        if ctx.payload.n == 4:
+            with jobs.write_tx() as tx:
+                seen.append(tx.execute("SELECT count(*) FROM ledger").fetchone()[0])
+
+    handles = jobs.enqueue_many(ENTRY, [Entry(n=i) for i in range(5)])
+
+    async def main() -> None:
+        async with jobs:
+            await asyncio.gather(*(h.finished for h in handles))
+
+    run(main())
+    assert _ledger(db) == list(range(5))
+    assert len(seen) == 1
+    assert seen[0] >= 1
