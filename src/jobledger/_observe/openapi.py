@@ -17,7 +17,9 @@ Invariants:
   that needs the token 401, one with a path parameter 404 NOT_FOUND (an id holding a
   "/", sent as %2F, reaches another route or none), and every POST 403.
 * The action entries (`actions=True`) are in the document only when the server has
-  them (`allow_actions`), and the security scheme only when it has a token.
+  them (`allow_actions`), and the security scheme only when it has a token. The
+  dashboard's pages are entries too (`text/html`; their errors are pages or, from
+  before the page, the envelope), so the fuzz test reaches them.
 """
 
 from __future__ import annotations
@@ -88,6 +90,7 @@ _JOB_ID = {"job_id": "The job's id."}
 _SCHEDULE_ID = {"schedule_id": "The schedule's id."}
 _QUEUE = {"queue": "The queue's name (it may contain '/', sent as is or as %2F)."}
 _ACTIONS = " (needs --allow-actions and an operator's token)"
+_HTML = "text/html"
 _SCHEDULE_ACTION = "/api/schedules/{schedule_id:str}/{action:str}"
 
 OPERATIONS: tuple[Operation, ...] = (
@@ -361,6 +364,47 @@ OPERATIONS: tuple[Operation, ...] = (
         route="/api/queues/{rest:path}",
         path_descriptions=_QUEUE,
     ),
+    # The dashboard's pages: HTML, described so the fuzz test reaches them too.
+    Operation(
+        "GET",
+        "/",
+        "overviewPage",
+        "The dashboard: queues, jobs (the filters of /api/jobs), schedules, workers",
+        None,
+        media_type=_HTML,
+        query=m.JobListQuery,
+        errors={400: "A bad filter (the page says which)."},
+    ),
+    Operation(
+        "GET",
+        "/jobs/{job_id}",
+        "jobPage",
+        "One job's page",
+        None,
+        media_type=_HTML,
+        errors={404: "No job with this id."},
+        path_descriptions=_JOB_ID,
+    ),
+    Operation(
+        "GET",
+        "/workflows",
+        "workflowsPage",
+        "The workflows page (the filters of /api/workflows)",
+        None,
+        media_type=_HTML,
+        query=m.WorkflowListQuery,
+        errors={400: "A bad filter (the page says which)."},
+    ),
+    Operation(
+        "GET",
+        "/workflows/{workflow_id}",
+        "workflowPage",
+        "One workflow's page and graph",
+        None,
+        media_type=_HTML,
+        errors={404: "No workflow with this id."},
+        path_descriptions={"workflow_id": "The workflow's id."},
+    ),
 )
 
 
@@ -443,6 +487,10 @@ def _responses(op: Operation, *, token: bool) -> dict[str, Any]:
         out[str(status)] = (
             _json(what[0], what[1]) if isinstance(what, tuple) else _json(what, m.ErrorEnvelope)
         )
+        if op.media_type == _HTML:
+            # A page refuses with a page; what fails before the page (the guard, a
+            # database that cannot be read, a bug) answers with the envelope.
+            out[str(status)]["content"][_HTML] = {"schema": TypeAdapter(str).json_schema()}
     return out
 
 
