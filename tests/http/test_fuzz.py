@@ -2,10 +2,11 @@
 (schemathesis), on SQLite and PostgreSQL, over an ordinary database and a hostile one.
 
 The document is the one a server with the actions and a token serves
-(`openapi_schema(actions=True, token=True)`), loaded at import. Every operation, GET and
-the POST actions alike, gets generated requests, valid and invalid (negative mode mutates
-parameters and bodies against the schema), sent with an operator's token to a real
-uvicorn server. Whatever comes in, the server never answers 5xx, and every answer
+(`openapi_schema(actions=True, token=True)`), loaded at import. Every operation (the
+GET routes, the POST actions and the dashboard's pages) gets generated requests, valid
+and invalid (negative mode mutates parameters and bodies against the schema), sent with
+an operator's token (the document's bearer scheme) to a real uvicorn server; half the
+path parameters name rows the database holds (`flatmap_path_parameters`). Whatever comes in, the server never answers 5xx, and every answer
 matches the status codes, content types and response schemas the document gives
 (schemathesis's checks) and the model its `Operation` names (`models_check`: strict,
 with the exact time spelling, which JSON Schema does not say).
@@ -15,7 +16,8 @@ module) are `tests.http.conftest.populate`'s jobs in every state, and
 `tests.http.hostile`'s rows (without the unparseable ones, which break a payload search:
 `tests/http/test_hostile_rows.py` shows that as a known failure). The actions change
 them as the run goes (cancels, retries, paused queues); nothing here asserts on their
-contents. `derandomize=True` makes every run send the same requests.
+contents. `derandomize=True` makes every run send the same requests, so a failure here
+is a bug to fix, never a flake; a larger `max_examples` (40 passes) explores further.
 """
 
 from __future__ import annotations
