@@ -319,13 +319,11 @@ def _exercise(client: httpx.Client, check: Checker, world: World) -> None:
     check("metrics", client.get("/metrics"), 200)
     check("listJobs", _without_token(client, "GET", "/api/jobs"), 401)
 
-    check("overviewPage", client.get("/", params={"status": "failed"}), 200)
-    check("overviewPage", client.get("/", params={"status": "bogus"}), 400)
+    check("overviewPage", client.get("/"), 200)
     for job_id in ids.values():
         check("jobPage", client.get(f"/jobs/{job_id}"), 200)
     check("jobPage", client.get("/jobs/nope"), 404)
     check("workflowsPage", client.get("/workflows"), 200)
-    check("workflowsPage", client.get("/workflows", params={"limit": 0}), 400)
     for workflow_id in world.workflows.values():
         check("workflowPage", client.get(f"/workflows/{workflow_id}"), 200)
     check("workflowPage", client.get("/workflows/nope"), 404)
