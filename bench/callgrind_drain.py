@@ -1,11 +1,21 @@
 """A small fixed drain to count instructions of, before and after a hot-path change.
 
     PYTHONPATH=src valgrind --tool=callgrind --callgrind-out-file=cg.out \\
-        python bench/callgrind_drain.py 2000 async      # or: thread
+        python bench/callgrind_drain.py 2000 async      # or: thread, handles
 
 `n` no-op jobs are written with `enqueue_many`, then drained by one started manager
 with an `async def` handler (concurrency 50) or a plain `def` one (concurrency 16).
+`handles` is the async drain as a user awaits it (`bench/handles.py`): the handles
+`enqueue_many` returned, all awaited with `asyncio.gather` of `h.finished`; its count
+minus the `async` one is what awaiting the handles costs.
 Callgrind's instruction count is stable on a busy machine, where wall time is not.
+
+`steady` (a third argument) keeps claims as large as they are outside callgrind. The
+claim-ahead budget (`_runtime/ahead.py`) halves when a job waits more than `LAG_HIGH`
+of real time for the loop, which under callgrind's ~50x slowdown happens in every batch:
+claims shrink to a few jobs and the count is mostly claim statements. Raising the bound
+keeps batches of 50, as in `bench/handles.py`. Per-job counts are the difference of two
+sizes (say 4000 and 2000, divided by 2000), which cancels start-up.
 """
 
 from __future__ import annotations
@@ -39,7 +49,7 @@ async def drain(n: int, kind: str) -> None:
             if seen == n:
                 loop.call_soon_threadsafe(done.set)
 
-        if kind == "async":
+        if kind in ("async", "handles"):
 
             @jobs.handler(HOT, recovery="retry", concurrency=50)
             async def noop(ctx: jl.JobContext[dict[str, Any]]) -> None:
@@ -51,10 +61,18 @@ async def drain(n: int, kind: str) -> None:
             def plain(ctx: jl.JobContext[dict[str, Any]]) -> None:
                 hit()
 
-        jobs.enqueue_many(HOT, [{}] * n)
+        handles = jobs.enqueue_many(HOT, [{}] * n)
         async with jobs:
-            await done.wait()
+            if kind == "handles":
+                snaps = await asyncio.gather(*(h.finished for h in handles))
+                assert all(s.status == "completed" for s in snaps)
+            else:
+                await done.wait()
 
 
 if __name__ == "__main__":
+    if sys.argv[3:] == ["steady"]:
+        import jobledger._runtime.ahead as ahead
+
+        ahead.LAG_HIGH = float("inf")
     asyncio.run(drain(int(sys.argv[1]), sys.argv[2]))

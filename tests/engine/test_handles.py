@@ -7,7 +7,9 @@ another manager; it never raises."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
+import threading
 
 import jobledger as jl
 from jobledger.clock import from_ms
@@ -101,6 +103,80 @@ def test_a_job_finished_by_another_manager_resolves_in_a_started_one(db: str) ->
     assert [(s.status, s.output, s.worker_id) for s in snaps] == [
         ("completed", n + 1, worker.worker_id) for n in range(5)
     ]
+
+
+def test_a_resolved_snapshot_equals_the_row_read_afterwards(db: str) -> None:
+    """Decoded on first use (`row_snapshot`), the snapshot a handle resolves with is the
+    row `jobs.get` reads: equal either way round, the same repr, every field alike,
+    whether the job finished here, failed, or ended before it was awaited."""
+    jobs = make_manager(db)
+
+    @jobs.handler(ITEM, recovery="retry", retry=fast_retry(1))
+    async def work(ctx: jl.JobContext[Item]) -> dict[str, int]:
+        if ctx.payload.n < 0:
+            raise ValueError("negative")
+        return {"n": ctx.payload.n}
+
+    async def main() -> list[tuple[jl.JobSnapshot, jl.JobSnapshot | None]]:
+        async with jobs:
+            early = jobs.enqueue(ITEM, Item(n=1))
+            await early.finished
+            handles = [early, *jobs.enqueue_many(ITEM, [Item(n=-1), Item(n=2)])]
+            snaps = await asyncio.gather(*(h.finished for h in handles))
+            return [(s, jobs.get(s.id)) for s in snaps]
+
+    pairs = run(main())
+    assert [s.status for s, _ in pairs] == ["completed", "failed", "completed"]
+    for snap, read in pairs:
+        assert read is not None
+        assert snap == read
+        assert read == snap
+        assert repr(snap) == repr(read)
+        assert dataclasses.asdict(snap) == dataclasses.asdict(read)
+
+
+def test_every_waiter_on_one_job_resolves_also_from_another_thread(db: str) -> None:
+    """A job's first waiter is kept as the future itself, a second turns it into a list
+    (`Engine.wait_for`): two on this loop, one cancelled, and one on another thread's
+    loop (resolved through that loop's thread-safe call) all see the same ending."""
+    jobs = make_manager(db)
+    release = asyncio.Event()
+    registered = threading.Event()
+    elsewhere: list[jl.JobSnapshot] = []
+
+    @jobs.handler(ITEM, recovery="retry")
+    async def work(ctx: jl.JobContext[Item]) -> int:
+        await release.wait()
+        return ctx.payload.n
+
+    def other_thread(handle: jl.JobHandle) -> None:
+        async def wait() -> jl.JobSnapshot:
+            fut = handle.finished  # a future of this thread's loop
+            registered.set()
+            return await fut
+
+        elsewhere.append(asyncio.run(wait()))
+
+    async def main() -> list[jl.JobSnapshot]:
+        async with jobs:
+            handle = jobs.enqueue(ITEM, Item(n=5))
+            while jobs.count(status="running") < 1:
+                await asyncio.sleep(0.01)
+            first, dropped, second = handle.finished, handle.finished, handle.finished
+            assert isinstance(dropped, asyncio.Future)
+            dropped.cancel()
+            thread = threading.Thread(target=other_thread, args=(handle,))
+            thread.start()
+            assert await asyncio.to_thread(registered.wait, 30)
+            release.set()
+            got = list(await asyncio.gather(first, second))
+            await asyncio.to_thread(thread.join, 30)
+            assert dropped.cancelled()
+            return got
+
+    here = run(main())
+    assert [(s.status, s.output) for s in (*here, *elsewhere)] == [("completed", 5)] * 3
+    assert here[0] == here[1] == elsewhere[0]
 
 
 def test_snapshots_do_not_share_their_empty_metadata(db: str) -> None:

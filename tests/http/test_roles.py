@@ -95,6 +95,7 @@ def _calls(w: World) -> list[Call]:
         ("GET", "/api/workflows", "/api/workflows", None),
         ("GET", "/api/workflows/{workflow_id:str}", "/api/workflows/none", None),
         ("GET", "/api/queues", "/api/queues", None),
+        ("GET", "/api/throughput", "/api/throughput?minutes=5", None),
         ("GET", "/api/schedules", "/api/schedules", None),
         ("GET", "/api/workers", "/api/workers", None),
         ("GET", "/api/audit", "/api/audit", None),

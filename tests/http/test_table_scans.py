@@ -1,11 +1,13 @@
 """The read model's passes over `jobs` against figures worked out row by row in Python.
 
-`/metrics` and the dashboard's queue table each come from one grouped pass over the
-table (see `metrics_scan` and `QUEUE_STATS_SCAN` in `_storage/sqlite/observe.py`, and
-their twins in `_storage/postgres/observe.py`); these tests check them, on both
+`/metrics` and the dashboard's queue table read the counts the write path keeps
+(`job_counts`, SQLite migration 16, PostgreSQL 12; on an older file, one grouped pass
+over the table: `metrics_scan` and `QUEUE_STATS_SCAN` in `_storage/sqlite/observe.py`,
+and their twins in `_storage/postgres/observe.py`); these tests check them, on both
 backends, against a plain reading of every row, on rows made to hit each edge: every
 status, values on and around the histogram bounds, negative start delays, NULL times,
-and a queue without rows.
+and a queue without rows. The rows are written by raw UPDATEs, so the kept counts are
+the triggers' work.
 """
 
 from __future__ import annotations

@@ -46,7 +46,9 @@ WAIT = _procs.WAIT
 TABLES = {
     "audit_log",
     "job_attempts",
+    "job_counts",
     "job_deps",
+    "job_minutes",
     "job_schedules",
     "job_totals",
     "jobs",

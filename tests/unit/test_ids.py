@@ -135,3 +135,24 @@ def test_a_clock_that_goes_back_continues_that_milliseconds_sequence() -> None:
     assert d > b
     assert ids.row_key(d) == ids.row_key(b) + 1  # type: ignore[operator]
     assert c < b
+
+
+def test_key_range_holds_the_key_of_every_id_that_starts_with_the_prefix() -> None:
+    rnd = random.Random(25)
+    for _ in range(500):
+        key, job_id = ids.new_keyed_id(rnd.randrange(0, ids.MAX_MS + 1))
+        for n in range(4, len(job_id) + 1):
+            for prefix in (job_id[:n], job_id[:n].upper()):
+                found = ids.key_range(prefix)
+                assert found is not None, (job_id, n)
+                assert found[0] <= key <= found[1], (job_id, n)
+
+
+def test_key_range_is_narrow_for_a_long_prefix_and_none_for_no_id() -> None:
+    key, job_id = ids.new_keyed_id(1_764_590_400_000)
+    first, last = ids.key_range(job_id[:23]) or (0, -1)
+    assert first <= key <= last
+    assert last - first < 64  # only the random bits of the variant digits are open
+    assert ids.key_range(job_id[:13]) == (key >> 20 << 20, (key >> 20 << 20) | 0xFFFFF)
+    for nothing in ("zzzz", "01a2305bx", job_id[:14] + "7", job_id[:19] + "c", "ffffffff-ffff"):
+        assert ids.key_range(nothing) is None, nothing

@@ -1,14 +1,18 @@
 """`snapshot_from_row` (src/jobledger/_storage/rows.py) sets a snapshot's slots directly,
 in field order: the snapshot it makes must equal the one the dataclass's own `__init__`
-makes from the same row, field by field, whatever the row holds."""
+makes from the same row, field by field, whatever the row holds. `row_snapshot`, the same
+snapshot decoded on first use, must be indistinguishable from it but for its type."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import pickle
 
+import pytest
+
 from jobledger._storage import layout as L
-from jobledger._storage.rows import snapshot_from_row
+from jobledger._storage.rows import row_snapshot, snapshot_from_row
 from jobledger._types import JobSnapshot, JobStatus
 from jobledger.clock import from_ms
 
@@ -90,6 +94,81 @@ def test_it_equals_the_dataclass_made_snapshot_and_behaves_as_one() -> None:
         assert pickle.loads(pickle.dumps(snap)) == snap
         assert dataclasses.replace(snap, priority=9).priority == 9
         assert repr(snap) == repr(_expected(row))
+
+
+_ROWS = (
+    _row(),
+    _row(C_STATUS="pending", C_FINISHED_AT=None, C_STARTED_AT=None, C_ERROR=None),
+    _row(C_TIMEOUT=None, C_METADATA="{}", C_PAYLOAD="{}", C_OUTPUT="null", C_KEY=None),
+)
+
+
+def test_a_row_snapshot_equals_the_eager_one_either_way_round() -> None:
+    for row in _ROWS:
+        eager = snapshot_from_row(row)
+        for lazy in (row_snapshot(row), _read_status(row_snapshot(row))):
+            assert isinstance(lazy, JobSnapshot)
+            assert lazy == eager
+            assert eager == lazy
+            assert not lazy != eager  # noqa: SIM202  # `!=` is its own operator
+            assert not eager != lazy  # noqa: SIM202
+            assert row_snapshot(row) == lazy
+        assert row_snapshot(row) != snapshot_from_row(_row(C_PRIORITY=99))
+        assert snapshot_from_row(_row(C_PRIORITY=99)) != row_snapshot(row)
+        assert row_snapshot(row) != row[0]
+
+
+def _read_status(snap: JobSnapshot) -> JobSnapshot:
+    assert snap.status in JobStatus  # what is set when made: nothing decoded yet
+    return snap
+
+
+def test_a_row_snapshot_reads_repr_pickles_and_copies_as_the_eager_one() -> None:
+    for row in _ROWS:
+        eager = snapshot_from_row(row)
+        assert repr(row_snapshot(row)) == repr(eager)
+        assert [getattr(row_snapshot(row), f.name) for f in dataclasses.fields(eager)] == [
+            getattr(eager, f.name) for f in dataclasses.fields(eager)
+        ]
+        for copied in (
+            pickle.loads(pickle.dumps(row_snapshot(row))),
+            copy.copy(row_snapshot(row)),
+            copy.deepcopy(row_snapshot(row)),
+        ):
+            assert type(copied) is JobSnapshot
+            assert copied == eager
+        assert dataclasses.asdict(row_snapshot(row)) == dataclasses.asdict(eager)
+        assert dataclasses.replace(row_snapshot(row), priority=9) == dataclasses.replace(
+            eager, priority=9
+        )
+        assert row_snapshot(row).to_json() == eager.to_json()
+        assert row_snapshot(row).is_terminal == eager.is_terminal
+
+
+def test_a_row_snapshot_hashes_as_the_eager_one() -> None:
+    """Payload and metadata are dicts, so neither hashes; a snapshot whose dict fields are
+    replaced by hashable values hashes alike whichever way it was made."""
+    row = _row()
+    with pytest.raises(TypeError):
+        hash(row_snapshot(row))
+    with pytest.raises(TypeError):
+        hash(snapshot_from_row(row))
+    frozen = {"payload": None, "output": None, "metadata": (), "error": None}
+    eager = dataclasses.replace(snapshot_from_row(row), **frozen)  # type: ignore[arg-type]
+    lazy = dataclasses.replace(row_snapshot(row), **frozen)  # type: ignore[arg-type]
+    assert hash(lazy) == hash(eager)
+
+
+def test_a_row_snapshot_decodes_once_and_stays_frozen() -> None:
+    snap = row_snapshot(_row(C_PAYLOAD="{}"))
+    payload = snap.payload
+    payload["added"] = 1  # a caller may change what it was handed...
+    assert snap.payload is payload  # ...and reads the same object back
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        snap.priority = 1  # type: ignore[misc]
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        snap.nope  # type: ignore[attr-defined]  # noqa: B018
+    assert not hasattr(row_snapshot(_row()), "nope")
 
 
 def test_json_columns_that_do_not_parse_read_as_well_as_they_can() -> None:

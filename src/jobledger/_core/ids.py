@@ -26,7 +26,7 @@ import os
 import random
 import threading
 
-__all__ = ["new_id", "new_ids", "new_keyed_id", "reseat", "row_key"]
+__all__ = ["key_range", "new_id", "new_ids", "new_keyed_id", "reseat", "row_key"]
 
 SEQ_BITS = 20
 MAX_MS = (1 << 43) - 1
@@ -169,3 +169,43 @@ def row_key(job_id: str) -> int | None:
         ms_key = ms << SEQ_BITS
         _ms_read = (head, ms_key)
     return ms_key | high | low
+
+
+_HEX = frozenset("0123456789abcdef")
+_DASHES = (8, 13, 18)
+_KEYED = 23  # the characters of an id that its row key is read from
+
+
+def key_range(prefix: str) -> tuple[int, int] | None:
+    """The row keys an id that starts with `prefix` (compared case-insensitively) can
+    have, as an inclusive range, or None when no id `new_id` makes starts with it.
+    Only the first 23 characters carry the key; the rest of the prefix narrows nothing
+    here (the caller still compares the ids)."""
+    text = prefix.lower()[:_KEYED]
+    for i, ch in enumerate(text):
+        if i in _DASHES:
+            ok = ch == "-"
+        elif i == 14:
+            ok = ch == "8"
+        elif i == 19:
+            ok = ch in "89ab"  # the variant bits 10
+        else:
+            ok = ch in _HEX
+        if not ok:
+            return None
+    low = high = text
+    for i in range(len(text), _KEYED):
+        if i in _DASHES:
+            low, high = low + "-", high + "-"
+        elif i == 14:
+            low, high = low + "8", high + "8"
+        elif i == 19:
+            low, high = low + "8", high + "b"
+        else:
+            low, high = low + "0", high + "f"
+    tail = "-000000000000"
+    first = row_key(low + tail)
+    if first is None:  # its milliseconds are past MAX_MS
+        return None
+    last = row_key(high + tail)
+    return first, (MAX_MS << SEQ_BITS) | ((1 << SEQ_BITS) - 1) if last is None else last

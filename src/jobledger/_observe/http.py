@@ -11,6 +11,8 @@ Routes (`openapi.py` holds their table and builds `/openapi.json` from the model
                                   the terminal snapshot
     GET /api/workflows            filter name; limit 1-500 (50); offset >= 0
     GET /api/workflows/{id}       its jobs, edges and steps; 404 JOB_WORKFLOW_NOT_FOUND
+    GET /api/throughput           completed/failed jobs per minute, oldest first, zeros
+                                  included; minutes 1-1440 (60)
     GET /api/queues, /api/schedules, /api/workers, /api/health, /metrics, /openapi.json
     GET /, /jobs/{id}, /workflows, /workflows/{id}
                                   the dashboard (HTML + /static/app.js)
@@ -92,7 +94,13 @@ from jobledger._observe.auth import (
     principal_of,
 )
 from jobledger._observe.openapi import openapi_schema
-from jobledger._observe.read_model import JobQuery, ReadModel, iso, parse_statuses
+from jobledger._observe.read_model import (
+    MAX_THROUGHPUT_MINUTES,
+    JobQuery,
+    ReadModel,
+    iso,
+    parse_statuses,
+)
 from jobledger._runtime.manager import JobManager
 from jobledger._scheduling.triggers import Cron, Interval
 from jobledger._types import JobSnapshot, QueueLimits
@@ -539,6 +547,14 @@ def create_app(
         stats = await read(rm.queue_stats)
         return JSONResponse({"items": [s.to_json() for s in stats]})
 
+    async def api_throughput(request: Request) -> Response:
+        try:
+            minutes = _int_param(request.query_params, "minutes", 60, 1, MAX_THROUGHPUT_MINUTES)
+        except InvalidQuery as exc:
+            return _error(400, "INVALID_QUERY", str(exc))
+        found = await read(rm.throughput, minutes)
+        return JSONResponse(found.to_json())
+
     async def api_schedules(request: Request) -> Response:
         return JSONResponse({"items": await read(rm.schedules)})
 
@@ -644,6 +660,7 @@ def create_app(
         Route("/api/workflows", api_workflows),
         Route("/api/workflows/{workflow_id:str}", api_workflow),
         Route("/api/queues", api_queues),
+        Route("/api/throughput", api_throughput),
         Route("/api/schedules", api_schedules),
         Route("/api/workers", api_workers),
         Route("/api/audit", api_audit),

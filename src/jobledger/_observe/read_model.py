@@ -19,6 +19,9 @@ Invariants:
   possible instead of breaking the page.
 * Counters (`MetricsData.started` ... `retried`) never go down: they add what GC has
   collected (`job_totals`, see `_storage/observe.py`) to what the stored rows hold.
+* The queue counts, `/metrics` and the throughput chart cost O(queues) and O(minutes),
+  not O(rows): they read what the write path keeps (`job_counts`, `job_minutes`,
+  migration 16 on SQLite, 12 on PostgreSQL), exact at every commit.
 
 Times are epoch milliseconds in the table and aware UTC datetimes / ISO-8601 strings
 (`...Z`) here.
@@ -39,6 +42,7 @@ from jobledger._core.rate import RateLimit, stored_rate
 from jobledger._core.search import Search
 from jobledger._storage.interface import JobFilter, Store
 from jobledger._storage.observe import (
+    MINUTES_KEPT,
     STATUSES,
     DatabaseMissing,
     ScheduleRecord,
@@ -67,6 +71,7 @@ from jobledger.clock import Clock, SystemClock, from_ms
 
 __all__ = [
     "HISTOGRAM_BUCKETS",
+    "MAX_THROUGHPUT_MINUTES",
     "STATUSES",
     "DatabaseMissing",
     "Diagnosis",
@@ -77,6 +82,7 @@ __all__ = [
     "MetricsData",
     "QueueStats",
     "ReadModel",
+    "Throughput",
     "WorkerInfo",
     "WorkflowPage",
     "WorkflowStep",
@@ -113,6 +119,7 @@ HISTOGRAM_BUCKETS: tuple[float, ...] = (
     3600.0,
 )
 _BOUNDS_MS: tuple[int, ...] = tuple(int(b * 1000) for b in HISTOGRAM_BUCKETS)
+MAX_THROUGHPUT_MINUTES = MINUTES_KEPT  # a day: what `gc` keeps of the minutes at least
 
 
 def iso(value: datetime | int | None) -> str | None:
@@ -423,6 +430,25 @@ class MetricsData:
     oldest_pending_age: dict[str, float]
     workers: dict[str, int]  # state -> count
     leader_term: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Throughput:
+    """Jobs that ended completed and failed in each of the last `minutes` minutes (UTC),
+    oldest first, the current (unfinished) minute last; `items` holds every minute,
+    zeros included: (minute start in epoch ms, completed, failed)."""
+
+    minutes: int
+    items: tuple[tuple[int, int, int], ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "minutes": self.minutes,
+            "items": [
+                {"at": iso(at), "completed": done, "failed": failed}
+                for at, done, failed in self.items
+            ],
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -862,6 +888,19 @@ class ReadModel:
             counts,
             found.leader_term,
         )
+
+    def throughput(self, minutes: int = 60) -> Throughput:
+        """Completed and failed jobs per minute over the last `minutes` (1-1440), the
+        dashboard's chart. A minute counts the jobs that ended in it, including those GC
+        has collected since (on a database no worker has migrated to the kept counts
+        yet: the stored rows that ended in it)."""
+        if not 1 <= minutes <= MAX_THROUGHPUT_MINUTES:
+            raise ValueError(f"minutes must be between 1 and {MAX_THROUGHPUT_MINUTES}")
+        end = self._now_ms() // 60_000 + 1
+        first = end - minutes
+        found = self.store.throughput(first, end)
+        items = tuple((m * 60_000, *found.get(m, (0, 0))) for m in range(first, end))
+        return Throughput(minutes, items)
 
     # -- health ---------------------------------------------------------------------
 

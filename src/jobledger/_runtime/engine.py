@@ -99,7 +99,7 @@ from jobledger._storage.interface import (
     SpreadRequest,
     Store,
 )
-from jobledger._storage.rows import error_to_json, snapshot_from_row
+from jobledger._storage.rows import error_to_json, row_snapshot, snapshot_from_row
 from jobledger._types import JobErrorInfo, JobSnapshot, SettledEvent
 from jobledger.clock import Clock, to_ms
 from jobledger.errors import JobError, JobValidationError, PermanentError
@@ -110,6 +110,10 @@ if TYPE_CHECKING:
 __all__ = ["DispatchQueue", "Engine"]
 
 log = logging.getLogger("jobledger.engine")
+
+# One job's waiting `finished` futures (`Engine.waiters`).
+Waiting = asyncio.Future[JobSnapshot] | list[asyncio.Future[JobSnapshot]]
+_C_ID, _C_TYPE = L.C_ID, L.C_TYPE
 
 # Long enough for a busy process to commit its next claim after its finalize (~1-2 ms
 # apart), short beside the cross-process wake-up itself (`poll_interval`). The claim goes
@@ -225,7 +229,13 @@ class Engine:
         # that arrives later (a handler that ignored its cancel) is not written; the row
         # stays `running` and recovery applies the type's strategy at the next start.
         self.closed = False
-        self.waiters: dict[str, list[asyncio.Future[JobSnapshot]]] = {}
+        # A job's waiting `finished` futures: the future itself while there is one (the
+        # common case: no list per handle), a list once a second waits (`wait_for`).
+        self.waiters: dict[str, Waiting] = {}
+        self._waiters_lock = threading.Lock()  # a second waiter's list, from any thread
+        # Waited-on jobs whose rows a read on the next turn of the loop will look at
+        # (`JobManager._wait_finished`, under its lock); the watcher leaves them to it.
+        self.unread: dict[str, None] = {}
         self._buffer: list[tuple[Outcome, Attempt]] = []
         self._flush_scheduled = False
         self._pool_size = thread_pool_size
@@ -968,7 +978,7 @@ class Engine:
         if row[L.C_WORKER] == self.worker_id and row[L.C_ATTEMPT] == attempt.attempt:
             self.settle_row(row, attempt)  # ours: the first write did commit
         else:
-            self._resolve(attempt.job_id, snapshot_from_row(row))
+            self._resolve(attempt.job_id, row_snapshot(row))
 
     def reconcile(self) -> bool:
         """Put back claims whose commit could not be confirmed (a claim that raised: on
@@ -1263,18 +1273,19 @@ class Engine:
 
     def settle_row(self, row: JobRow, attempt: Attempt | None = None) -> None:
         """After COMMIT of a terminal write: resolve, publish, run on_settled."""
-        job_id = row[L.C_ID]
-        spec = self.handlers.get(row[L.C_TYPE])
-        waiting = job_id in self.waiters
+        job_id = row[_C_ID]
+        waiting = self.waiters.pop(job_id, None)
+        spec = self.handlers.get(row[_C_TYPE])
         hook = spec.on_settled if spec is not None else None
-        snap = (
-            snapshot_from_row(row)
-            if waiting or hook is not None or self.events.wants(job_id)
-            else None
-        )
-        if snap is not None:
-            self._resolve(job_id, snap)
-            if self.events.wants(job_id):
+        publish = self.events.wants(job_id)
+        snap: JobSnapshot | None = None
+        if waiting is not None or hook is not None or publish:
+            # Decoded on first use (`row_snapshot`): a handle's caller often reads
+            # `status` alone, and one is made for every job a handle waits on.
+            snap = row_snapshot(row)
+            if waiting is not None:
+                _set_all(waiting, snap)
+            if publish:
                 self.events.publish(JobEvent("snapshot", job_id, snapshot=snap))
         self.on_settled_row(row)
         if hook is None or snap is None or self.loop is None:
@@ -1327,25 +1338,30 @@ class Engine:
 
     # -- waiting for results --------------------------------------------------------
 
-    def wait_for(self, job_id: str) -> asyncio.Future[JobSnapshot]:
-        loop = asyncio.get_running_loop()
+    def wait_for(self, job_id: str, loop: asyncio.AbstractEventLoop) -> asyncio.Future[JobSnapshot]:
+        """A future of `loop` (the caller's running loop) for the job's terminal snapshot."""
         fut: asyncio.Future[JobSnapshot] = loop.create_future()
-        self.waiters.setdefault(job_id, []).append(fut)
+        waiters = self.waiters
+        first = waiters.setdefault(job_id, fut)  # atomic: any thread may wait
+        if first is not fut:
+            with self._waiters_lock:
+                now = waiters.get(job_id)  # resolved meanwhile (popped): the new one alone
+                if now is None:
+                    waiters[job_id] = fut
+                elif isinstance(now, list):
+                    now.append(fut)
+                else:
+                    waiters[job_id] = [now, fut]
         return fut
 
     def _resolve(self, job_id: str, snap: JobSnapshot) -> None:
-        futures = self.waiters.pop(job_id, None)
-        for fut in futures or ():
-            loop = fut.get_loop()
-            if _on_loop(loop):
-                if not fut.done():
-                    fut.set_result(snap)
-            elif not loop.is_closed():
-                loop.call_soon_threadsafe(_set_if_pending, fut, snap)
+        waiting = self.waiters.pop(job_id, None)
+        if waiting is not None:
+            _set_all(waiting, snap)
 
     def resolve_terminal(self, rows: Iterable[JobRow]) -> None:
         for row in rows:
-            self._resolve(row[L.C_ID], snapshot_from_row(row))
+            self._resolve(row[L.C_ID], row_snapshot(row))
 
     def settling(self) -> list[asyncio.Task[None]]:
         """The on_settled hooks still running."""
@@ -1380,6 +1396,20 @@ def _ignore_workflows(job_ids: list[str]) -> None:
 
 def _ignore_row(row: JobRow) -> None:
     return None
+
+
+def _set_all(waiting: Waiting, snap: JobSnapshot) -> None:
+    """Resolve a job's waiters with its snapshot: on this thread's running loop directly,
+    on another loop through its thread-safe call."""
+    running = asyncio._get_running_loop()
+    futures = waiting if isinstance(waiting, list) else (waiting,)
+    for fut in futures:
+        loop = fut.get_loop()
+        if loop is running:
+            if not fut.done():
+                fut.set_result(snap)
+        elif not loop.is_closed():
+            loop.call_soon_threadsafe(_set_if_pending, fut, snap)
 
 
 def _set_if_pending(fut: asyncio.Future[JobSnapshot], snap: JobSnapshot) -> None:

@@ -310,9 +310,8 @@ class JobManager:
         self._stopped = False
         self._tasks: list[asyncio.Task[Any]] = []
         self._waiter = self._wait_finished  # one bound method for every handle
-        # Awaited handles whose rows are still to be read, all in one `terminal_among`
-        # on the next turn of the loop (see `_wait_finished`).
-        self._unchecked: list[str] = []
+        # Guards `engine.unread`: awaited handles whose rows are still to be read, all in
+        # one `terminal_among` on the next turn of the loop (see `_wait_finished`).
         self._unchecked_lock = threading.Lock()
         self._check_loop: asyncio.AbstractEventLoop | None = None  # where it is scheduled
         self._queues = QueueBook(self._store, self._engine)
@@ -1434,17 +1433,18 @@ class JobManager:
         every handle awaited in the same turn of the loop (`asyncio.gather` of many),
         not once each."""
         engine = self._engine
-        fut = engine.wait_for(job_id)
+        loop = asyncio.get_running_loop()
+        fut = engine.wait_for(job_id, loop)
         attempt = engine.inflight.get(job_id)
         # A fired token (a cancel, a timeout, shutdown) may end the row by another write
         # than the finalize (`cancel`'s force_cancel): read it then.
         if attempt is None or attempt.token.is_set():
-            loop = fut.get_loop()
             with self._unchecked_lock:
                 # One check per turn; again on another loop (the first may be closed
                 # before its turn came: the ids wait for whichever check runs first).
-                schedule = not self._unchecked or self._check_loop is not loop
-                self._unchecked.append(job_id)
+                unread = engine.unread
+                schedule = not unread or self._check_loop is not loop
+                unread[job_id] = None
                 if schedule:
                     self._check_loop = loop
             if schedule:
@@ -1452,11 +1452,11 @@ class JobManager:
         return fut
 
     def _check_unchecked(self) -> None:
-        with self._unchecked_lock:
-            ids, self._unchecked = self._unchecked, []
-            self._check_loop = None
         engine = self._engine
-        ids = [i for i in dict.fromkeys(ids) if i in engine.waiters]
+        with self._unchecked_lock:
+            unread, engine.unread = engine.unread, {}
+            self._check_loop = None
+        ids = [i for i in unread if i in engine.waiters]
         if not ids:
             return
         try:
@@ -1473,7 +1473,7 @@ class JobManager:
 
     def _recheck(self, ids: Sequence[str]) -> None:
         with self._unchecked_lock:
-            self._unchecked.extend(ids)
+            self._engine.unread.update(dict.fromkeys(ids))
         self._check_unchecked()
 
     # -- background ---------------------------------------------------------------

@@ -106,7 +106,11 @@ class Watcher(Service):
     def _apply(self) -> None:
         engine, store = self.engine, self.store
         if engine.waiters:
-            ids = [i for i in engine.waiters if i not in engine.inflight]
+            # A job running here is resolved by its finalize; one whose row is still to be
+            # read (`engine.unread`) by that read, which comes after this look at
+            # `data_version`: what it misses changes the version, and the next pass reads.
+            inflight, unread = engine.inflight, engine.unread
+            ids = [i for i in engine.waiters if i not in inflight and i not in unread]
             engine.resolve_terminal(store.terminal_among(ids))
         if not self.following:
             return

@@ -735,7 +735,11 @@ class Store(Protocol):
     def terminal_among(self, ids: Sequence[str]) -> list[JobRow]: ...
     def list(self, flt: JobFilter, *, limit: int, offset: int) -> list[JobRow]: ...
     def count(self, flt: JobFilter) -> int: ...
-    def gc(self, before_ms: int, *, batch: int = 1000) -> int: ...
+    def gc(self, before_ms: int, *, batch: int = 1000) -> int:
+        """Delete terminal rows finished before `before_ms` (and their attempts and edges);
+        also tidies what the kept counts leave behind (minutes of the throughput chart a
+        day older than `before_ms`). Returns the rows deleted."""
+        ...
 
     # -- observers (read-only) ------------------------------------------------------
     # What `_observe/read_model.py` reads, besides get/list/count (the values are in
@@ -757,8 +761,14 @@ class Store(Protocol):
         ...
 
     def job_metrics(self, bounds_ms: tuple[int, ...]) -> JobMetrics:
-        """The metrics pass over `jobs` (histogram buckets up to each bound, in ms) and
-        the totals GC has collected."""
+        """What `/metrics` takes from `jobs` (histogram buckets up to each bound, in ms)
+        and the totals GC has collected: from the counts the write path keeps when
+        `bounds_ms` are the kept ones, else from a pass over `jobs`."""
+        ...
+
+    def throughput(self, first_minute: int, end_minute: int) -> dict[int, tuple[int, int]]:
+        """(completed, failed) jobs per minute number (`finished_at // 60000`) in
+        `[first_minute, end_minute)`; minutes without any are left out."""
         ...
 
     def count_finished_before(self, before_ms: int) -> int:

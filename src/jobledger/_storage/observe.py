@@ -11,6 +11,10 @@ The counters of `/metrics` must never go down when GC deletes rows, so every bac
 keeps `job_totals`: per (queue, status), what the collected terminal rows contributed
 (rows, attempts started, retries), added by a trigger in the deleting transaction (the
 migrations that create it say how). A counter is what the surviving rows hold plus that.
+
+The overview's counts, `/metrics` and the throughput chart read what the write path keeps
+(`job_counts`, `job_minutes`; SQLite migration 16, PostgreSQL 12, which say how), so
+they cost O(queues) and O(minutes) whatever the size of `jobs`.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from jobledger._types import JobStatus
 from jobledger.errors import StorageError
 
 __all__ = [
+    "KEPT_BOUNDS_MS",
+    "MINUTES_KEPT",
     "STATUSES",
     "AuditRecord",
     "CheckpointResult",
@@ -42,6 +48,14 @@ __all__ = [
 ]
 
 STATUSES: tuple[str, ...] = tuple(s.value for s in JobStatus)
+# The throughput chart's kept minutes (`job_minutes`) that `gc(before_ms)` keeps before
+# the minute of `before_ms`: a day, the longest chart (`ReadModel.throughput`).
+MINUTES_KEPT = 1440
+# The histogram bounds (ms) the kept counts' triggers bake in (`read_model.HISTOGRAM_BUCKETS`;
+# changing them is a migration). `job_metrics` with other bounds scans `jobs`.
+KEPT_BOUNDS_MS: tuple[int, ...] = (
+    5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000, 900000, 3600000,
+)  # fmt: skip
 
 
 class DatabaseMissing(StorageError):

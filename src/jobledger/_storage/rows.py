@@ -5,13 +5,21 @@ Defensive on purpose: a stored `error` that is not the expected object becomes
 `JOB_CORRUPT_ERROR_ROW`, a payload or output that does not parse (not JSON, or nested
 past the parser's recursion limit) reads as its text, and metadata that is not an object
 as `{}`, instead of breaking every read of the table.
+
+`row_snapshot` is `snapshot_from_row` decoded on first use, for the snapshots a finalize
+resolves handles with (bench/handles.py: one per job, most read for their status only).
+It is a `JobSnapshot` in every way a caller can observe but `type(s) is JobSnapshot`:
+equal to the eager snapshot of the same row (both ways), the same repr and hash, pickled
+and copied as a plain `JobSnapshot`; tests/unit/test_rows.py holds it to that.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
+import operator
+import threading
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -38,6 +46,7 @@ __all__ = [
     "error_to_json",
     "logs_from_json",
     "lost_error",
+    "row_snapshot",
     "snapshot_from_row",
     "workflow_info",
     "workflow_snapshot",
@@ -105,6 +114,14 @@ _STATUS = {s.value: s for s in JobStatus}
 
 
 def snapshot_from_row(row: JobRow) -> JobSnapshot:
+    snap: JobSnapshot = _new(JobSnapshot)
+    for put, value in zip(_SETTERS, _values(row), strict=True):
+        put(snap, value)
+    return snap
+
+
+def _values(row: JobRow) -> tuple[Any, ...]:
+    """The snapshot's field values, in field order."""
     timeout_ms = row[L.C_TIMEOUT]
     started = row[L.C_STARTED_AT]
     finished = row[L.C_FINISHED_AT]
@@ -114,7 +131,7 @@ def snapshot_from_row(row: JobRow) -> JobSnapshot:
     key = row[L.C_KEY]
     if key is not None and SUCCESSOR_SEP in key:
         key = user_key(key)
-    values = (
+    return (
         row[L.C_ID],  # id
         row[L.C_TYPE],  # type
         _STATUS[row[L.C_STATUS]],  # status
@@ -148,9 +165,67 @@ def snapshot_from_row(row: JobRow) -> JobSnapshot:
         row[L.C_WORKFLOW],  # workflow_id
         row[L.C_STEP],  # step
     )
-    snap: JobSnapshot = _new(JobSnapshot)
-    for put, value in zip(_SETTERS, values, strict=True):
-        put(snap, value)
+
+
+_FIELDS = tuple(f.name for f in dataclasses.fields(JobSnapshot))
+# Every field through ordinary attribute access (which decodes a row snapshot first).
+_field_values: Callable[[JobSnapshot], tuple[Any, ...]] = operator.attrgetter(*_FIELDS)
+# Decoding a row snapshot happens once, under this lock: two threads reading the same
+# snapshot (a handle awaited on another loop) must see the same payload dict, which a
+# caller may change.
+_fill_lock = threading.Lock()
+
+
+class _RowSnapshot(JobSnapshot):
+    """A `JobSnapshot` holding its row, with `id` and `status` set when made and every
+    other field decoded from the row the first time one is read: `__getattr__` runs only
+    for a slot not set yet. Then the row is dropped."""
+
+    __slots__ = ("_row",)
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in _LAZY:
+            raise AttributeError(f"'JobSnapshot' object has no attribute '{name}'")
+        with _fill_lock:
+            try:
+                row = _get_row(self)
+            except AttributeError:
+                row = None  # decoded by another thread meanwhile
+            if row is not None:
+                for put, value in zip(_SETTERS, _values(row), strict=True):
+                    put(self, value)
+                _drop_row(self)
+        return object.__getattribute__(self, name)
+
+    # The dataclass's `__eq__` compares only snapshots of one class: equal to the eager
+    # snapshot of the same row either way round (Python asks the subclass first).
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, JobSnapshot):
+            return _field_values(self) == _field_values(other)
+        return NotImplemented
+
+    __hash__ = JobSnapshot.__hash__
+
+    def __reduce__(self) -> tuple[type[JobSnapshot], tuple[Any, ...]]:
+        return JobSnapshot, _field_values(self)
+
+
+# The dataclass's repr names `type(self).__qualname__`.
+_RowSnapshot.__qualname__ = _RowSnapshot.__name__ = JobSnapshot.__qualname__
+_LAZY = frozenset(_FIELDS) - {"id", "status"}
+_get_row = _RowSnapshot._row.__get__  # type: ignore[attr-defined]
+_put_row = _RowSnapshot._row.__set__  # type: ignore[attr-defined]
+_drop_row = _RowSnapshot._row.__delete__  # type: ignore[attr-defined]
+_put_id = _SETTERS[_FIELDS.index("id")]
+_put_status = _SETTERS[_FIELDS.index("status")]
+
+
+def row_snapshot(row: JobRow) -> JobSnapshot:
+    """`snapshot_from_row(row)`, decoded on first use (see the module docstring)."""
+    snap = _new(_RowSnapshot)
+    _put_row(snap, row)
+    _put_id(snap, row[L.C_ID])
+    _put_status(snap, _STATUS[row[L.C_STATUS]])
     return snap
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import psycopg
 
+from jobledger._storage.equality import equal_to
 from jobledger._storage.observe import AuditRecord
 
 __all__ = ["audit_records", "count_audit", "insert_audit"]
@@ -37,14 +38,8 @@ def _has_log(conn: Conn, s: str) -> bool:
 
 
 def _where(actor: str | None, action: str | None) -> tuple[str, tuple[str, ...]]:
-    terms, params = [], []
-    if actor is not None:
-        terms.append("actor = %s")
-        params.append(actor)
-    if action is not None:
-        terms.append("action = %s")
-        params.append(action)
-    return (f" WHERE {' AND '.join(terms)}" if terms else ""), tuple(params)
+    sql, params = equal_to((("actor", actor), ("action", action)), "%s")
+    return (f" WHERE {sql}" if sql else ""), params
 
 
 def _text(detail: Any) -> str:

@@ -4,16 +4,24 @@ dialect, mapped to the same values (`_storage/observe.py`).
 Each function runs on one reader connection of `PostgresStore.read` (autocommit: each
 statement is its own snapshot, none outlives the call). `s` is the store's quoted
 schema name. Sums of bigints come back as `Decimal`; everything is turned into `int`.
+
+From schema 12 the queue counts, `/metrics` and the throughput chart read the kept
+counts (`migrations/0012_job_counts.sql`), summed over their per-session slots; a schema
+older than that is read by the passes over `jobs`, as before. The oldest pending row per
+queue is a loose scan of `jobs_claim_idx` (`sqlite/observe.OLDEST_PENDING` says how).
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import psycopg
 
 from jobledger._storage.observe import (
+    KEPT_BOUNDS_MS,
     STATUSES,
     CollectedTotal,
     JobMetrics,
@@ -34,11 +42,13 @@ __all__ = [
     "count_workflows",
     "has_job_of_type",
     "job_metrics",
+    "kept_count",
     "leader_lease",
     "queue_counts",
     "queue_settings",
     "schedule_records",
     "storage_facts",
+    "throughput",
     "worker_records",
     "workflow_edges",
     "workflow_records",
@@ -82,6 +92,92 @@ def metrics_scan(s: str, bounds_ms: tuple[int, ...]) -> str:
     )
 
 
+@functools.cache
+def _kept_sql(s: str) -> tuple[str, str, str]:
+    queue_counts = (
+        f"SELECT queue, status, sum(jobs) FROM {s}.job_counts GROUP BY queue, status "
+        "HAVING sum(jobs) <> 0"
+    )
+    groups = (
+        "SELECT queue, status, rb, lb, sum(jobs), sum(started), sum(retried), sum(run_ms), "
+        f"sum(latency_ms) FROM {s}.job_counts GROUP BY queue, status, rb, lb "
+        "HAVING sum(jobs) <> 0"
+    )
+    # `sqlite/observe.OLDEST_PENDING` for every queue asked for (a text[]) in one
+    # statement: one recursion per queue along jobs_claim_idx.
+    pending = f"FROM {s}.jobs j WHERE j.status = 'pending' AND j.cancel_requested = 0"
+    oldest = (
+        "WITH RECURSIVE p(queue, pr) AS ("
+        f"SELECT q.name, (SELECT j.priority {pending} AND j.queue = q.name "
+        'ORDER BY j.priority LIMIT 1) FROM (SELECT unnest(%s::text[]) COLLATE "C" AS name) q '
+        f"UNION ALL SELECT p.queue, (SELECT j.priority {pending} AND j.queue = p.queue "
+        "AND j.priority > p.pr ORDER BY j.priority LIMIT 1) FROM p WHERE p.pr IS NOT NULL) "
+        f"SELECT queue, min((SELECT j.scheduled_at {pending} AND j.queue = p.queue "
+        "AND j.priority = p.pr ORDER BY j.scheduled_at LIMIT 1)) FROM p "
+        "WHERE p.pr IS NOT NULL GROUP BY queue"
+    )
+    return queue_counts, groups, oldest
+
+
+@functools.cache
+def _throughput_sql(s: str, kept: bool) -> str:
+    if kept:
+        return (
+            f"SELECT minute, sum(completed), sum(failed) FROM {s}.job_minutes "
+            "WHERE minute >= %s AND minute < %s GROUP BY minute"
+        )
+    return (
+        "SELECT finished_at / 60000, count(*) FILTER (WHERE status = 'completed'), "
+        f"count(*) FILTER (WHERE status = 'failed') FROM {s}.jobs "
+        "WHERE finished_at IS NOT NULL AND finished_at >= %s * 60000 "
+        "AND finished_at < %s * 60000 AND status IN ('completed', 'failed') GROUP BY 1"
+    )
+
+
+def _kept(conn: Conn, s: str) -> bool:
+    found = conn.execute("SELECT to_regclass(%s)", (f"{s}.job_counts",)).fetchone()
+    return found is not None and found[0] is not None
+
+
+def kept_count(conn: Conn, s: str, statuses: Sequence[str], queue: str | None) -> int | None:
+    """`sqlite/observe.kept_count` in this dialect (summed over the slots)."""
+    if not _kept(conn, s):
+        return None
+    sql = f"SELECT coalesce(sum(jobs), 0) FROM {s}.job_counts"
+    parts: list[str] = []
+    params: list[Any] = []
+    if statuses:
+        parts.append("status = ANY(%s)")
+        params.append(list(statuses))
+    if queue is not None:
+        parts.append("queue = %s")
+        params.append(queue)
+    if parts:
+        sql += " WHERE " + " AND ".join(parts)
+    row = conn.execute(sql, params).fetchone()
+    return 0 if row is None else _int(row[0])
+
+
+def _oldest_pending(conn: Conn, s: str, queues: list[str]) -> dict[str, int]:
+    if not queues:
+        return {}
+    rows = conn.execute(_kept_sql(s)[2], (queues,)).fetchall()
+    return {str(q): int(at) for q, at in rows if at is not None}
+
+
+def throughput(conn: Conn, s: str, first: int, end: int) -> dict[int, tuple[int, int]]:
+    sql = _throughput_sql(s, _has_table(conn, s, "job_minutes"))
+    return {
+        int(m): (_int(done), _int(failed))
+        for m, done, failed in conn.execute(sql, (first, end)).fetchall()
+    }
+
+
+def _has_table(conn: Conn, s: str, name: str) -> bool:
+    found = conn.execute("SELECT to_regclass(%s)", (f"{s}.{name}",)).fetchone()
+    return found is not None and found[0] is not None
+
+
 def _int(value: Any) -> int:
     return 0 if value is None else int(value)
 
@@ -103,8 +199,17 @@ def queue_counts(conn: Conn, s: str) -> list[QueueCounts]:
         for r in conn.execute(f"SELECT name, type FROM {s}.queues ORDER BY name").fetchall()
     }
     scanned: dict[str, tuple[int | None, tuple[int, ...]]] = {}
-    for name, oldest, *counts in conn.execute(_queue_stats_scan(s)).fetchall():
-        scanned[str(name)] = (None if oldest is None else int(oldest), tuple(map(_int, counts)))
+    if _kept(conn, s):
+        index = {status: i for i, status in enumerate(STATUSES)}
+        kept: dict[str, list[int]] = {}
+        for name, status, n in conn.execute(_kept_sql(s)[0]).fetchall():
+            if status in index:
+                kept.setdefault(str(name), [0] * len(STATUSES))[index[status]] = _int(n)
+        at = _oldest_pending(conn, s, [q for q, c in kept.items() if c[index["pending"]]])
+        scanned = {name: (at.get(name), tuple(c)) for name, c in kept.items()}
+    else:
+        for name, oldest, *found in conn.execute(_queue_stats_scan(s)).fetchall():
+            scanned[str(name)] = (None if oldest is None else int(oldest), tuple(map(_int, found)))
     empty = (0,) * len(STATUSES)
     out: list[QueueCounts] = []
     for name in sorted(registered.keys() | scanned.keys()):
@@ -151,6 +256,7 @@ def _collected_totals(conn: Conn, s: str) -> list[CollectedTotal]:
 
 
 def job_metrics(conn: Conn, s: str, bounds_ms: tuple[int, ...]) -> JobMetrics:
+    kept = bounds_ms == KEPT_BOUNDS_MS and _kept(conn, s)
     groups = [
         MetricGroup(
             str(queue),
@@ -164,16 +270,29 @@ def job_metrics(conn: Conn, s: str, bounds_ms: tuple[int, ...]) -> JobMetrics:
             _int(latency_ms),
         )
         for queue, status, rb, lb, n, started, retried, run_ms, latency_ms in conn.execute(
-            metrics_scan(s, bounds_ms)
+            _kept_sql(s)[1] if kept else metrics_scan(s, bounds_ms)
         ).fetchall()
     ]
     queues = [str(r[0]) for r in conn.execute(f"SELECT name FROM {s}.queues").fetchall()]
-    oldest = {
-        str(queue): int(at)
-        for queue, at in conn.execute(
-            f"SELECT queue, min(scheduled_at) FROM {s}.jobs WHERE status = 'pending' GROUP BY queue"
-        ).fetchall()
-    }
+    if kept:  # the kept table says "not covered" with -1, the scan with NULL
+        groups = [
+            replace(
+                g,
+                run_bucket=None if g.run_bucket == -1 else g.run_bucket,
+                latency_bucket=None if g.latency_bucket == -1 else g.latency_bucket,
+            )
+            for g in groups
+        ]
+        pending = sorted({g.queue for g in groups if g.status == "pending" and g.rows})
+        oldest = _oldest_pending(conn, s, pending)
+    else:
+        oldest = {
+            str(queue): int(at)
+            for queue, at in conn.execute(
+                f"SELECT queue, min(scheduled_at) FROM {s}.jobs WHERE status = 'pending' "
+                "AND cancel_requested = 0 GROUP BY queue"
+            ).fetchall()
+        }
     term = conn.execute(f"SELECT term FROM {s}.leader WHERE id = 1").fetchone()
     return JobMetrics(
         groups,

@@ -544,6 +544,41 @@ class Queries:
         "LIMIT %s FOR UPDATE SKIP LOCKED))"
     )
 
+    # The kept counts (migration 12). Rows of sessions that are gone fold into slot 0:
+    # rows taken FOR UPDATE SKIP LOCKED, so the fold never waits for a writer (the
+    # migration says why none can be waiting for it in a cycle), keys in one order so two
+    # folds cannot deadlock on slot 0. Zero rows of any session go too.
+    FOLD_COUNTS = (
+        "WITH moved AS (DELETE FROM {s}.job_counts WHERE (queue, status, rb, lb, slot) IN ("
+        "SELECT queue, status, rb, lb, slot FROM {s}.job_counts WHERE slot <> 0 AND (slot "
+        "NOT IN (SELECT pid FROM pg_stat_activity WHERE pid IS NOT NULL) OR (jobs = 0 "
+        "AND started = 0 AND retried = 0 AND run_ms = 0 AND latency_ms = 0)) "
+        "FOR UPDATE SKIP LOCKED) "
+        "RETURNING queue, status, rb, lb, jobs, started, retried, run_ms, latency_ms) "
+        "INSERT INTO {s}.job_counts AS c "
+        "(queue, status, rb, lb, slot, jobs, started, retried, run_ms, latency_ms) "
+        "SELECT queue, status, rb, lb, 0, sum(jobs), sum(started), sum(retried), sum(run_ms), "
+        "sum(latency_ms) FROM moved GROUP BY queue, status, rb, lb "
+        "ORDER BY queue, status, rb, lb "
+        "ON CONFLICT (queue, status, rb, lb, slot) DO UPDATE SET "
+        "jobs = c.jobs + excluded.jobs, started = c.started + excluded.started, "
+        "retried = c.retried + excluded.retried, run_ms = c.run_ms + excluded.run_ms, "
+        "latency_ms = c.latency_ms + excluded.latency_ms"
+    )
+    FOLD_MINUTES = (
+        "WITH moved AS (DELETE FROM {s}.job_minutes WHERE (minute, slot) IN ("
+        "SELECT minute, slot FROM {s}.job_minutes WHERE slot <> 0 AND slot NOT IN "
+        "(SELECT pid FROM pg_stat_activity WHERE pid IS NOT NULL) FOR UPDATE SKIP LOCKED) "
+        "RETURNING minute, completed, failed) "
+        "INSERT INTO {s}.job_minutes AS m (minute, slot, completed, failed) "
+        "SELECT minute, 0, sum(completed), sum(failed) FROM moved GROUP BY minute "
+        "ORDER BY minute ON CONFLICT (minute, slot) DO UPDATE SET "
+        "completed = m.completed + excluded.completed, failed = m.failed + excluded.failed"
+    )
+    # As on SQLite: the chart's minutes a day older than what GC collects.
+    GC_MINUTES = "DELETE FROM {s}.job_minutes WHERE minute < %s"
+    HAS_JOB_COUNTS = "SELECT to_regclass('{s}.job_counts') IS NOT NULL"
+
     # -- durable named locks (layer 3) ------------------------------------------------
     # A lock is free when no row exists, or when its holder job no longer runs under the
     # claim that took it. Taking a held lock is three statements on purpose: the holder is

@@ -74,6 +74,7 @@ from jobledger._core.search import Search
 from jobledger._storage import layout as L
 from jobledger._storage import rate, settings
 from jobledger._storage.attempts import with_final_attempt
+from jobledger._storage.equality import equal_to
 from jobledger._storage.interface import (
     APPLIED,
     SUCCESSOR_END,
@@ -95,6 +96,7 @@ from jobledger._storage.interface import (
     successor_key,
 )
 from jobledger._storage.observe import (
+    MINUTES_KEPT,
     AuditRecord,
     JobMetrics,
     LeaderLease,
@@ -1285,7 +1287,7 @@ class PostgresStore(ScheduleOps, WorkerOps):
         where, queue_type = _where_queue_type(flt.queue, flt.type)
         params: tuple[Any, ...] = queue_type
         if flt.search is not None:
-            term, term_params = _search_where(flt.search)
+            term, term_params = _search_where(flt.search, self._ident)
             where = f"{where} AND {term}" if where else term
             params = (*params, *term_params)
         sql = q.RETRY_MATCHING.replace("{where}", f" AND {where}" if where else "")
@@ -1437,11 +1439,15 @@ class PostgresStore(ScheduleOps, WorkerOps):
         return [tuple(r) for r in self.read(lambda c: c.execute(sql, params).fetchall())]
 
     def list(self, flt: JobFilter, *, limit: int, offset: int) -> list[JobRow]:
-        where, params = _where(flt)
+        where, params = _where(flt, self._ident)
         return self._rows(self.q.LIST_JOBS.replace("{where}", where), (*params, limit, offset))
 
     def count(self, flt: JobFilter) -> int:
-        where, params = _where(flt)
+        if _kept_countable(flt):
+            kept = self.read(lambda c: observe.kept_count(c, self._ident, flt.status, flt.queue))
+            if kept is not None:
+                return kept
+        where, params = _where(flt, self._ident)
         sql = self.q.COUNT_JOBS.replace("{where}", where)
         return int(self.read(lambda c: _scalar(c.execute(sql, params).fetchone())) or 0)
 
@@ -1453,7 +1459,18 @@ class PostgresStore(ScheduleOps, WorkerOps):
             if n < batch:
                 if total:
                     self._stmt(lambda c: c.execute(self.q.GC_WORKFLOWS), "gc")
+                self.write(functools.partial(self._fold_counts, before_ms), "gc")
                 return total
+
+    def _fold_counts(self, before_ms: int, conn: Conn) -> None:
+        """The kept counts' tidying (migration 12): rows of gone sessions into slot 0,
+        and the chart's minutes a day older than `before_ms` dropped."""
+        found = conn.execute(self.q.HAS_JOB_COUNTS).fetchone()
+        if found is None or not found[0]:
+            return
+        conn.execute(self.q.FOLD_COUNTS)
+        conn.execute(self.q.FOLD_MINUTES)
+        conn.execute(self.q.GC_MINUTES, (before_ms // 60_000 - MINUTES_KEPT,))
 
     def _gc_batch(self, before_ms: int, batch: int, conn: Conn) -> int:
         # Serialised with re-runs, which write edges to old jobs (Queries.GC_TERMINAL).
@@ -1508,6 +1525,9 @@ class PostgresStore(ScheduleOps, WorkerOps):
 
     def job_metrics(self, bounds_ms: tuple[int, ...]) -> JobMetrics:
         return self.read(lambda c: observe.job_metrics(c, self._ident, bounds_ms))
+
+    def throughput(self, first_minute: int, end_minute: int) -> dict[int, tuple[int, int]]:
+        return self.read(lambda c: observe.throughput(c, self._ident, first_minute, end_minute))
 
     def count_finished_before(self, before_ms: int) -> int:
         return self.read(lambda c: observe.count_finished_before(c, self._ident, before_ms))
@@ -1707,18 +1727,22 @@ def _storage_error(
 
 
 def _where_queue_type(queue: str | None, type_name: str | None) -> tuple[str, tuple[str, ...]]:
-    parts: list[str] = []
-    params: list[str] = []
-    if queue is not None:
-        parts.append("queue = %s")
-        params.append(queue)
-    if type_name is not None:
-        parts.append("type = %s")
-        params.append(type_name)
-    return " AND ".join(parts), tuple(params)
+    return equal_to((("queue", queue), ("type", type_name)), "%s")
 
 
-def _where(flt: JobFilter) -> tuple[str, tuple[Any, ...]]:
+def _kept_countable(flt: JobFilter) -> bool:
+    """Whether the kept counts answer `count(flt)`: filters by status and queue only."""
+    return (
+        flt.type is None
+        and flt.schedule_id is None
+        and flt.parent_id is None
+        and flt.workflow_id is None
+        and flt.search is None
+    )
+
+
+def _where(flt: JobFilter, s: str) -> tuple[str, tuple[Any, ...]]:
+    """The WHERE of a listing; `s` is the quoted schema (for its functions)."""
     parts: list[str] = []
     params: list[Any] = []
     if flt.status:
@@ -1735,18 +1759,20 @@ def _where(flt: JobFilter) -> tuple[str, tuple[Any, ...]]:
             parts.append(f"{column} = %s")
             params.append(value)
     if flt.search is not None:
-        term, term_params = _search_where(flt.search)
+        term, term_params = _search_where(flt.search, s)
         parts.append(term)
         params += term_params
     return (" WHERE " + " AND ".join(parts) if parts else ""), tuple(params)
 
 
-def _search_where(term: Search) -> tuple[str, list[Any]]:
-    """The condition of a console search, as SQLite's `queries.search_sql`."""
+def _search_where(term: Search, s: str) -> tuple[str, list[Any]]:
+    """The condition of a console search, as SQLite's `queries.search_sql`; `s` is the
+    quoted schema (for its functions)."""
     if term.kind == "id":
         return "id LIKE %s", [term.like_prefix()]  # backslash is PostgreSQL's default escape
     if term.kind == "error":
-        return "(error IS NOT NULL AND error::jsonb ->> 'code' = %s)", [term.value]
+        # jobs_error_code_idx's expression (migration 12): NULL for a non-JSON error.
+        return f"(error IS NOT NULL AND {s}.error_code(error) = %s)", [term.value]
     # The JSON value as text, as SQLite's `queries.search_sql`.
     return f"{term.kind}::jsonb #>> %s = %s", [list(term.path), term.value]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 
+from jobledger._storage.equality import equal_to
 from jobledger._storage.observe import AuditRecord
 
 __all__ = ["audit_records", "count_audit", "insert_audit"]
@@ -34,14 +35,8 @@ def _has_log(conn: sqlite3.Connection) -> bool:
 
 
 def _where(actor: str | None, action: str | None) -> tuple[str, tuple[str, ...]]:
-    terms, params = [], []
-    if actor is not None:
-        terms.append("actor = ?")
-        params.append(actor)
-    if action is not None:
-        terms.append("action = ?")
-        params.append(action)
-    return (f" WHERE {' AND '.join(terms)}" if terms else ""), tuple(params)
+    sql, params = equal_to((("actor", actor), ("action", action)), "?")
+    return (f" WHERE {sql}" if sql else ""), params
 
 
 def audit_records(

@@ -7,6 +7,14 @@ cursor read to the end, so no read snapshot outlives the call). The grouped pass
 
 A file no worker has upgraded yet is read as it is (observers never migrate): a table a
 later migration added (`job_totals`) may be missing, and is then read as empty.
+
+From schema 16 the overview's counts, `/metrics` and the throughput chart read the tables
+the triggers of `migrations/0016_job_counts.sql` keep (`job_counts`, `job_minutes`):
+O(queues x buckets) and O(minutes) rows, whatever the size of `jobs`. A file older than
+that is read by the passes over `jobs` below, as before. The oldest pending row of each
+queue is read from the head of `jobs_claim_idx`, one seek per (queue, priority) present
+(`OLDEST_PENDING`), so it counts the claimable rows (`cancel_requested = 0`); a pending
+row whose cancel was requested is cancelled in the same transaction.
 """
 
 from __future__ import annotations
@@ -14,9 +22,12 @@ from __future__ import annotations
 import functools
 import os
 import sqlite3
+from collections.abc import Sequence
+from dataclasses import replace
 
 from jobledger._storage.layout import JOB_COLUMNS
 from jobledger._storage.observe import (
+    KEPT_BOUNDS_MS,
     STATUSES,
     CheckpointResult,
     CollectedTotal,
@@ -43,12 +54,15 @@ __all__ = [
     "get_by_id",
     "has_job_of_type",
     "job_metrics",
+    "kept_count",
+    "kept_counts",
     "leader_lease",
     "queue_counts",
     "queue_settings",
     "schedule_records",
     "schema_version",
     "storage_facts",
+    "throughput",
     "wal_bytes",
     "worker_records",
     "workflow_edges",
@@ -69,10 +83,10 @@ _GET_BY_ID = f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?"
 # `jobledger jobs enqueue` without --app (the CLI's check), which is rare enough.
 _HAS_TYPE = "SELECT EXISTS (SELECT 1 FROM jobs WHERE type = ?)"
 
-# The dashboard's per-queue counts in one pass, grouped by queue alone: the GROUP BY's
-# sort of every row is most of the cost, and a key of (queue, status) made it ~25%
-# dearer than per-status sums (0.50 against 0.62-0.73 s at a million rows), before a
-# second pass for the oldest pending row.
+# A file before schema 16: the dashboard's per-queue counts in one pass, grouped by
+# queue alone: the GROUP BY's sort of every row is most of the cost, and a key of
+# (queue, status) made it ~25% dearer than per-status sums (0.50 against 0.62-0.73 s
+# at a million rows), before a second pass for the oldest pending row.
 QUEUE_STATS_SCAN = (
     "SELECT queue, min(CASE WHEN status = 'pending' THEN scheduled_at END), "
     + ", ".join(f"sum(status = '{status}')" for status in STATUSES)
@@ -80,9 +94,43 @@ QUEUE_STATS_SCAN = (
 )
 
 
+# The kept counts (schema 16): per queue and status, and whole rows for `/metrics`.
+_KEPT_QUEUE_COUNTS = (
+    "SELECT queue, status, sum(jobs) FROM job_counts GROUP BY queue, status HAVING sum(jobs) <> 0"
+)
+_KEPT_GROUPS = (
+    "SELECT queue, status, rb, lb, jobs, started, retried, run_ms, latency_ms FROM job_counts "
+    "WHERE jobs <> 0"
+)
+# The oldest claimable pending row of queue ?1: a loose scan of jobs_claim_idx (queue,
+# priority, scheduled_at), one seek to each next priority present and one to its first
+# time, so O(priorities x log n) instead of every pending row. The conditions repeat the
+# index's own, which SQLite needs to use a partial index.
+_PENDING = "FROM jobs WHERE status = 'pending' AND cancel_requested = 0 AND queue = ?1"
+OLDEST_PENDING = (
+    "WITH RECURSIVE p(pr) AS ("
+    f"SELECT (SELECT priority {_PENDING} ORDER BY priority LIMIT 1) "
+    f"UNION ALL SELECT (SELECT priority {_PENDING} AND priority > p.pr ORDER BY priority LIMIT 1) "
+    "FROM p WHERE p.pr IS NOT NULL) "
+    f"SELECT min((SELECT scheduled_at {_PENDING} AND priority = p.pr "
+    "ORDER BY scheduled_at LIMIT 1)) FROM p WHERE p.pr IS NOT NULL"
+)
+# Completed and failed jobs per minute in [?1, ?2) (minute numbers, finished_at / 60000).
+_THROUGHPUT_KEPT = (
+    "SELECT minute, completed, failed FROM job_minutes WHERE minute >= ?1 AND minute < ?2"
+)
+# A file before schema 16: the same figures from the rows, through jobs_finished_idx.
+_THROUGHPUT_SCAN = (
+    "SELECT finished_at / 60000 AS m, sum(status = 'completed'), sum(status = 'failed') "
+    "FROM jobs WHERE finished_at IS NOT NULL AND finished_at >= ?1 * 60000 "
+    "AND finished_at < ?2 * 60000 AND (status = 'completed' OR status = 'failed') GROUP BY m"
+)
+
+
 @functools.cache
 def metrics_scan(bounds_ms: tuple[int, ...]) -> str:
-    """Every figure `/metrics` takes from `jobs`, in ONE pass over the table.
+    """Every figure `/metrics` takes from `jobs`, in ONE pass over the table: what a file
+    before schema 16 is read by (later ones keep the same figures in `job_counts`).
 
     Grouped by queue, status and the bucket each histogram's value falls in (NULL for a
     row the histogram does not cover, `len(bounds_ms)` above the last bound), so each
@@ -132,11 +180,59 @@ def get_by_id(conn: sqlite3.Connection, job_id: str) -> tuple[object, ...] | Non
     return row
 
 
+def _kept(conn: sqlite3.Connection) -> bool:
+    return _has_table(conn, "job_counts")
+
+
+def kept_count(conn: sqlite3.Connection, statuses: Sequence[str], queue: str | None) -> int | None:
+    """Rows in any of `statuses` (all when empty) of `queue` (any when None), from the
+    kept counts; None on a file without them."""
+    if not _kept(conn):
+        return None
+    sql = "SELECT coalesce(sum(jobs), 0) FROM job_counts"
+    parts: list[str] = []
+    params: list[str] = []
+    if statuses:
+        parts.append(f"status IN ({', '.join('?' * len(statuses))})")
+        params.extend(statuses)
+    if queue is not None:
+        parts.append("queue = ?")
+        params.append(queue)
+    if parts:
+        sql += " WHERE " + " AND ".join(parts)
+    return int(conn.execute(sql, params).fetchone()[0])
+
+
+def _oldest_pending(conn: sqlite3.Connection, queues: list[str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for name in queues:
+        at = conn.execute(OLDEST_PENDING, (name,)).fetchone()[0]
+        if at is not None:
+            out[name] = int(at)
+    return out
+
+
+def kept_counts(conn: sqlite3.Connection) -> dict[str, tuple[int | None, tuple[int, ...]]]:
+    """Per queue: its oldest claimable pending row's time and its rows per status
+    (`STATUSES` order), from the kept counts; only queues with rows."""
+    counts: dict[str, list[int]] = {}
+    index = {status: i for i, status in enumerate(STATUSES)}
+    for name, status, n in conn.execute(_KEPT_QUEUE_COUNTS).fetchall():
+        if status in index:
+            counts.setdefault(str(name), [0] * len(STATUSES))[index[status]] = int(n)
+    pending = index["pending"]
+    oldest = _oldest_pending(conn, [q for q, c in counts.items() if c[pending]])
+    return {name: (oldest.get(name), tuple(c)) for name, c in counts.items()}
+
+
 def queue_counts(conn: sqlite3.Connection) -> list[QueueCounts]:
     registered = dict(conn.execute("SELECT name, type FROM queues ORDER BY name").fetchall())
     scanned: dict[str, tuple[int | None, tuple[int, ...]]] = {}
-    for name, oldest, *counts in conn.execute(QUEUE_STATS_SCAN).fetchall():
-        scanned[name] = (oldest, tuple(int(n or 0) for n in counts))
+    if _kept(conn):
+        scanned = kept_counts(conn)
+    else:
+        for name, oldest, *counts in conn.execute(QUEUE_STATS_SCAN).fetchall():
+            scanned[name] = (oldest, tuple(int(n or 0) for n in counts))
     empty = (0,) * len(STATUSES)
     out: list[QueueCounts] = []
     for name in sorted(registered.keys() | scanned.keys()):
@@ -183,6 +279,7 @@ def collected_totals(conn: sqlite3.Connection) -> list[CollectedTotal]:
 
 
 def job_metrics(conn: sqlite3.Connection, bounds_ms: tuple[int, ...]) -> JobMetrics:
+    kept = bounds_ms == KEPT_BOUNDS_MS and _kept(conn)
     groups = [
         MetricGroup(
             queue,
@@ -196,16 +293,30 @@ def job_metrics(conn: sqlite3.Connection, bounds_ms: tuple[int, ...]) -> JobMetr
             int(latency_ms or 0),
         )
         for queue, status, rb, lb, n, started, retried, run_ms, latency_ms in conn.execute(
-            metrics_scan(bounds_ms)
+            _KEPT_GROUPS if kept else metrics_scan(bounds_ms)
         ).fetchall()
     ]
+    if kept:  # the kept table says "not covered" with -1, the scan with NULL
+        groups = [
+            replace(
+                g,
+                run_bucket=None if g.run_bucket == -1 else g.run_bucket,
+                latency_bucket=None if g.latency_bucket == -1 else g.latency_bucket,
+            )
+            for g in groups
+        ]
     queues = [str(r[0]) for r in conn.execute("SELECT name FROM queues").fetchall()]
-    oldest = {
-        str(queue): int(at)
-        for queue, at in conn.execute(
-            "SELECT queue, min(scheduled_at) FROM jobs WHERE status = 'pending' GROUP BY queue"
-        ).fetchall()
-    }
+    if kept:
+        pending = sorted({g.queue for g in groups if g.status == "pending" and g.rows})
+        oldest = _oldest_pending(conn, pending)
+    else:
+        oldest = {
+            str(queue): int(at)
+            for queue, at in conn.execute(
+                "SELECT queue, min(scheduled_at) FROM jobs WHERE status = 'pending' "
+                "AND cancel_requested = 0 GROUP BY queue"
+            ).fetchall()
+        }
     term = conn.execute("SELECT term FROM leader WHERE id = 1").fetchone()
     return JobMetrics(
         groups,
@@ -214,6 +325,16 @@ def job_metrics(conn: sqlite3.Connection, bounds_ms: tuple[int, ...]) -> JobMetr
         oldest,
         None if term is None else int(term[0]),
     )
+
+
+def throughput(conn: sqlite3.Connection, first: int, end: int) -> dict[int, tuple[int, int]]:
+    """Jobs that ended completed and failed per minute number in [first, end) (minutes
+    with none are left out)."""
+    sql = _THROUGHPUT_KEPT if _has_table(conn, "job_minutes") else _THROUGHPUT_SCAN
+    return {
+        int(m): (int(done or 0), int(failed or 0))
+        for m, done, failed in conn.execute(sql, (first, end)).fetchall()
+    }
 
 
 def count_finished_before(conn: sqlite3.Connection, before_ms: int) -> int:

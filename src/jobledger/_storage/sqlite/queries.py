@@ -14,6 +14,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
+from jobledger._core import ids
 from jobledger._core.search import Search
 from jobledger._storage import layout as L
 from jobledger._storage.layout import JOB_COLUMNS, SCHEDULE_COLUMNS
@@ -383,13 +384,27 @@ _INDEXED = frozenset(("delayed", "running", "failed", "cancelled"))
 _BY_ID = frozenset(("failed", "cancelled"))
 
 
+# The indexed error code (migration 16): NULL for an error that is not JSON, so a
+# hostile row cannot make a write fail on the index.
+ERROR_CODE = "CASE WHEN json_valid(error) THEN json_extract(error, '$.code') END"
+
+
 def search_sql(term: Search) -> tuple[str, list[Any]]:
     """The condition of a console search (`_core/search.py`). A JSON value is compared
     as text: booleans by `json_type`, as PostgreSQL's `#>>` writes them."""
     if term.kind == "id":
-        return "id LIKE ? ESCAPE '\\'", [term.like_prefix()]
+        # The rows keyed by ids that can start with the prefix are one rowid range
+        # (`ids.key_range`); rows from before schema 4 sit below zero (keys.py).
+        keys = ids.key_range(term.value)
+        if keys is None:
+            return "rowid < 0 AND id LIKE ? ESCAPE '\\'", [term.like_prefix()]
+        return (
+            "(rowid BETWEEN ? AND ? OR rowid < 0) AND id LIKE ? ESCAPE '\\'",
+            [*keys, term.like_prefix()],
+        )
     if term.kind == "error":
-        return "error IS NOT NULL AND json_extract(error, '$.code') = ?", [term.value]
+        # jobs_error_code_idx's expression and condition, as SQLite needs them spelled.
+        return f"error IS NOT NULL AND {ERROR_CODE} = ?", [term.value]
     path = "$." + ".".join(f'"{p}"' for p in term.path)  # segments are checked names
     column = term.kind  # "payload" or "metadata"
     return (
@@ -512,12 +527,18 @@ GC_WORKFLOWS = (
     "(SELECT 1 FROM jobs WHERE jobs.workflow_id = workflows.id)"
 )
 
+# The ids are compared by the caller, on the few rows this returns: an `id IN` list
+# beside the keys cost SQLite an index of the list per statement, more than the lookups
+# (`Store.terminal_among` reads every awaited handle's row).
 TERMINAL_AMONG = (
-    f"SELECT {JOB_COLUMNS} FROM jobs WHERE rowid IN ({{keys}}) AND id IN ({{ids}}) "
+    f"SELECT {JOB_COLUMNS} FROM jobs WHERE rowid IN ({{keys}}) "
     "AND status IN ('completed', 'failed', 'cancelled')"
 )
 # A workflow job whose output a job yet to end will read (`ctx.upstream`) is kept past
 # the retention; a job outside every workflow has no `step` and pays one NULL test.
+# The throughput chart's minutes (migration 16) older than what GC collects by more than
+# `observe.MINUTES_KEPT`: the chart reads at most that far back.
+GC_MINUTES = "DELETE FROM job_minutes WHERE minute < ?"
 GC_TERMINAL = (
     "DELETE FROM jobs WHERE rowid IN (SELECT rowid FROM jobs j WHERE finished_at IS NOT NULL "
     "AND finished_at < ? AND status IN ('completed', 'failed', 'cancelled') "

@@ -2,7 +2,7 @@
 -- After adding a migration, regenerate it from the repository root with
 --   python -m jobledger._storage.sqlite.migrate \
 --       > src/jobledger/_storage/sqlite/schema.sql
--- user_version = 15
+-- user_version = 16
 
 CREATE INDEX audit_log_action_idx ON audit_log (action, id);
 
@@ -24,6 +24,10 @@ CREATE INDEX jobs_delayed_idx ON jobs (scheduled_at) WHERE status = 'delayed';
 CREATE INDEX jobs_ended_key_idx ON jobs (idempotency_key, finished_at)
     WHERE idempotency_key IS NOT NULL
         AND (status = 'completed' OR status = 'failed' OR status = 'cancelled');
+
+CREATE INDEX jobs_error_code_idx ON jobs
+    (CASE WHEN json_valid(error) THEN json_extract(error, '$.code') END)
+    WHERE error IS NOT NULL;
 
 CREATE INDEX jobs_failed_idx ON jobs (status) WHERE status = 'failed';
 
@@ -69,6 +73,19 @@ CREATE TABLE job_attempts (
     PRIMARY KEY (job_key, n)
 ) WITHOUT ROWID;
 
+CREATE TABLE job_counts (
+    queue       TEXT NOT NULL,
+    status      TEXT NOT NULL,
+    rb          INTEGER NOT NULL,
+    lb          INTEGER NOT NULL,
+    jobs        INTEGER NOT NULL,
+    started     INTEGER NOT NULL,
+    retried     INTEGER NOT NULL,
+    run_ms      INTEGER NOT NULL,
+    latency_ms  INTEGER NOT NULL,
+    PRIMARY KEY (queue, status, rb, lb)
+) WITHOUT ROWID;
+
 CREATE TABLE job_deps (
     upstream_key  INTEGER NOT NULL,               -- the upstream job's rowid
     job_key       INTEGER NOT NULL,               -- the downstream (waiting) job's rowid
@@ -76,6 +93,12 @@ CREATE TABLE job_deps (
     many          INTEGER NOT NULL DEFAULT 0,     -- 1: the upstream step is an add_many
     PRIMARY KEY (upstream_key, job_key)
 ) WITHOUT ROWID;
+
+CREATE TABLE job_minutes (
+    minute     INTEGER PRIMARY KEY,           -- finished_at / 60000
+    completed  INTEGER NOT NULL DEFAULT 0,
+    failed     INTEGER NOT NULL DEFAULT 0
+);
 
 CREATE TABLE job_schedules (
     id          TEXT PRIMARY KEY,
@@ -285,6 +308,89 @@ BEGIN
         jobs = jobs + 1,
         started = started + excluded.started,
         retried = retried + excluded.retried;
+END;
+
+CREATE TRIGGER jobs_count_delete AFTER DELETE ON jobs
+BEGIN
+    INSERT INTO job_counts (queue, status, rb, lb, jobs, started, retried, run_ms, latency_ms)
+    VALUES (old.queue, old.status,
+        CASE WHEN (old.status = 'completed' OR old.status = 'failed') AND old.started_at IS NOT NULL AND old.finished_at IS NOT NULL
+            THEN CASE WHEN old.finished_at - old.started_at <= 2500 THEN CASE WHEN old.finished_at - old.started_at <= 100 THEN CASE WHEN old.finished_at - old.started_at <= 25 THEN CASE WHEN old.finished_at - old.started_at <= 10 THEN CASE WHEN old.finished_at - old.started_at <= 5 THEN 0 ELSE 1 END ELSE 2 END ELSE CASE WHEN old.finished_at - old.started_at <= 50 THEN 3 ELSE 4 END END ELSE CASE WHEN old.finished_at - old.started_at <= 500 THEN CASE WHEN old.finished_at - old.started_at <= 250 THEN 5 ELSE 6 END ELSE CASE WHEN old.finished_at - old.started_at <= 1000 THEN 7 ELSE 8 END END END ELSE CASE WHEN old.finished_at - old.started_at <= 60000 THEN CASE WHEN old.finished_at - old.started_at <= 10000 THEN CASE WHEN old.finished_at - old.started_at <= 5000 THEN 9 ELSE 10 END ELSE CASE WHEN old.finished_at - old.started_at <= 30000 THEN 11 ELSE 12 END END ELSE CASE WHEN old.finished_at - old.started_at <= 900000 THEN CASE WHEN old.finished_at - old.started_at <= 300000 THEN 13 ELSE 14 END ELSE CASE WHEN old.finished_at - old.started_at <= 3600000 THEN 15 ELSE 16 END END END END
+            ELSE -1 END,
+        CASE WHEN old.started_at IS NULL THEN -1
+            ELSE CASE WHEN old.started_at - old.scheduled_at <= 2500 THEN CASE WHEN old.started_at - old.scheduled_at <= 100 THEN CASE WHEN old.started_at - old.scheduled_at <= 25 THEN CASE WHEN old.started_at - old.scheduled_at <= 10 THEN CASE WHEN old.started_at - old.scheduled_at <= 5 THEN 0 ELSE 1 END ELSE 2 END ELSE CASE WHEN old.started_at - old.scheduled_at <= 50 THEN 3 ELSE 4 END END ELSE CASE WHEN old.started_at - old.scheduled_at <= 500 THEN CASE WHEN old.started_at - old.scheduled_at <= 250 THEN 5 ELSE 6 END ELSE CASE WHEN old.started_at - old.scheduled_at <= 1000 THEN 7 ELSE 8 END END END ELSE CASE WHEN old.started_at - old.scheduled_at <= 60000 THEN CASE WHEN old.started_at - old.scheduled_at <= 10000 THEN CASE WHEN old.started_at - old.scheduled_at <= 5000 THEN 9 ELSE 10 END ELSE CASE WHEN old.started_at - old.scheduled_at <= 30000 THEN 11 ELSE 12 END END ELSE CASE WHEN old.started_at - old.scheduled_at <= 900000 THEN CASE WHEN old.started_at - old.scheduled_at <= 300000 THEN 13 ELSE 14 END ELSE CASE WHEN old.started_at - old.scheduled_at <= 3600000 THEN 15 ELSE 16 END END END END END,
+        -1, -(old.attempt + (old.started_at IS NOT NULL)), -old.attempt,
+        -(CASE WHEN (old.status = 'completed' OR old.status = 'failed') AND old.started_at IS NOT NULL AND old.finished_at IS NOT NULL THEN old.finished_at - old.started_at ELSE 0 END),
+        -(CASE WHEN old.started_at IS NULL THEN 0 ELSE max(0, old.started_at - old.scheduled_at) END))
+    ON CONFLICT (queue, status, rb, lb) DO UPDATE SET jobs = jobs + excluded.jobs,
+        started = started + excluded.started, retried = retried + excluded.retried,
+        run_ms = run_ms + excluded.run_ms, latency_ms = latency_ms + excluded.latency_ms;
+END;
+
+CREATE TRIGGER jobs_count_insert AFTER INSERT ON jobs
+BEGIN
+    INSERT INTO job_counts (queue, status, rb, lb, jobs, started, retried, run_ms, latency_ms)
+    VALUES (new.queue, new.status,
+        CASE WHEN (new.status = 'completed' OR new.status = 'failed') AND new.started_at IS NOT NULL AND new.finished_at IS NOT NULL
+            THEN CASE WHEN new.finished_at - new.started_at <= 2500 THEN CASE WHEN new.finished_at - new.started_at <= 100 THEN CASE WHEN new.finished_at - new.started_at <= 25 THEN CASE WHEN new.finished_at - new.started_at <= 10 THEN CASE WHEN new.finished_at - new.started_at <= 5 THEN 0 ELSE 1 END ELSE 2 END ELSE CASE WHEN new.finished_at - new.started_at <= 50 THEN 3 ELSE 4 END END ELSE CASE WHEN new.finished_at - new.started_at <= 500 THEN CASE WHEN new.finished_at - new.started_at <= 250 THEN 5 ELSE 6 END ELSE CASE WHEN new.finished_at - new.started_at <= 1000 THEN 7 ELSE 8 END END END ELSE CASE WHEN new.finished_at - new.started_at <= 60000 THEN CASE WHEN new.finished_at - new.started_at <= 10000 THEN CASE WHEN new.finished_at - new.started_at <= 5000 THEN 9 ELSE 10 END ELSE CASE WHEN new.finished_at - new.started_at <= 30000 THEN 11 ELSE 12 END END ELSE CASE WHEN new.finished_at - new.started_at <= 900000 THEN CASE WHEN new.finished_at - new.started_at <= 300000 THEN 13 ELSE 14 END ELSE CASE WHEN new.finished_at - new.started_at <= 3600000 THEN 15 ELSE 16 END END END END
+            ELSE -1 END,
+        CASE WHEN new.started_at IS NULL THEN -1
+            ELSE CASE WHEN new.started_at - new.scheduled_at <= 2500 THEN CASE WHEN new.started_at - new.scheduled_at <= 100 THEN CASE WHEN new.started_at - new.scheduled_at <= 25 THEN CASE WHEN new.started_at - new.scheduled_at <= 10 THEN CASE WHEN new.started_at - new.scheduled_at <= 5 THEN 0 ELSE 1 END ELSE 2 END ELSE CASE WHEN new.started_at - new.scheduled_at <= 50 THEN 3 ELSE 4 END END ELSE CASE WHEN new.started_at - new.scheduled_at <= 500 THEN CASE WHEN new.started_at - new.scheduled_at <= 250 THEN 5 ELSE 6 END ELSE CASE WHEN new.started_at - new.scheduled_at <= 1000 THEN 7 ELSE 8 END END END ELSE CASE WHEN new.started_at - new.scheduled_at <= 60000 THEN CASE WHEN new.started_at - new.scheduled_at <= 10000 THEN CASE WHEN new.started_at - new.scheduled_at <= 5000 THEN 9 ELSE 10 END ELSE CASE WHEN new.started_at - new.scheduled_at <= 30000 THEN 11 ELSE 12 END END ELSE CASE WHEN new.started_at - new.scheduled_at <= 900000 THEN CASE WHEN new.started_at - new.scheduled_at <= 300000 THEN 13 ELSE 14 END ELSE CASE WHEN new.started_at - new.scheduled_at <= 3600000 THEN 15 ELSE 16 END END END END END,
+        1, (new.attempt + (new.started_at IS NOT NULL)), new.attempt,
+        (CASE WHEN (new.status = 'completed' OR new.status = 'failed') AND new.started_at IS NOT NULL AND new.finished_at IS NOT NULL THEN new.finished_at - new.started_at ELSE 0 END),
+        (CASE WHEN new.started_at IS NULL THEN 0 ELSE max(0, new.started_at - new.scheduled_at) END))
+    ON CONFLICT (queue, status, rb, lb) DO UPDATE SET jobs = jobs + excluded.jobs,
+        started = started + excluded.started, retried = retried + excluded.retried,
+        run_ms = run_ms + excluded.run_ms, latency_ms = latency_ms + excluded.latency_ms;
+    INSERT INTO job_minutes (minute, completed, failed)
+    SELECT new.finished_at / 60000, new.status = 'completed', new.status = 'failed'
+    WHERE (new.status = 'completed' OR new.status = 'failed') AND new.finished_at IS NOT NULL
+    ON CONFLICT (minute) DO UPDATE SET completed = completed + excluded.completed,
+        failed = failed + excluded.failed;
+END;
+
+CREATE TRIGGER jobs_count_update AFTER UPDATE OF status, queue, attempt, started_at, finished_at,
+    scheduled_at ON jobs
+WHEN old.status IS NOT new.status OR old.queue IS NOT new.queue OR old.attempt IS NOT new.attempt
+    OR old.started_at IS NOT new.started_at OR old.finished_at IS NOT new.finished_at
+    OR (old.scheduled_at IS NOT new.scheduled_at AND new.started_at IS NOT NULL)
+BEGIN
+    INSERT INTO job_counts (queue, status, rb, lb, jobs, started, retried, run_ms, latency_ms)
+    VALUES (old.queue, old.status,
+        CASE WHEN (old.status = 'completed' OR old.status = 'failed') AND old.started_at IS NOT NULL AND old.finished_at IS NOT NULL
+            THEN CASE WHEN old.finished_at - old.started_at <= 2500 THEN CASE WHEN old.finished_at - old.started_at <= 100 THEN CASE WHEN old.finished_at - old.started_at <= 25 THEN CASE WHEN old.finished_at - old.started_at <= 10 THEN CASE WHEN old.finished_at - old.started_at <= 5 THEN 0 ELSE 1 END ELSE 2 END ELSE CASE WHEN old.finished_at - old.started_at <= 50 THEN 3 ELSE 4 END END ELSE CASE WHEN old.finished_at - old.started_at <= 500 THEN CASE WHEN old.finished_at - old.started_at <= 250 THEN 5 ELSE 6 END ELSE CASE WHEN old.finished_at - old.started_at <= 1000 THEN 7 ELSE 8 END END END ELSE CASE WHEN old.finished_at - old.started_at <= 60000 THEN CASE WHEN old.finished_at - old.started_at <= 10000 THEN CASE WHEN old.finished_at - old.started_at <= 5000 THEN 9 ELSE 10 END ELSE CASE WHEN old.finished_at - old.started_at <= 30000 THEN 11 ELSE 12 END END ELSE CASE WHEN old.finished_at - old.started_at <= 900000 THEN CASE WHEN old.finished_at - old.started_at <= 300000 THEN 13 ELSE 14 END ELSE CASE WHEN old.finished_at - old.started_at <= 3600000 THEN 15 ELSE 16 END END END END
+            ELSE -1 END,
+        CASE WHEN old.started_at IS NULL THEN -1
+            ELSE CASE WHEN old.started_at - old.scheduled_at <= 2500 THEN CASE WHEN old.started_at - old.scheduled_at <= 100 THEN CASE WHEN old.started_at - old.scheduled_at <= 25 THEN CASE WHEN old.started_at - old.scheduled_at <= 10 THEN CASE WHEN old.started_at - old.scheduled_at <= 5 THEN 0 ELSE 1 END ELSE 2 END ELSE CASE WHEN old.started_at - old.scheduled_at <= 50 THEN 3 ELSE 4 END END ELSE CASE WHEN old.started_at - old.scheduled_at <= 500 THEN CASE WHEN old.started_at - old.scheduled_at <= 250 THEN 5 ELSE 6 END ELSE CASE WHEN old.started_at - old.scheduled_at <= 1000 THEN 7 ELSE 8 END END END ELSE CASE WHEN old.started_at - old.scheduled_at <= 60000 THEN CASE WHEN old.started_at - old.scheduled_at <= 10000 THEN CASE WHEN old.started_at - old.scheduled_at <= 5000 THEN 9 ELSE 10 END ELSE CASE WHEN old.started_at - old.scheduled_at <= 30000 THEN 11 ELSE 12 END END ELSE CASE WHEN old.started_at - old.scheduled_at <= 900000 THEN CASE WHEN old.started_at - old.scheduled_at <= 300000 THEN 13 ELSE 14 END ELSE CASE WHEN old.started_at - old.scheduled_at <= 3600000 THEN 15 ELSE 16 END END END END END,
+        -1, -(old.attempt + (old.started_at IS NOT NULL)), -old.attempt,
+        -(CASE WHEN (old.status = 'completed' OR old.status = 'failed') AND old.started_at IS NOT NULL AND old.finished_at IS NOT NULL THEN old.finished_at - old.started_at ELSE 0 END),
+        -(CASE WHEN old.started_at IS NULL THEN 0 ELSE max(0, old.started_at - old.scheduled_at) END)),
+    (new.queue, new.status,
+        CASE WHEN (new.status = 'completed' OR new.status = 'failed') AND new.started_at IS NOT NULL AND new.finished_at IS NOT NULL
+            THEN CASE WHEN new.finished_at - new.started_at <= 2500 THEN CASE WHEN new.finished_at - new.started_at <= 100 THEN CASE WHEN new.finished_at - new.started_at <= 25 THEN CASE WHEN new.finished_at - new.started_at <= 10 THEN CASE WHEN new.finished_at - new.started_at <= 5 THEN 0 ELSE 1 END ELSE 2 END ELSE CASE WHEN new.finished_at - new.started_at <= 50 THEN 3 ELSE 4 END END ELSE CASE WHEN new.finished_at - new.started_at <= 500 THEN CASE WHEN new.finished_at - new.started_at <= 250 THEN 5 ELSE 6 END ELSE CASE WHEN new.finished_at - new.started_at <= 1000 THEN 7 ELSE 8 END END END ELSE CASE WHEN new.finished_at - new.started_at <= 60000 THEN CASE WHEN new.finished_at - new.started_at <= 10000 THEN CASE WHEN new.finished_at - new.started_at <= 5000 THEN 9 ELSE 10 END ELSE CASE WHEN new.finished_at - new.started_at <= 30000 THEN 11 ELSE 12 END END ELSE CASE WHEN new.finished_at - new.started_at <= 900000 THEN CASE WHEN new.finished_at - new.started_at <= 300000 THEN 13 ELSE 14 END ELSE CASE WHEN new.finished_at - new.started_at <= 3600000 THEN 15 ELSE 16 END END END END
+            ELSE -1 END,
+        CASE WHEN new.started_at IS NULL THEN -1
+            ELSE CASE WHEN new.started_at - new.scheduled_at <= 2500 THEN CASE WHEN new.started_at - new.scheduled_at <= 100 THEN CASE WHEN new.started_at - new.scheduled_at <= 25 THEN CASE WHEN new.started_at - new.scheduled_at <= 10 THEN CASE WHEN new.started_at - new.scheduled_at <= 5 THEN 0 ELSE 1 END ELSE 2 END ELSE CASE WHEN new.started_at - new.scheduled_at <= 50 THEN 3 ELSE 4 END END ELSE CASE WHEN new.started_at - new.scheduled_at <= 500 THEN CASE WHEN new.started_at - new.scheduled_at <= 250 THEN 5 ELSE 6 END ELSE CASE WHEN new.started_at - new.scheduled_at <= 1000 THEN 7 ELSE 8 END END END ELSE CASE WHEN new.started_at - new.scheduled_at <= 60000 THEN CASE WHEN new.started_at - new.scheduled_at <= 10000 THEN CASE WHEN new.started_at - new.scheduled_at <= 5000 THEN 9 ELSE 10 END ELSE CASE WHEN new.started_at - new.scheduled_at <= 30000 THEN 11 ELSE 12 END END ELSE CASE WHEN new.started_at - new.scheduled_at <= 900000 THEN CASE WHEN new.started_at - new.scheduled_at <= 300000 THEN 13 ELSE 14 END ELSE CASE WHEN new.started_at - new.scheduled_at <= 3600000 THEN 15 ELSE 16 END END END END END,
+        1, (new.attempt + (new.started_at IS NOT NULL)), new.attempt,
+        (CASE WHEN (new.status = 'completed' OR new.status = 'failed') AND new.started_at IS NOT NULL AND new.finished_at IS NOT NULL THEN new.finished_at - new.started_at ELSE 0 END),
+        (CASE WHEN new.started_at IS NULL THEN 0 ELSE max(0, new.started_at - new.scheduled_at) END))
+    ON CONFLICT (queue, status, rb, lb) DO UPDATE SET jobs = jobs + excluded.jobs,
+        started = started + excluded.started, retried = retried + excluded.retried,
+        run_ms = run_ms + excluded.run_ms, latency_ms = latency_ms + excluded.latency_ms;
+    -- An ended row that moves leaves its minute (only a hand-made write does that:
+    -- terminal rows stay terminal), then the row is counted where it ended.
+    INSERT INTO job_minutes (minute, completed, failed)
+    SELECT old.finished_at / 60000, -(old.status = 'completed'), -(old.status = 'failed')
+    WHERE (old.status = 'completed' OR old.status = 'failed') AND old.finished_at IS NOT NULL
+        AND (old.status IS NOT new.status OR old.finished_at IS NOT new.finished_at)
+    ON CONFLICT (minute) DO UPDATE SET completed = completed + excluded.completed,
+        failed = failed + excluded.failed;
+    INSERT INTO job_minutes (minute, completed, failed)
+    SELECT new.finished_at / 60000, new.status = 'completed', new.status = 'failed'
+    WHERE (new.status = 'completed' OR new.status = 'failed') AND new.finished_at IS NOT NULL
+        AND (old.status IS NOT new.status OR old.finished_at IS NOT new.finished_at)
+    ON CONFLICT (minute) DO UPDATE SET completed = completed + excluded.completed,
+        failed = failed + excluded.failed;
 END;
 
 CREATE TRIGGER jobs_orphan_children AFTER DELETE ON jobs BEGIN

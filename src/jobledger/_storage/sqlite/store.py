@@ -37,6 +37,7 @@ from jobledger._core import ids
 from jobledger._storage import layout as L
 from jobledger._storage import rate, settings, tx
 from jobledger._storage.attempts import with_final_attempt
+from jobledger._storage.equality import equal_to
 from jobledger._storage.interface import (
     APPLIED,
     SUCCESSOR_END,
@@ -60,6 +61,7 @@ from jobledger._storage.interface import (
     successor_key,
 )
 from jobledger._storage.observe import (
+    MINUTES_KEPT,
     AuditRecord,
     JobMetrics,
     LeaderLease,
@@ -1041,11 +1043,14 @@ class SqliteStore(ScheduleOps, WorkerOps):
 
         def read(conn: sqlite3.Connection) -> list[JobRow]:
             out: list[JobRow] = []
-            for start in range(0, len(ids), 400):
-                chunk = ids[start : start + 400]
-                marks = ",".join("?" * len(chunk))
-                sql = q.TERMINAL_AMONG.format(keys=marks, ids=marks)
-                out.extend(conn.execute(sql, (*keys_of(conn, chunk), *chunk)).fetchall())
+            for start in range(0, len(ids), 800):
+                chunk = ids[start : start + 800]
+                sql = q.TERMINAL_AMONG.format(keys=",".join("?" * len(chunk)))
+                rows = conn.execute(sql, keys_of(conn, chunk)).fetchall()
+                if rows:
+                    # A key says where to look, the id whether it is the row asked for.
+                    asked = set(chunk)
+                    out.extend(r for r in rows if r[L.C_ID] in asked)
             return out
 
         return self.read(read)
@@ -1055,6 +1060,10 @@ class SqliteStore(ScheduleOps, WorkerOps):
         return self.read(lambda c: c.execute(sql, params).fetchall())
 
     def count(self, flt: JobFilter) -> int:
+        if _kept_countable(flt):
+            kept = self.read(lambda c: observe.kept_count(c, flt.status, flt.queue))
+            if kept is not None:
+                return kept
         sql, params = _where(flt).count_sql()
         return int(self.read(lambda c: c.execute(sql, params).fetchone()[0]))
 
@@ -1066,6 +1075,10 @@ class SqliteStore(ScheduleOps, WorkerOps):
             if n < batch:
                 if total:
                     self.write(lambda c: c.execute(q.GC_WORKFLOWS), "gc")
+                self.write(
+                    lambda c: c.execute(q.GC_MINUTES, (before_ms // 60_000 - MINUTES_KEPT,)),
+                    "gc",
+                )
                 return total
 
     # -- observers (read-only) ------------------------------------------------------
@@ -1116,6 +1129,9 @@ class SqliteStore(ScheduleOps, WorkerOps):
 
     def job_metrics(self, bounds_ms: tuple[int, ...]) -> JobMetrics:
         return self.read(lambda c: observe.job_metrics(c, bounds_ms))
+
+    def throughput(self, first_minute: int, end_minute: int) -> dict[int, tuple[int, int]]:
+        return self.read(lambda c: observe.throughput(c, first_minute, end_minute))
 
     def count_finished_before(self, before_ms: int) -> int:
         return self.read(lambda c: observe.count_finished_before(c, before_ms))
@@ -1261,15 +1277,18 @@ def _key_taken(exc: BaseException | None) -> bool:
 
 
 def _where_queue_type(queue: str | None, type_name: str | None) -> tuple[str, tuple[str, ...]]:
-    parts: list[str] = []
-    params: list[str] = []
-    if queue is not None:
-        parts.append("queue = ?")
-        params.append(queue)
-    if type_name is not None:
-        parts.append("type = ?")
-        params.append(type_name)
-    return " AND ".join(parts), tuple(params)
+    return equal_to((("queue", queue), ("type", type_name)), "?")
+
+
+def _kept_countable(flt: JobFilter) -> bool:
+    """Whether the kept counts answer `count(flt)`: filters by status and queue only."""
+    return (
+        flt.type is None
+        and flt.schedule_id is None
+        and flt.parent_id is None
+        and flt.workflow_id is None
+        and flt.search is None
+    )
 
 
 def _where(flt: JobFilter) -> q.JobsWhere:
