@@ -6,10 +6,11 @@ The document is the one a server with the actions and a token serves
 GET routes, the POST actions and the dashboard's pages) gets generated requests, valid
 and invalid (negative mode mutates parameters and bodies against the schema), sent with
 an operator's token (the document's bearer scheme) to a real uvicorn server; half the
-path parameters name rows the database holds (`flatmap_path_parameters`). Whatever comes in, the server never answers 5xx, and every answer
-matches the status codes, content types and response schemas the document gives
-(schemathesis's checks) and the model its `Operation` names (`models_check`: strict,
-with the exact time spelling, which JSON Schema does not say).
+path parameters name rows the database holds (`flatmap_path_parameters`). Whatever comes
+in, the server never answers 5xx, and every answer matches the status codes, content
+types and response schemas the document gives (schemathesis's checks) and the model its
+`Operation` names (`models_check`: strict, with the exact time spelling, which JSON
+Schema does not say).
 
 The databases (one per backend and kind, shared by every operation's test of this
 module) are `tests.http.conftest.populate`'s jobs in every state, and
