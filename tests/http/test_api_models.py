@@ -315,6 +315,11 @@ def _exercise(client: httpx.Client, check: Checker, world: World) -> None:
     assert {s["id"] for s in schedules["items"]} == set(world.schedules.values())
     workers = check("listWorkers", client.get("/api/workers"), 200)
     assert "alive" in {w["state"] for w in workers["items"]}
+    minutes = check("throughput", client.get("/api/throughput", params={"minutes": 5}), 200)
+    assert len(minutes["items"]) == 5
+    assert sum(row["completed"] + row["failed"] for row in minutes["items"]) >= 2
+    check("throughput", client.get("/api/throughput"), 200)
+    check("throughput", client.get("/api/throughput", params={"minutes": 0}), 400)
     check("health", client.get("/api/health"), 200)
     check("metrics", client.get("/metrics"), 200)
     check("listJobs", _without_token(client, "GET", "/api/jobs"), 401)

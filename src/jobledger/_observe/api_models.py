@@ -42,6 +42,7 @@ from pydantic import (
 )
 
 from jobledger._observe.auth import Role
+from jobledger._observe.read_model import MAX_THROUGHPUT_MINUTES
 from jobledger._types import AttemptOutcome, CancelOutcome, JobStatus
 
 __all__ = [
@@ -92,6 +93,9 @@ __all__ = [
     "ScheduleList",
     "SnapshotEvent",
     "StatusCounts",
+    "Throughput",
+    "ThroughputMinute",
+    "ThroughputQuery",
     "Time",
     "TriggerBody",
     "WhoAmI",
@@ -422,6 +426,20 @@ class WorkerList(ApiModel):
     leader: Leader | None
 
 
+class ThroughputMinute(ApiModel):
+    at: Time = Field(description="The minute's start (UTC).")
+    completed: NonNegativeInt
+    failed: NonNegativeInt
+
+
+class Throughput(ApiModel):
+    """Jobs that ended completed and failed per minute, oldest first, the current
+    (unfinished) minute last, zeros included."""
+
+    minutes: int
+    items: list[ThroughputMinute]
+
+
 class AuditEntry(ApiModel):
     """One action a person took: `AuditEntry.to_json()`."""
 
@@ -580,6 +598,12 @@ class WorkflowListQuery(ApiModel):
     name: str = Field("", description="Only workflows of this name.")
     limit: int = Field(50, ge=1, le=500, description="Page size.")
     offset: int = Field(0, ge=0, le=10**18 - 1, description="Rows to skip.")
+
+
+class ThroughputQuery(ApiModel):
+    minutes: int = Field(
+        60, ge=1, le=MAX_THROUGHPUT_MINUTES, description="How many minutes, to now."
+    )
 
 
 class AuditQuery(ApiModel):

@@ -173,6 +173,15 @@ OPERATIONS: tuple[Operation, ...] = (
         path_descriptions={"workflow_id": "The workflow's id."},
     ),
     Operation("GET", "/api/queues", "listQueues", "Queues with job counts by state", m.QueueList),
+    Operation(
+        "GET",
+        "/api/throughput",
+        "throughput",
+        "Jobs completed and failed per minute, the last `minutes` minutes",
+        m.Throughput,
+        query=m.ThroughputQuery,
+        errors={400: "INVALID_QUERY: minutes is not an integer in range."},
+    ),
     Operation("GET", "/api/schedules", "listSchedules", "Persistent schedules", m.ScheduleList),
     Operation(
         "GET", "/api/workers", "listWorkers", "Registered workers and the leader", m.WorkerList
