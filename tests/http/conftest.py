@@ -29,6 +29,16 @@ WAIT = 20.0
 def running_server(app: Any, *, lifespan: Literal["on", "off"] = "off") -> Iterator[str]:
     """Serve `app` with uvicorn on 127.0.0.1:<free port>; yield its base URL (no slash).
     `lifespan="on"` runs the app's lifespan (a failed startup stops the server)."""
+    with running_uvicorn(app, lifespan=lifespan) as (url, _):
+        yield url
+
+
+@contextmanager
+def running_uvicorn(
+    app: Any, *, lifespan: Literal["on", "off"] = "off"
+) -> Iterator[tuple[str, uvicorn.Server]]:
+    """`running_server`, also yielding the server (its `server_state.tasks` are the
+    requests the app is still answering)."""
     sock = bind("127.0.0.1", 0)
     config = uvicorn.Config(
         app, lifespan=lifespan, log_level="warning", access_log=False, timeout_graceful_shutdown=1
@@ -42,7 +52,7 @@ def running_server(app: Any, *, lifespan: Literal["on", "off"] = "off") -> Itera
             raise AssertionError("uvicorn did not start")
         time.sleep(0.01)
     try:
-        yield url_of(sock).rstrip("/")
+        yield url_of(sock).rstrip("/"), server
     finally:
         server.should_exit = True
         thread.join(WAIT)

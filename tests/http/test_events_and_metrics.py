@@ -15,9 +15,20 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import jobledger as jl
+from jobledger._observe import http
+from jobledger._observe.api_models import JobEvent
 from jobledger._observe.http import LOOPBACK_HOSTS, create_app
 from jobledger.testing import FakeClock
-from tests.http.conftest import WAIT, WORK, BackgroundWorker, Item, Populated, running_server
+from tests.conftest import run, wait_until
+from tests.http.conftest import (
+    WAIT,
+    WORK,
+    BackgroundWorker,
+    Item,
+    Populated,
+    running_server,
+    running_uvicorn,
+)
 
 
 def _events(response: httpx.Response) -> Any:
@@ -66,6 +77,10 @@ def test_events_stream_progress_and_end_at_the_terminal_state(tmp_path: Path) ->
             released = 0
             for event, data in _events(response):
                 seen.append((event, data))
+                # Each event is one the document describes (`api_models.JobEvent`).
+                JobEvent.model_validate(
+                    {"event": event, "id": str(len(seen)), "data": json.dumps(data)}
+                )
                 ready = (event == "snapshot" and data["status"] == "running" and released == 0) or (
                     event == "progress" and data["progress"] == 25 * released
                 )
@@ -106,6 +121,49 @@ def test_events_of_a_finished_job_are_one_snapshot(base_url: str, populated: Pop
     ) as response:
         events = list(_events(response))
     assert [(e, d["status"]) for e, d in events] == [("snapshot", "failed")]
+
+
+def test_events_carry_increasing_ids_and_a_ping_while_nothing_changes(
+    base_url: str, populated: Populated, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A pending job nobody runs: after its snapshot the stream stays open, and the only
+    # thing it sends is the ping (the closure reads PING_SECONDS per request).
+    monkeypatch.setattr(http, "PING_SECONDS", 0.05)
+    lines: list[str] = []
+    with httpx.stream(
+        "GET", f"{base_url}/api/jobs/{populated.ids['pending']}/events", timeout=WAIT
+    ) as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        assert response.headers["cache-control"] == "no-store"
+        for line in response.iter_lines():
+            lines.append(line)
+            if line.startswith(":"):
+                break
+    assert lines[:2] == ["retry: 2000", ""]
+    assert lines[2:5] == ["id: 1", "event: snapshot", lines[4]]
+    assert json.loads(lines[4].removeprefix("data: "))["status"] == "pending"
+    assert lines[-1] == ": ping"
+
+
+def test_the_stream_of_a_client_that_went_away_ends(populated: Populated) -> None:
+    # A pending job nobody runs: its stream would go on for ever. The client reads the
+    # first snapshot and leaves; the server must notice and end the stream, which is
+    # the moment uvicorn's task for the request finishes.
+    app = create_app(populated.path, poll_interval=0.02)
+    try:
+        with running_uvicorn(app) as (url, server):
+            tasks = server.server_state.tasks
+            with (
+                httpx.Client(timeout=WAIT) as client,
+                client.stream("GET", f"{url}/api/jobs/{populated.ids['pending']}/events") as r,
+            ):
+                for line in r.iter_lines():
+                    if line.startswith("data: "):
+                        assert len(tasks) == 1  # the stream is being answered
+                        break  # closing the line iterator closes the connection
+            run(wait_until(lambda: not tasks, timeout=WAIT, what="the stream to end"))
+    finally:
+        app.state.read_model.close()
 
 
 def _families(text: str) -> dict[str, Any]:

@@ -15,6 +15,8 @@ import pytest
 import jobledger as jl
 from jobledger._fake_clock import FakeClock
 from jobledger._observe.read_model import ReadModel
+from jobledger._storage.sqlite import migrate as migrate_module
+from jobledger._storage.sqlite.migrate import load_migrations
 
 IDLE = jl.JobType("audit.idle", dict)
 
@@ -108,18 +110,25 @@ def test_entries_outlive_the_jobs_they_name(db: str) -> None:
         asyncio.run(jobs.stop())
 
 
+def _version_14_file(path: str) -> None:
+    """A database as the last library before the audit log left it (migrations 1-14)."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        for migration in load_migrations()[:14]:
+            conn.execute("BEGIN IMMEDIATE")
+            migrate_module._apply(conn, migration)
+            conn.execute("COMMIT")
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 14
+    finally:
+        conn.close()
+
+
 def test_a_file_from_before_the_audit_log_reads_as_empty(tmp_path: Path) -> None:
     path = str(tmp_path / "old.db")
-    jobs = jl.JobManager(path)
-    jobs.record_audit("ann", "queue.pause", "q")
-    asyncio.run(jobs.stop())
-    conn = sqlite3.connect(path)
-    conn.execute("DROP TABLE audit_log")
-    conn.execute("PRAGMA user_version = 14")
-    conn.close()
+    _version_14_file(path)
     with ReadModel(path) as rm:
         assert rm.audit() == []
-    # A writer's open migrates it back, and the log starts again.
+    # A writer's open migrates it, and the log starts.
     again = jl.JobManager(path)
     try:
         assert again.audit_log() == []
@@ -127,3 +136,11 @@ def test_a_file_from_before_the_audit_log_reads_as_empty(tmp_path: Path) -> None
         assert [e.action for e in again.audit_log()] == ["queue.resume"]
     finally:
         asyncio.run(again.stop())
+
+
+def test_a_target_with_control_characters_is_recorded_escaped() -> None:
+    from jobledger._core.audit import audit_target
+
+    assert audit_target("job\x00id\n") == "job\\x00id\\n"
+    assert audit_target("") == "-"
+    assert audit_target("q" * 900) == "q" * 500

@@ -169,3 +169,15 @@ def test_a_row_snapshot_decodes_once_and_stays_frozen() -> None:
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         snap.nope  # type: ignore[attr-defined]  # noqa: B018
     assert not hasattr(row_snapshot(_row()), "nope")
+
+
+def test_json_columns_that_do_not_parse_read_as_well_as_they_can() -> None:
+    # A row another program wrote: not JSON, or nested past json.loads' recursion.
+    deep = "[" * 5000 + "]" * 5000
+    snap = snapshot_from_row(
+        _row(C_PAYLOAD="{not json", C_OUTPUT=deep, C_METADATA="[1, 2]", C_ERROR=deep)
+    )
+    assert (snap.payload, snap.output, snap.metadata) == ("{not json", deep, {})
+    assert snap.error is not None
+    assert snap.error.code == "JOB_CORRUPT_ERROR_ROW"
+    assert snapshot_from_row(_row(C_METADATA=deep)).metadata == {}

@@ -10,6 +10,7 @@ its text form, cut by the caller); `detail` is a JSON object of at most
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,9 +20,17 @@ from jobledger._types import AuditEntry
 from jobledger.clock import from_ms
 from jobledger.errors import JobValidationError
 
-__all__ = ["MAX_DETAIL_BYTES", "MAX_FIELD", "audit_detail", "audit_entry", "check_audit_field"]
+__all__ = [
+    "MAX_DETAIL_BYTES",
+    "MAX_FIELD",
+    "audit_detail",
+    "audit_entry",
+    "audit_target",
+    "check_audit_field",
+]
 
 MAX_FIELD = 500
+_BAD = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 MAX_DETAIL_BYTES = 16 * 1024
 
 
@@ -37,6 +46,15 @@ def check_audit_field(field: str, value: object) -> str:
     if bad_name_char(value) is not None:
         raise _invalid(f"{field} holds a control character: {value!r:.100}", field)
     return value
+
+
+def audit_target(value: str) -> str:
+    """What the console and the CLI record as an action's target: the id, queue or
+    filter the action was taken on, with control characters and lone surrogates
+    written as escapes and cut to `MAX_FIELD`. An action that took effect is always
+    recorded, whatever the stored name it named holds."""
+    shown = _BAD.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), value)
+    return shown[:MAX_FIELD] or "-"
 
 
 def audit_detail(detail: Mapping[str, Any] | None) -> str:

@@ -1,6 +1,7 @@
 """The read-only HTTP API and the dashboard (Starlette; the `web` extra).
 
-Routes (see `openapi.py` for the schema served at `/openapi.json`):
+Routes (`openapi.py` holds their table and builds `/openapi.json` from the models of
+`api_models.py`):
 
     GET /api/jobs                 filters status (comma list), queue, type, schedule_id,
                                   parent_id, workflow_id; limit 1-500 (50); offset >= 0
@@ -46,9 +47,9 @@ Invariants:
   `Origin` on a POST). The SameSite=Strict cookie already keeps other sites out; this is
   the second lock, and it also holds against a sibling subdomain, which SameSite counts
   as the same site.
-* Server-sent events come from polling the row (`poll_interval`), so progress written by
-  any process shows up; a stream sends a comment every few seconds so a gone client is
-  noticed.
+* Server-sent events (sse-starlette) come from polling the row (`poll_interval`), so
+  progress written by any process shows up; a stream sends a `: ping` comment every
+  `PING_SECONDS` so a gone client is noticed.
 """
 
 from __future__ import annotations
@@ -56,13 +57,13 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
 
+from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import QueryParams
@@ -75,12 +76,12 @@ from starlette.responses import (
     JSONResponse,
     PlainTextResponse,
     Response,
-    StreamingResponse,
 )
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from jobledger._core.audit import audit_target
 from jobledger._core.search import Search, parse_search
 from jobledger._observe import metrics, pages
 from jobledger._observe.auth import (
@@ -158,6 +159,13 @@ def _name_param(params: QueryParams, name: str) -> str | None:
     return raw
 
 
+def _no_nul(name: str, value: str | None) -> str | None:
+    # PostgreSQL cannot bind a NUL in text (a 503 otherwise); no stored name holds one.
+    if value is not None and "\x00" in value:
+        raise InvalidQuery(f"{name} holds a NUL character")
+    return value
+
+
 def parse_job_query(params: QueryParams) -> tuple[JobQuery, int, int]:
     """The filters, limit and offset of `GET /api/jobs` (and the dashboard's list)."""
     try:
@@ -167,7 +175,7 @@ def parse_job_query(params: QueryParams) -> tuple[JobQuery, int, int]:
 
     def text(name: str) -> str | None:
         value = params.get(name)
-        return value if value else None
+        return _no_nul(name, value) if value else None
 
     query = JobQuery(
         status=statuses,
@@ -195,7 +203,7 @@ def _search_param(q: str | None) -> Search | None:
 
 def parse_workflow_query(params: QueryParams) -> tuple[str | None, int, int]:
     """The name filter, limit and offset of `GET /api/workflows` (and its page)."""
-    name = params.get("name") or None
+    name = _no_nul("name", params.get("name")) or None
     limit = _int_param(params, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
     offset = _int_param(params, "offset", 0, 0, 10**18 - 1)
     return name, limit, offset
@@ -217,9 +225,9 @@ def _error(status: int, code: str, message: str) -> JSONResponse:
     return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
 
 
-def _sse(event: str, data: Any, event_id: int) -> str:
+def _sse(event: str, data: Any, event_id: int) -> ServerSentEvent:
     body = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-    return f"id: {event_id}\nevent: {event}\ndata: {body}\n\n"
+    return ServerSentEvent(body, event=event, id=str(event_id), sep="\n")
 
 
 def _progress_json(snap: JobSnapshot) -> dict[str, Any]:
@@ -355,6 +363,15 @@ class _Guard:
                 )
                 return
         scope[SCOPE_KEY] = principal
+        if "\x00" in path:
+            # No id or name holds a NUL, and PostgreSQL cannot even bind one to compare.
+            await self._send_with_headers(
+                _error(404, "NOT_FOUND", "no route, id or name holds a NUL (%00)"),
+                scope,
+                receive,
+                send,
+            )
+            return
         cookie = token.secret if token is not None and via == "query" else None
 
         async def send_wrapped(message: Message) -> None:
@@ -484,13 +501,12 @@ def create_app(
         if first is None:
             return _error(404, "JOB_NOT_FOUND", f"no job with id {job_id!r}")
 
-        async def stream() -> AsyncIterator[str]:
+        async def stream() -> AsyncIterator[ServerSentEvent]:
             seq = 0
             snap: JobSnapshot | None = first
             last_state: str | None = None
             last_progress: tuple[Any, Any] | None = None
-            last_sent = time.monotonic()
-            yield "retry: 2000\n\n"
+            yield ServerSentEvent(retry=2000, sep="\n")
             while True:
                 if snap is None:
                     seq += 1
@@ -501,28 +517,25 @@ def create_app(
                 if progress != last_progress and last_state is not None:
                     seq += 1
                     last_progress = progress
-                    last_sent = time.monotonic()
                     yield _sse("progress", _progress_json(snap), seq)
                 if state != last_state:
                     seq += 1
                     last_state = state
                     last_progress = progress
-                    last_sent = time.monotonic()
                     yield _sse("snapshot", snap.to_json(), seq)
                 if snap.is_terminal:
                     return
-                if time.monotonic() - last_sent > PING_SECONDS:
-                    last_sent = time.monotonic()
-                    yield ": ping\n\n"
+                # sse-starlette cancels this generator when the client disconnects.
                 await asyncio.sleep(poll_interval)
-                if await request.is_disconnected():
-                    return
                 snap = await read(rm.get_job, job_id)
 
-        return StreamingResponse(
+        # The ping (a comment every PING_SECONDS) is what notices a client that went
+        # away without a FIN: writing to its socket fails and the stream is cancelled.
+        return EventSourceResponse(
             stream(),
-            media_type="text/event-stream",
-            headers={"cache-control": "no-store", "x-accel-buffering": "no"},
+            ping=PING_SECONDS,
+            sep="\n",
+            ping_message_factory=lambda: ServerSentEvent(comment="ping", sep="\n"),
         )
 
     async def api_workflows(request: Request) -> Response:
@@ -595,7 +608,7 @@ def create_app(
         return PlainTextResponse(metrics.render(data), media_type=metrics.CONTENT_TYPE)
 
     async def openapi_route(request: Request) -> Response:
-        return JSONResponse(openapi_schema(actions=allow_actions))
+        return JSONResponse(openapi_schema(actions=allow_actions, token=bool(all_tokens)))
 
     routes: list[Route | Mount] = [
         *pages.page_routes(
@@ -681,7 +694,7 @@ def _json_object(raw: bytes, allowed: set[str], shape: str) -> dict[str, Any] | 
         return {}
     try:
         body = json.loads(raw)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # nested past the parser: still a 400
         return _error(400, "INVALID_BODY", f"the body is not JSON: {exc}")
     if not isinstance(body, dict) or set(body) - allowed:
         return _error(400, "INVALID_BODY", f"the body is a JSON object: {shape}")
@@ -694,8 +707,8 @@ def _text_fields(body: dict[str, Any], names: Sequence[str]) -> dict[str, str] |
         value = body.get(name)
         if value is None:
             continue
-        if not isinstance(value, str) or not value:
-            return _error(400, "INVALID_BODY", f"{name!r} is a non-empty string")
+        if not isinstance(value, str) or not value or "\x00" in value:
+            return _error(400, "INVALID_BODY", f"{name!r} is a non-empty string without NUL")
         out[name] = value
     return out
 
@@ -720,7 +733,7 @@ def _action_routes(manager: Callable[[], JobManager], rm: ReadModel) -> list[Rou
     async def audit(request: Request, action: str, target: str, detail: dict[str, Any]) -> None:
         actor = principal_of(request).name
         await run_in_threadpool(
-            lambda: manager().record_audit(actor, action, target[:500] or "-", detail)
+            lambda: manager().record_audit(actor, action, audit_target(target), detail)
         )
 
     async def cancel(request: Request) -> Response:
@@ -876,7 +889,7 @@ def _action_routes(manager: Callable[[], JobManager], rm: ReadModel) -> list[Rou
         schedule_id = request.path_params["schedule_id"]
         try:
             body = json.loads(await request.body() or b"null")
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             return _error(400, "INVALID_BODY", f"the body is not JSON: {exc}")
         if not isinstance(body, dict) or set(body) != {"from", "to"}:
             return _error(
@@ -916,7 +929,7 @@ def _action_routes(manager: Callable[[], JobManager], rm: ReadModel) -> list[Rou
         if action == "limits":
             try:
                 body = json.loads(await request.body() or b"null")
-            except ValueError as exc:
+            except (ValueError, RecursionError) as exc:
                 return _error(400, "INVALID_BODY", f"the body is not JSON: {exc}")
             if not isinstance(body, dict) or set(body) - {"concurrency", "rate_limit"}:
                 return _error(

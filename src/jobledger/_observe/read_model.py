@@ -999,7 +999,7 @@ def _handlers(raw: str | None) -> dict[str, str]:
     """`workers.handlers` holds `"type=strategy"` strings (older rows: bare type names)."""
     try:
         items = json.loads(raw or "[]")
-    except ValueError:
+    except (ValueError, RecursionError):
         return {}
     out: dict[str, str] = {}
     for item in items if isinstance(items, list) else []:
@@ -1041,7 +1041,7 @@ def _loads(text: Any) -> Any:
         return text
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser's limit
         return text
 
 

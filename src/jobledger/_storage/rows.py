@@ -2,7 +2,9 @@
 workflows, so `jobs.get_workflow()` and the console agree on every field.
 
 Defensive on purpose: a stored `error` that is not the expected object becomes
-`JOB_CORRUPT_ERROR_ROW` instead of breaking every read of the table.
+`JOB_CORRUPT_ERROR_ROW`, a payload or output that does not parse (not JSON, or nested
+past the parser's recursion limit) reads as its text, and metadata that is not an object
+as `{}`, instead of breaking every read of the table.
 
 `row_snapshot` is `snapshot_from_row` decoded on first use, for the snapshots a finalize
 resolves handles with (bench/handles.py: one per job, most read for their status only).
@@ -69,7 +71,7 @@ def error_from_json(text: str | None) -> JobErrorInfo | None:
             params=dict(raw.get("params") or {}),
             traceback=None if raw.get("traceback") is None else str(raw["traceback"]),
         )
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):
         return JobErrorInfo(
             code="JOB_CORRUPT_ERROR_ROW", message="the stored error is unreadable", retryable=False
         )
@@ -88,7 +90,12 @@ def _json(text: str | None) -> Any:
         return {}  # a new dict each time: the snapshot's caller may change it
     if text in _SCALARS:
         return _SCALARS[text]
-    return json.loads(text)
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        # Not JSON, or nested deeper than the parser recurses (a row another program
+        # wrote): its text, rather than an exception on every read that meets it.
+        return text
 
 
 def _time(ms: int, same_ms: int, same: datetime) -> datetime:
@@ -139,7 +146,7 @@ def _values(row: JobRow) -> tuple[Any, ...]:
         key,  # idempotency_key
         row[L.C_PARENT],  # parent_id
         row[L.C_SCHEDULE],  # schedule_id
-        _json(row[L.C_METADATA]) or {},  # metadata
+        meta if isinstance(meta := _json(row[L.C_METADATA]), dict) else {},  # metadata
         row[L.C_PROGRESS],  # progress
         row[L.C_PROGRESS_DETAIL],  # progress_detail
         bool(row[L.C_CANCEL]),  # cancel_requested
@@ -243,7 +250,7 @@ def logs_from_json(text: str | None) -> list[LogLine]:
         return [
             LogLine(from_ms(int(at)), str(level), str(msg)) for at, level, msg in json.loads(text)
         ]
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, RecursionError):
         return []
 
 

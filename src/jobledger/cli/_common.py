@@ -24,6 +24,7 @@ from typing import Any, NoReturn
 import click
 from rich.console import Console
 
+from jobledger._core.audit import audit_target
 from jobledger._observe.read_model import ReadModel
 from jobledger._runtime.manager import JobManager
 from jobledger._storage.open import is_postgres_url, redact
@@ -118,7 +119,7 @@ def record_audit(
     own = manager is None
     m = JobManager(settings.db) if manager is None else manager
     try:
-        m.record_audit(cli_actor(), action, target[:500] or "-", detail)
+        m.record_audit(cli_actor(), action, audit_target(target), detail)
     finally:
         if own:
             asyncio.run(m.stop())

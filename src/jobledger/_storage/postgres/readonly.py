@@ -29,7 +29,7 @@ from jobledger._storage.observe import ReadOnlyStoreError
 from jobledger._storage.open import redact
 from jobledger._storage.postgres.migrate import SCHEMA_VERSION, schema_version
 from jobledger._storage.postgres.queries import Queries, check_schema_name
-from jobledger._storage.postgres.store import Conn, PostgresStore, _storage_error
+from jobledger._storage.postgres.store import Conn, PostgresStore, _storage_error, rate_sql
 from jobledger._storage.records import AttemptRow
 from jobledger.errors import SchemaError
 
@@ -65,6 +65,8 @@ class ReadOnlyPostgresStore(PostgresStore):
         self.dsn = dsn
         self.schema = check_schema_name(schema)
         self.q = Queries(self.schema)
+        # `rate_room` (jobs.explain's RATE_LIMITED) reads the rate log through it.
+        self._rate_sql = rate_sql(self.schema)
         self.kind = "postgres"
         self.path = dsn
         self.memory = False

@@ -156,6 +156,13 @@ class _EnqueueMissed(Exception):
     pass
 
 
+def rate_sql(schema: str) -> rate.RateSql:
+    """The rate log's statements in `schema` (the read-only store's `explain` reads them too)."""
+    return rate.RateSql.for_placeholder(
+        "%s", f"{quote_ident(schema)}.rate_log", listed="unnest(%s::text[]) AS k(value)"
+    )
+
+
 class PostgresStore(ScheduleOps, WorkerOps):
     def __init__(
         self,
@@ -172,10 +179,7 @@ class PostgresStore(ScheduleOps, WorkerOps):
         self.dsn = dsn
         self.schema = check_schema_name(schema)
         self.q = Queries(self.schema)
-        ident = quote_ident(self.schema)
-        self._rate_sql = rate.RateSql.for_placeholder(
-            "%s", f"{ident}.rate_log", listed="unnest(%s::text[]) AS k(value)"
-        )
+        self._rate_sql = rate_sql(self.schema)
         # Queues whose last claim found a rate limit in `queue_settings`: their claims go
         # the rate path at once (`_claim_rated`, `_spread_rated`).
         self._rated: set[str] = set()
