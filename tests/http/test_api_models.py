@@ -325,6 +325,12 @@ def _exercise(client: httpx.Client, check: Checker, world: World) -> None:
     check("listJobs", _without_token(client, "GET", "/api/jobs"), 401)
 
     check("overviewPage", client.get("/"), 200)
+    check("jobsPage", client.get("/jobs", params={"status": "failed", "confirm": "retry"}), 200)
+    check("jobsPage", client.get("/jobs", params={"limit": 0}), 400)
+    check("schedulesPage", client.get("/schedules"), 200)
+    check("workersPage", client.get("/workers"), 200)
+    check("auditPage", client.get("/audit", params={"action": "job.retry"}), 200)
+    check("auditPage", client.get("/audit", params={"offset": -1}), 400)
     for job_id in ids.values():
         check("jobPage", client.get(f"/jobs/{job_id}"), 200)
     check("jobPage", client.get("/jobs/nope"), 404)

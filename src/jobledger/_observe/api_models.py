@@ -72,6 +72,7 @@ __all__ = [
     "JobEvent",
     "JobListQuery",
     "JobPage",
+    "JobsPageQuery",
     "Leader",
     "LimitsBody",
     "LogLine",
@@ -592,6 +593,15 @@ class JobListQuery(ApiModel):
     )
     limit: int = Field(50, ge=1, le=500, description="Page size.")
     offset: int = Field(0, ge=0, le=10**18 - 1, description="Rows to skip.")
+
+
+class JobsPageQuery(JobListQuery):
+    confirm: str = Field(
+        "",
+        description="retry or cancel: the page asks to confirm that bulk action on the "
+        "filtered jobs, saying how many it touches (an operator's page; anything else is "
+        "ignored).",
+    )
 
 
 class WorkflowListQuery(ApiModel):
