@@ -387,6 +387,18 @@ class JobFilter:
     workflow_id: str | None = None
     search: Search | None = None  # `_core/search.py`
 
+    @property
+    def kept_countable(self) -> bool:
+        """Whether the kept counts (`job_counts`) answer a count of this filter: one by
+        status and queue only."""
+        return (
+            self.type is None
+            and self.schedule_id is None
+            and self.parent_id is None
+            and self.workflow_id is None
+            and self.search is None
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class NewWorkflow:

@@ -1443,7 +1443,7 @@ class PostgresStore(ScheduleOps, WorkerOps):
         return self._rows(self.q.LIST_JOBS.replace("{where}", where), (*params, limit, offset))
 
     def count(self, flt: JobFilter) -> int:
-        if _kept_countable(flt):
+        if flt.kept_countable:
             kept = self.read(lambda c: observe.kept_count(c, self._ident, flt.status, flt.queue))
             if kept is not None:
                 return kept
@@ -1728,17 +1728,6 @@ def _storage_error(
 
 def _where_queue_type(queue: str | None, type_name: str | None) -> tuple[str, tuple[str, ...]]:
     return equal_to((("queue", queue), ("type", type_name)), "%s")
-
-
-def _kept_countable(flt: JobFilter) -> bool:
-    """Whether the kept counts answer `count(flt)`: filters by status and queue only."""
-    return (
-        flt.type is None
-        and flt.schedule_id is None
-        and flt.parent_id is None
-        and flt.workflow_id is None
-        and flt.search is None
-    )
 
 
 def _where(flt: JobFilter, s: str) -> tuple[str, tuple[Any, ...]]:

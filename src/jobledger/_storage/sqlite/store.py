@@ -1060,7 +1060,7 @@ class SqliteStore(ScheduleOps, WorkerOps):
         return self.read(lambda c: c.execute(sql, params).fetchall())
 
     def count(self, flt: JobFilter) -> int:
-        if _kept_countable(flt):
+        if flt.kept_countable:
             kept = self.read(lambda c: observe.kept_count(c, flt.status, flt.queue))
             if kept is not None:
                 return kept
@@ -1278,17 +1278,6 @@ def _key_taken(exc: BaseException | None) -> bool:
 
 def _where_queue_type(queue: str | None, type_name: str | None) -> tuple[str, tuple[str, ...]]:
     return equal_to((("queue", queue), ("type", type_name)), "?")
-
-
-def _kept_countable(flt: JobFilter) -> bool:
-    """Whether the kept counts answer `count(flt)`: filters by status and queue only."""
-    return (
-        flt.type is None
-        and flt.schedule_id is None
-        and flt.parent_id is None
-        and flt.workflow_id is None
-        and flt.search is None
-    )
 
 
 def _where(flt: JobFilter) -> q.JobsWhere:
