@@ -140,6 +140,10 @@ def test_awaiting_inside_a_block_spoils_it_and_commits_nothing_of_it(db_path: st
                 tx.execute(sql, (ctx.payload.n, ctx.attempt))
                 if ctx.attempt == 0:
                     await asyncio.sleep(0.01)  # the loop turns: the block is rolled back
+                    try:
+                        jobs.enqueue_tx(tx, FOLLOW, Entry(n=ctx.payload.n))
+                    except jl.JobError as exc:
+                        seen.append(f"enqueue_tx: {exc.code}")
                     tx.execute(sql, (ctx.payload.n + 100, ctx.attempt))
         except jl.JobError as exc:
             seen.append(exc.code)
@@ -150,7 +154,8 @@ def test_awaiting_inside_a_block_spoils_it_and_commits_nothing_of_it(db_path: st
             return await jobs.enqueue(ENTRY, Entry(n=1)).finished
 
     done = run(main())
-    assert seen == ["JOB_TRANSACTION_SPOILED"]
+    assert seen == ["enqueue_tx: JOB_TRANSACTION_SPOILED", "JOB_TRANSACTION_SPOILED"]
+    assert jobs.count(type=FOLLOW) == 0  # nothing was written outside the rolled-back block
     assert done.status == jl.JobStatus.COMPLETED
     assert [tuple(r) for r in db_rows(db, "SELECT n, attempt FROM ledger")] == [(1, 1)]
     assert [a.outcome for a in jobs.attempts(done.id)] == ["retry", "completed"]

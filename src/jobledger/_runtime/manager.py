@@ -78,7 +78,7 @@ from jobledger._runtime.retry import (
     retry_payload,
 )
 from jobledger._runtime.timers import wait_with_timeout
-from jobledger._runtime.transactions import WriteTx
+from jobledger._runtime.transactions import JobTransaction, WriteTx, spoiled_error
 from jobledger._runtime.workflow import Workflow, WorkflowHandle
 from jobledger._scheduling.job_schedules import HostState, JobSchedules, snapshot_of
 from jobledger._scheduling.overlap import Overlap
@@ -924,6 +924,8 @@ class JobManager:
                 self._on_delayed_threadsafe(row[_SCHEDULED_AT])
 
     def _check_tx(self, tx: object) -> None:
+        if isinstance(tx, JobTransaction) and tx.spoiled:
+            raise spoiled_error()  # its savepoint is gone: a write now would autocommit
         if not isinstance(tx, WriteTx) or tx._store is not self._store or not tx._open:
             raise JobValidationError(
                 "this call takes the open tx of this manager's write_tx()",

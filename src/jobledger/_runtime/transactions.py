@@ -164,6 +164,7 @@ class GroupCommitter:
     def _spoil(self) -> None:
         if self.current is not None:
             self.current.spoiled = True
+            self.current._open = False
 
     def _flushed(self, error: BaseException | None) -> None:
         waiting, self._waiting = self._waiting, []
