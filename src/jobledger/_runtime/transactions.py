@@ -124,9 +124,6 @@ class GroupCommitter:
     async def acquire(self) -> None:
         await self._lock.acquire()
 
-    def release(self) -> None:
-        self._lock.release()
-
     def begin(self) -> Any:
         try:
             return self.group.begin_block()

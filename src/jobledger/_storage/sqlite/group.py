@@ -176,25 +176,6 @@ class GroupTx:
         if callback is not None:
             callback(error)
 
-    def abandon(self, exc: BaseException) -> None:
-        """Roll the group back (the store is closing, or the runtime gives up on it)."""
-        if not self.active:
-            return
-        self.busy = True
-        wtx, self._tx = self._tx, None
-        try:
-            if wtx is not None:
-                wtx.__exit__(type(exc), exc, exc.__traceback__)
-        finally:
-            self.active = False
-            self.in_block = False
-            self.owner = None
-            self.busy = False
-            self._lock.release()
-        callback = self.on_flushed
-        if callback is not None:
-            callback(exc)
-
     def __repr__(self) -> str:
         state: Any = "open" if self.active else "idle"
         return f"GroupTx({state}, in_block={self.in_block})"

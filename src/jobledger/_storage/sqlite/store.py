@@ -302,10 +302,7 @@ class SqliteStore(ScheduleOps, WorkerOps):
                 conn.close()
             except sqlite3.Error:
                 pass
-        with self.lock:  # commits an open group first, from the thread that owns it
-            group = self._group
-            if group is not None and group.active:
-                group.abandon(StorageError("the store closed with a group transaction open"))
+        with self.lock:  # commits an open group first (it belongs to this thread, the loop's)
             self.conn.close()
 
     def report_file_replaced(self) -> bool:
