@@ -27,8 +27,8 @@ def test_list_jobs_newest_first_with_total_limit_offset(
     r = _get(base_url, "/api/jobs")
     body = r.json()
     assert r.headers["content-type"] == "application/json"
-    assert set(body) == {"items", "total", "limit", "offset"}
-    assert (body["total"], body["limit"], body["offset"]) == (9, 50, 0)
+    assert set(body) == {"items", "total", "total_exact", "limit", "offset"}
+    assert (body["total"], body["total_exact"], body["limit"], body["offset"]) == (9, True, 50, 0)
     created = [(j["created_at"], j["id"]) for j in body["items"]]
     assert created == sorted(created, reverse=True)
     assert {j["id"] for j in body["items"]} == set(populated.ids.values())

@@ -58,6 +58,7 @@ TABLES = {
     "queue_settings",
     "queues",
     "rate_log",
+    "search_indexes",
     "workers",
     "workflows",
 }

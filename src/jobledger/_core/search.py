@@ -12,7 +12,12 @@ Forms:
 
 Invariants: a term that fits no form, or holds a control character, is
 `JOB_INVALID_OPTION` and nothing is read; a FIELD is 1-20 segments of `[A-Za-z0-9_-]`,
-so the backends' JSON paths are built from checked names only.
+so the backends' JSON paths are built from checked names only, and may be spliced into
+SQL as literals (which a search index needs: an index on an expression serves only a
+query that spells the same expression, its path included).
+
+A search index (`jobs.add_search_index("payload.user")`) names a field the same way,
+without a value: `parse_search_field`.
 """
 
 from __future__ import annotations
@@ -24,10 +29,12 @@ from typing import Literal
 from jobledger._core.limits import has_surrogate
 from jobledger.errors import JobValidationError
 
-__all__ = ["Search", "parse_search"]
+__all__ = ["Search", "SearchField", "parse_search", "parse_search_field"]
 
 SearchKind = Literal["id", "error", "payload", "metadata"]
+FieldKind = Literal["payload", "metadata"]
 _SEGMENT = re.compile(r"[A-Za-z0-9_-]{1,100}")
+_MAX_FIELD = 200  # a search index's field: its name is stored and shown
 _CODE = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+")
 _MAX = 500
 
@@ -52,10 +59,51 @@ class Search:
             return f"{self.kind}.{'.'.join(self.path)}:{self.value}"
         return self.value
 
+    @property
+    def field(self) -> SearchField | None:
+        """The JSON field a `payload`/`metadata` term compares; None for the others."""
+        if self.kind == "payload" or self.kind == "metadata":
+            return SearchField(self.kind, self.path)
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class SearchField:
+    """A JSON field of the jobs' `payload` or `metadata`: what a search index covers."""
+
+    kind: FieldKind
+    path: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        """`payload.user.id`: as typed, and as stored in the index registry."""
+        return f"{self.kind}.{'.'.join(self.path)}"
+
 
 def _invalid(q: object, why: str) -> JobValidationError:
     return JobValidationError(
         f"search {q!r}: {why}", code="JOB_INVALID_OPTION", params={"q": repr(q)[:200]}
+    )
+
+
+def parse_search_field(text: object) -> SearchField:
+    """`payload.FIELD` or `metadata.FIELD` (no value) as a `SearchField`, or
+    `JOB_INVALID_OPTION`."""
+    if not isinstance(text, str):
+        raise _invalid(text, "a search field is a string such as 'payload.user'")
+    for kind in ("payload", "metadata"):
+        if text.startswith(kind + "."):
+            path = tuple(text[len(kind) + 1 :].split("."))
+            if (
+                len(text) <= _MAX_FIELD
+                and 1 <= len(path) <= 20
+                and all(map(_SEGMENT.fullmatch, path))
+            ):
+                return SearchField(kind, path)
+    raise _invalid(
+        text,
+        f"a search field is payload.FIELD or metadata.FIELD, FIELD of letters, digits, "
+        f"_ and - (dots go deeper), {_MAX_FIELD} characters at most",
     )
 
 

@@ -196,7 +196,11 @@ class Job(ApiModel):
 
 class JobPage(ApiModel):
     items: list[Job]
-    total: NonNegativeInt = Field(description="Every job matching the filters.")
+    total: NonNegativeInt = Field(
+        description="The jobs matching the filters, counted up to 10,000: when more "
+        "match, 10,000 and `total_exact` false."
+    )
+    total_exact: bool = Field(description="False when more than `total` jobs match.")
     limit: int
     offset: int
 

@@ -70,6 +70,7 @@ from jobledger._types import (
 from jobledger.clock import Clock, SystemClock, from_ms
 
 __all__ = [
+    "COUNT_CAP",
     "HISTOGRAM_BUCKETS",
     "MAX_THROUGHPUT_MINUTES",
     "STATUSES",
@@ -194,20 +195,38 @@ class JobQuery:
         )
 
 
+# A page's total is counted up to this many rows. Past it, counting every match of a
+# search over a million rows would cost more than the exact number is worth to a person
+# (and, on PostgreSQL, a visit to each matching row).
+COUNT_CAP = 10_000
+
+
 @dataclass(frozen=True, slots=True)
 class JobPage:
     items: list[JobSnapshot]
-    total: int
+    total: int  # at most COUNT_CAP
     limit: int
     offset: int
+    total_exact: bool = True  # False: more than `total` match
 
     def to_json(self) -> dict[str, Any]:
         return {
             "items": [s.to_json() for s in self.items],
             "total": self.total,
+            "total_exact": self.total_exact,
             "limit": self.limit,
             "offset": self.offset,
         }
+
+    @property
+    def exact_total(self) -> int | None:
+        """`total` when exact, else None (unknown)."""
+        return self.total if self.total_exact else None
+
+    @property
+    def total_text(self) -> str:
+        """`1,234`, or `10,000+` when the count stopped at the cap."""
+        return f"{self.total:,}" + ("" if self.total_exact else "+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -616,12 +635,19 @@ class ReadModel:
         return self.store.count_finished_before(cutoff_ms)
 
     def page(self, query: JobQuery, *, limit: int, offset: int) -> JobPage:
+        """A page of jobs and their total, counted up to `COUNT_CAP`."""
+        n = self.store.count(query.filter(), cap=COUNT_CAP + 1)
         return JobPage(
             self.list_jobs(query, limit=limit, offset=offset),
-            self.count_jobs(query),
+            min(n, COUNT_CAP),
             limit,
             offset,
+            total_exact=n <= COUNT_CAP,
         )
+
+    def search_indexes(self) -> list[str]:
+        """The JSON fields with a search index (`JobManager.add_search_index`)."""
+        return [r.field for r in self.store.search_indexes()]
 
     # -- workflows ------------------------------------------------------------------
 

@@ -61,7 +61,7 @@ from jobledger._core.registry import (
     JobType,
     QueueOption,
 )
-from jobledger._core.search import parse_search
+from jobledger._core.search import parse_search, parse_search_field
 from jobledger._runtime import tracing
 from jobledger._runtime.context import JobContext
 from jobledger._runtime.engine import Engine
@@ -732,6 +732,29 @@ class JobManager:
             audit_detail(detail),
         )
         return audit_entry(record)
+
+    def add_search_index(self, field: str) -> bool:
+        """Give a JSON field of the jobs (`"payload.user"`, `"metadata.tenant"`; dots go
+        deeper) an index of its own, so that a search by it (`jobs.list(search=
+        "payload.user:u123")`, the dashboard's search box) reads the index instead of
+        every row's JSON: milliseconds instead of seconds at a million rows. Safe to call
+        at every start: False when the field has its index already.
+
+        Building it reads every row once. On SQLite other writers wait for it (the
+        workers' writes are retried, nothing is lost; about a second per 300,000 rows
+        here); on PostgreSQL it is built concurrently and writes go on. Afterwards each
+        enqueue of a job that has the field writes one more index entry.
+        `JOB_INVALID_OPTION` for a field that is not `payload.FIELD` / `metadata.FIELD`."""
+        return self._store.add_search_index(parse_search_field(field), self._engine.now_ms())
+
+    def drop_search_index(self, field: str) -> bool:
+        """Drop the field's search index; False when it had none. Searches by the field
+        still work, reading every row."""
+        return self._store.drop_search_index(parse_search_field(field))
+
+    def search_indexes(self) -> builtins.list[str]:
+        """The fields with a search index (`add_search_index`), by name."""
+        return [r.field for r in self._store.search_indexes()]
 
     def audit_log(
         self,

@@ -19,7 +19,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, TypeVar
 
-from jobledger._core.search import Search
+from jobledger._core.search import Search, SearchField
 from jobledger._storage import layout as L
 
 if TYPE_CHECKING:
@@ -41,6 +41,7 @@ from jobledger._storage.observe import (
     QueueCounts,
     QueueSettingsRecord,
     ScheduleRecord,
+    SearchIndexRecord,
     StorageFacts,
     WorkerRecord,
     WorkflowRecord,
@@ -746,7 +747,11 @@ class Store(Protocol):
 
     def terminal_among(self, ids: Sequence[str]) -> list[JobRow]: ...
     def list(self, flt: JobFilter, *, limit: int, offset: int) -> list[JobRow]: ...
-    def count(self, flt: JobFilter) -> int: ...
+    def count(self, flt: JobFilter, *, cap: int | None = None) -> int:
+        """Rows matching `flt`; with `cap`, at most `cap` (a count that stops reading
+        there: `cap` means "at least that many")."""
+        ...
+
     def gc(self, before_ms: int, *, batch: int = 1000) -> int:
         """Delete terminal rows finished before `before_ms` (and their attempts and edges);
         also tidies what the kept counts leave behind (minutes of the throughput chart a
@@ -810,6 +815,22 @@ class Store(Protocol):
         ...
 
     def count_audit(self, *, actor: str | None = None, action: str | None = None) -> int: ...
+
+    # -- search indexes (the console's search by a JSON field, DESIGN.md §8.9) -------
+    def add_search_index(self, field: SearchField, now_ms: int) -> bool:
+        """Create an index serving searches by `field` (reads every row once) and record
+        it; False when the field had one already. Concurrent writers wait or go on as
+        the backend allows (SQLite: they wait for the write lock; PostgreSQL: the index
+        is built CONCURRENTLY, writes go on)."""
+        ...
+
+    def drop_search_index(self, field: SearchField) -> bool:
+        """Drop the field's index; False when it had none."""
+        ...
+
+    def search_indexes(self) -> builtins.list[SearchIndexRecord]:
+        """The fields with a search index, by name; none on a database from before them."""
+        ...
 
     # -- workflows, observed (read-only; the console, DESIGN.md §8.9) ---------------
     def list_workflows(

@@ -41,6 +41,7 @@ __all__ = [
     "QueueSettingsRecord",
     "ReadOnlyStoreError",
     "ScheduleRecord",
+    "SearchIndexRecord",
     "StorageFacts",
     "WorkerRecord",
     "WorkflowRecord",
@@ -104,6 +105,15 @@ class AuditRecord:
     action: str
     target: str
     detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class SearchIndexRecord:
+    """One row of `search_indexes`: a JSON field with an index of its own (`payload.user`)
+    and when it was declared (epoch ms)."""
+
+    field: str
+    created_at: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,6 +41,7 @@ import jinja2
 
 from jobledger._observe.read_model import (
     STATUSES,
+    JobPage,
     JobQuery,
     ReadModel,
     WorkflowPage,
@@ -367,9 +368,10 @@ def _jobs_word(n: int) -> str:
 
 
 def _bulk(
-    rm: ReadModel, query: JobQuery, total: int, params: dict[str, Any], confirm: str | None
+    rm: ReadModel, query: JobQuery, page: JobPage, params: dict[str, Any], confirm: str | None
 ) -> dict[str, Any] | None:
     """The bulk actions this filter allows, or the confirmation of the one asked for."""
+    total = page.total
     offers: dict[str, dict[str, Any]] = {}
     statuses = tuple(query.status)
     if statuses and set(statuses) <= set(_RETRYABLE) and total:
@@ -386,7 +388,7 @@ def _bulk(
             "label": f"Retry {n} {words} {_jobs_word(n)}…",
             "question": f"Retry {n} {words} {_jobs_word(n)}{_of_what(query)}?",
             "note": (
-                f"{total} match; one request retries at most {BULK_RETRY_MAX}."
+                f"{page.total_text} match; one request retries at most {BULK_RETRY_MAX}."
                 if total > BULK_RETRY_MAX
                 else "Each gets a new job; the failed rows stay as they are."
             ),
@@ -450,9 +452,16 @@ def render_jobs(
         chosen=chosen,
         searched="" if query.search is None else query.search.text(),
         jobs=page.items,
-        page_total=page.total,
-        pager=_pager("/jobs", params, offset, limit, len(page.items), page.total),
-        bulk=_bulk(rm, query, page.total, params, confirm) if actions else None,
+        total_text=page.total_text,
+        pager=_pager(
+            "/jobs",
+            params,
+            offset,
+            limit,
+            len(page.items),
+            page.total if page.total_exact else None,
+        ),
+        bulk=_bulk(rm, query, page, params, confirm) if actions else None,
     )
 
 

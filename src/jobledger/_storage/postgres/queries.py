@@ -454,6 +454,8 @@ class Queries:
         "ORDER BY created_at DESC, id DESC LIMIT %s OFFSET %s"
     )
     COUNT_JOBS = "SELECT count(*) FROM {s}.jobs{where}"
+    # A count that stops at a cap (the console's page total): reads no more rows.
+    COUNT_JOBS_UP_TO = "SELECT count(*) FROM (SELECT 1 FROM {s}.jobs{where} LIMIT %s) AS m"
 
     # -- re-runs (`jobs.retry`) -------------------------------------------------------
     # Every re-run takes this transaction-scoped lock first, so two concurrent

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobledger._core import ids
-from jobledger._core.search import Search
+from jobledger._core.search import Search, SearchField
 from jobledger._storage import layout as L
 from jobledger._storage.layout import JOB_COLUMNS, SCHEDULE_COLUMNS
 
@@ -389,9 +389,26 @@ _BY_ID = frozenset(("failed", "cancelled"))
 ERROR_CODE = "CASE WHEN json_valid(error) THEN json_extract(error, '$.code') END"
 
 
+def field_expr(field: SearchField) -> str:
+    """The JSON value at `field` as text, NULL where the row's JSON does not parse (a
+    hand-written row must not fail a search) or has no such field. Booleans are spelled
+    by `json_type`, as PostgreSQL's `#>>` writes them.
+
+    The path is a literal, never a parameter: a search index (`search_index.py`) is an
+    index on this very text, and SQLite uses it only for a query that spells the same
+    expression. The field's segments are checked names (`_core/search.py`)."""
+    col = field.kind  # "payload" or "metadata"
+    path = "$." + ".".join(f'"{p}"' for p in field.path)
+    return (
+        f"CASE WHEN json_valid({col}) THEN CASE json_type({col}, '{path}') "
+        "WHEN 'true' THEN 'true' WHEN 'false' THEN 'false' "
+        f"ELSE CAST(json_extract({col}, '{path}') AS TEXT) END END"
+    )
+
+
 def search_sql(term: Search) -> tuple[str, list[Any]]:
     """The condition of a console search (`_core/search.py`). A JSON value is compared
-    as text: booleans by `json_type`, as PostgreSQL's `#>>` writes them."""
+    as text (`field_expr`)."""
     if term.kind == "id":
         # The rows keyed by ids that can start with the prefix are one rowid range
         # (`ids.key_range`); rows from before schema 4 sit below zero (keys.py).
@@ -405,13 +422,8 @@ def search_sql(term: Search) -> tuple[str, list[Any]]:
     if term.kind == "error":
         # jobs_error_code_idx's expression and condition, as SQLite needs them spelled.
         return f"error IS NOT NULL AND {ERROR_CODE} = ?", [term.value]
-    path = "$." + ".".join(f'"{p}"' for p in term.path)  # segments are checked names
-    column = term.kind  # "payload" or "metadata"
-    return (
-        f"(CASE json_type({column}, ?) WHEN 'true' THEN 'true' WHEN 'false' THEN 'false' "
-        f"ELSE CAST(json_extract({column}, ?) AS TEXT) END) = ?",
-        [path, path, term.value],
-    )
+    assert term.field is not None
+    return f"({field_expr(term.field)}) = ?", [term.value]
 
 
 @dataclass(frozen=True, slots=True)
@@ -475,9 +487,15 @@ class JobsWhere:
         sql = f"SELECT {JOB_COLUMNS} FROM jobs{where} ORDER BY {order} LIMIT ? OFFSET ?"
         return sql, (*params, limit, offset)
 
-    def count_sql(self) -> tuple[str, tuple[Any, ...]]:
+    def count_sql(self, cap: int | None = None) -> tuple[str, tuple[Any, ...]]:
+        """The count; with `cap`, of at most `cap` rows (reading no more than that)."""
         where, params, _ = self._clause()
-        return f"SELECT count(*) FROM jobs{where}", tuple(params)
+        if cap is None:
+            return f"SELECT count(*) FROM jobs{where}", tuple(params)
+        return (
+            f"SELECT count(*) FROM (SELECT 1 FROM jobs{where} LIMIT ?)",
+            (*params, cap),
+        )
 
 
 # Workflows (migration 11). A workflow's rows are inserted with their row keys, their

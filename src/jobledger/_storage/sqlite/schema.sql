@@ -2,7 +2,7 @@
 -- After adding a migration, regenerate it from the repository root with
 --   python -m jobledger._storage.sqlite.migrate \
 --       > src/jobledger/_storage/sqlite/schema.sql
--- user_version = 16
+-- user_version = 17
 
 CREATE INDEX audit_log_action_idx ON audit_log (action, id);
 
@@ -204,6 +204,12 @@ CREATE TABLE rate_log (
     at      INTEGER NOT NULL, keys TEXT,
     -- One B-tree: `at` grows with `cum`, so (at, cum) order is cum order too.
     PRIMARY KEY (bucket, at, cum)
+) WITHOUT ROWID;
+
+CREATE TABLE search_indexes (
+    field TEXT PRIMARY KEY,
+    index_name TEXT NOT NULL UNIQUE,
+    created_at INTEGER NOT NULL
 ) WITHOUT ROWID;
 
 CREATE TABLE workers (

@@ -34,6 +34,7 @@ from contextlib import contextmanager
 from typing import Any, TypeVar, cast
 
 from jobledger._core import ids
+from jobledger._core.search import SearchField
 from jobledger._storage import layout as L
 from jobledger._storage import rate, settings, tx
 from jobledger._storage.attempts import with_final_attempt
@@ -68,13 +69,14 @@ from jobledger._storage.observe import (
     QueueCounts,
     QueueSettingsRecord,
     ScheduleRecord,
+    SearchIndexRecord,
     StorageFacts,
     WorkerRecord,
     WorkflowRecord,
 )
 from jobledger._storage.records import AttemptRow
 from jobledger._storage.schedule_ops import ScheduleOps
-from jobledger._storage.sqlite import audit, observe
+from jobledger._storage.sqlite import audit, observe, search_index
 from jobledger._storage.sqlite import queries as q
 from jobledger._storage.sqlite.connections import (
     Synchronous,
@@ -1056,12 +1058,12 @@ class SqliteStore(ScheduleOps, WorkerOps):
         sql, params = _where(flt).list_sql(limit=limit, offset=offset)
         return self.read(lambda c: c.execute(sql, params).fetchall())
 
-    def count(self, flt: JobFilter) -> int:
+    def count(self, flt: JobFilter, *, cap: int | None = None) -> int:
         if flt.kept_countable:
             kept = self.read(lambda c: observe.kept_count(c, flt.status, flt.queue))
             if kept is not None:
-                return kept
-        sql, params = _where(flt).count_sql()
+                return kept if cap is None else min(kept, cap)
+        sql, params = _where(flt).count_sql(cap)
         return int(self.read(lambda c: c.execute(sql, params).fetchone()[0]))
 
     def gc(self, before_ms: int, *, batch: int = 1000) -> int:
@@ -1155,6 +1157,17 @@ class SqliteStore(ScheduleOps, WorkerOps):
 
     def count_audit(self, *, actor: str | None = None, action: str | None = None) -> int:
         return self.read(lambda c: audit.count_audit(c, actor, action))
+
+    # -- search indexes (DESIGN.md §8.9) -------------------------------------------------
+
+    def add_search_index(self, field: SearchField, now_ms: int) -> bool:
+        return self.write(lambda c: search_index.add_search_index(c, field, now_ms), "search_index")
+
+    def drop_search_index(self, field: SearchField) -> bool:
+        return self.write(lambda c: search_index.drop_search_index(c, field), "search_index")
+
+    def search_indexes(self) -> builtins.list[SearchIndexRecord]:
+        return self.read(search_index.search_indexes)
 
     # -- workflows, observed (the console's reads, DESIGN.md §8.9) ---------------------
     # Kept apart from the workflow writes above: these only read, in one statement each.
