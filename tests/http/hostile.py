@@ -68,9 +68,8 @@ class Hostile:
     workflow_id: str
 
 
-def build_hostile(db: str, *, unparseable: bool = True) -> Hostile:
-    """The rows described above in `db`. `unparseable=False` leaves out the rows whose
-    JSON columns do not parse (see `_raw_rows`)."""
+def build_hostile(db: str) -> Hostile:
+    """The rows described above in `db`."""
     jobs = jl.JobManager(db, startup_delay=0)
 
     @jobs.handler(ANY, recovery="retry", queue="tenant/7")
@@ -107,16 +106,15 @@ def build_hostile(db: str, *, unparseable: bool = True) -> Hostile:
             return Hostile(db, ids, sid, flow.id)
 
     made = asyncio.run(main())
-    _raw_rows(made, unparseable=unparseable)
+    _raw_rows(made)
     return made
 
 
-def _raw_rows(made: Hostile, *, unparseable: bool) -> None:
+def _raw_rows(made: Hostile) -> None:
     """What the public API refuses, written with SQL (the `?` placeholders of
-    `tests.conftest.sql_for`). With `unparseable`, JSON columns that do not parse too: a
-    payload nested past every parser's limit, and text that is not JSON. A console
-    search on payload or metadata fails on such a row on both backends (SQLite's
-    json_extract and PostgreSQL's ::jsonb raise), so the fuzz test leaves them out."""
+    `tests.conftest.sql_for`), JSON columns that do not parse included: a payload nested
+    past every parser's limit, and text that is not JSON. A console search on payload or
+    metadata matches neither (`tests/http/test_hostile_rows.py`)."""
     pg = is_postgres(made.db)
     with db_reader(made.db) as run:
         if pg:
@@ -163,8 +161,6 @@ def _raw_rows(made: Hostile, *, unparseable: bool) -> None:
             (TEXT, TEXT, 2**62, '["' + SCRIPT + '", "a/b"]', MAX_MS, MAX_MS),
         )
         run("UPDATE workflows SET name = ? WHERE id = ?", (TEXT, made.workflow_id))
-        if not unparseable:
-            return
         # Beyond json.loads' recursion, and not JSON at all: shown as their text.
         deep = "[" * RAW_DEPTH + "]" * RAW_DEPTH
         run(

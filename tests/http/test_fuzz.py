@@ -14,8 +14,7 @@ Schema does not say).
 
 The databases (one per backend and kind, shared by every operation's test of this
 module) are `tests.http.conftest.populate`'s jobs in every state, and
-`tests.http.hostile`'s rows (without the unparseable ones, which break a payload search:
-`tests/http/test_hostile_rows.py` shows that as a known failure). The actions change
+`tests.http.hostile`'s rows (JSON that does not parse included). The actions change
 them as the run goes (cancels, retries, paused queues); nothing here asserts on their
 contents. `derandomize=True` makes every run send the same requests, so a failure here
 is a bug to fix, never a flake; a larger `max_examples` (40 passes) explores further.
@@ -164,7 +163,7 @@ def fuzzed(
         db = postgres_url(schema_name)
     try:
         if kind == "hostile":
-            build_hostile(db, unparseable=False)
+            build_hostile(db)
         else:
             populate(db)
         acts = jl.JobManager(db)  # never started; runs a schedule of either database

@@ -97,6 +97,7 @@ from jobledger._scheduling.triggers import (
 from jobledger._storage import layout as L
 from jobledger._storage.interface import JobFilter, JobRow, NewJob, Store, fresh_row, was_inserted
 from jobledger._storage.records import EnsuredSchedule, ScheduleRow
+from jobledger._storage.rows import json_or_text
 from jobledger._storage.schedule_ops import Decide, OverlapDecision
 from jobledger._types import MissedEvent, ScheduleSnapshot
 from jobledger.clock import Clock, from_ms, to_ms
@@ -133,21 +134,24 @@ def validate_name(name: object) -> str:
 
 
 def snapshot_of(row: ScheduleRow) -> ScheduleSnapshot:
+    """The row as a snapshot. A column another program wrote that does not parse (or
+    nests past the parser) never breaks the read, nor a pause or edit of the schedule:
+    a payload or metadata reads as its text, as a job's does (`rows.json_or_text`)."""
     try:
         trigger: Trigger = trigger_from_json(json.loads(row.trigger))
-    except (ScheduleError, ValueError):
+    except (ScheduleError, ValueError, RecursionError):
         trigger = Once(at=from_ms(0))  # fires at once and visibly, never breaks reads
     return ScheduleSnapshot(
         id=row.id,
         type=row.type,
         name=row.name or None,
         trigger=trigger,
-        payload=json.loads(row.payload),
-        catch_up=catch_up_from_json(json.loads(row.catch_up)),
+        payload=json_or_text(row.payload),
+        catch_up=catch_up_from_json(json_or_text(row.catch_up)),
         enabled=bool(row.enabled),
         next_run=None if row.next_run is None else from_ms(row.next_run),
         last_run=None if row.last_run is None else from_ms(row.last_run),
-        metadata=json.loads(row.metadata) or {},
+        metadata=json_or_text(row.metadata) or {},
         created_at=from_ms(row.created_at),
         updated_at=from_ms(row.updated_at),
         # A value another release wrote that this one does not know reads as the default.

@@ -44,6 +44,7 @@ __all__ = [
     "attempt_snapshot",
     "error_from_json",
     "error_to_json",
+    "json_or_text",
     "logs_from_json",
     "lost_error",
     "row_snapshot",
@@ -83,7 +84,7 @@ def error_from_json(text: str | None) -> JobErrorInfo | None:
 _SCALARS: dict[str, Any] = {"null": None, "true": True, "false": False}
 
 
-def _json(text: str | None) -> Any:
+def json_or_text(text: str | None) -> Any:
     if text is None:
         return None
     if text == "{}":
@@ -137,8 +138,8 @@ def _values(row: JobRow) -> tuple[Any, ...]:
         _STATUS[row[L.C_STATUS]],  # status
         row[L.C_QUEUE],  # queue
         row[L.C_PRIORITY],  # priority
-        _json(row[L.C_PAYLOAD]),  # payload
-        _json(row[L.C_OUTPUT]),  # output
+        json_or_text(row[L.C_PAYLOAD]),  # payload
+        json_or_text(row[L.C_OUTPUT]),  # output
         error_from_json(row[L.C_ERROR]),  # error
         row[L.C_ATTEMPT],  # attempt
         row[L.C_MAX_ATTEMPTS],  # max_attempts
@@ -146,7 +147,7 @@ def _values(row: JobRow) -> tuple[Any, ...]:
         key,  # idempotency_key
         row[L.C_PARENT],  # parent_id
         row[L.C_SCHEDULE],  # schedule_id
-        meta if isinstance(meta := _json(row[L.C_METADATA]), dict) else {},  # metadata
+        meta if isinstance(meta := json_or_text(row[L.C_METADATA]), dict) else {},  # metadata
         row[L.C_PROGRESS],  # progress
         row[L.C_PROGRESS_DETAIL],  # progress_detail
         bool(row[L.C_CANCEL]),  # cancel_requested
