@@ -89,10 +89,8 @@ def _invalid(q: object, why: str) -> JobValidationError:
 def parse_search_field(text: object) -> SearchField:
     """`payload.FIELD` or `metadata.FIELD` (no value) as a `SearchField`, or
     `JOB_INVALID_OPTION`."""
-    if not isinstance(text, str):
-        raise _invalid(text, "a search field is a string such as 'payload.user'")
     for kind in ("payload", "metadata"):
-        if text.startswith(kind + "."):
+        if isinstance(text, str) and text.startswith(kind + "."):
             path = tuple(text[len(kind) + 1 :].split("."))
             if (
                 len(text) <= _MAX_FIELD
@@ -100,10 +98,11 @@ def parse_search_field(text: object) -> SearchField:
                 and all(map(_SEGMENT.fullmatch, path))
             ):
                 return SearchField(kind, path)
-    raise _invalid(
-        text,
-        f"a search field is payload.FIELD or metadata.FIELD, FIELD of letters, digits, "
-        f"_ and - (dots go deeper), {_MAX_FIELD} characters at most",
+    raise JobValidationError(
+        f"search field {text!r}: write payload.FIELD or metadata.FIELD, FIELD of letters, "
+        f"digits, _ and - (dots go deeper), {_MAX_FIELD} characters at most",
+        code="JOB_INVALID_OPTION",
+        params={"field": repr(text)[:200]},
     )
 
 

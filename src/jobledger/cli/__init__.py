@@ -138,6 +138,7 @@ def _register() -> None:
         _ops,
         _queues,
         _schedules,
+        _search_index,
         _serve,
         _worker,
         _workflows,
@@ -149,6 +150,7 @@ def _register() -> None:
     main.add_command(_queues.queues)
     main.add_command(_workflows.workflows)
     main.add_command(_audit.audit)
+    main.add_command(_search_index.search_index)
     main.add_command(_ops.doctor)
     main.add_command(_ops.gc)
     main.add_command(_serve.serve)

@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from jobledger._core.registry import JobType
+from jobledger._core.search import parse_search
 from jobledger._observe.read_model import JobQuery, ReadModel, progress_label, shown_progress
 from jobledger._runtime.manager import JobManager
 from jobledger._storage.open import is_postgres_url
@@ -71,6 +72,13 @@ def jobs() -> None:
 @STATUSES_OPTION
 @click.option("--queue", default=None)
 @click.option("--type", "type_", default=None, help="Job type name.")
+@click.option(
+    "--search",
+    "-q",
+    default=None,
+    help="One search term, as the dashboard's: an id or id prefix, payload.FIELD:VALUE, "
+    "metadata.FIELD:VALUE, or an error code.",
+)
 @click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
 @click.option("--offset", type=bounded_int(0, OFFSET_MAX), default=0)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
@@ -80,12 +88,14 @@ def list_jobs(
     statuses: tuple[str, ...],
     queue: str | None,
     type_: str | None,
+    search: str | None,
     limit: int,
     offset: int,
     as_json: bool,
 ) -> None:
-    """Jobs, newest first."""
-    query = JobQuery(status=statuses, queue=queue, type=type_)
+    """Jobs, newest first. The total counts up to 10,000 (then `10,000+`)."""
+    term = None if search is None else parse_search(search)
+    query = JobQuery(status=statuses, queue=queue, type=type_, search=term)
     with reader(settings) as rm:
         page = rm.page(query, limit=limit, offset=offset)
     if as_json:
@@ -112,7 +122,7 @@ def list_jobs(
         )
     console.print(table)
     shown = f"{offset + 1}-{offset + len(page.items)}"
-    console.print(f"[dim]{shown} of {page.total}[/]")
+    console.print(f"[dim]{shown} of {page.total_text}[/]")
 
 
 @jobs.command("show")

@@ -440,6 +440,8 @@ def render_jobs(
 ) -> str:
     page = rm.page(query, limit=limit, offset=offset)
     params = _filter_params(query, limit)
+    field = None if query.search is None else query.search.field
+    unindexed = None if field is None or field.name in rm.search_indexes() else field.name
     chosen = query.status[0] if len(query.status) == 1 else ",".join(query.status)
     return _render(
         "jobs.html",
@@ -451,6 +453,7 @@ def render_jobs(
         limit=limit,
         chosen=chosen,
         searched="" if query.search is None else query.search.text(),
+        unindexed=unindexed,
         jobs=page.items,
         total_text=page.total_text,
         pager=_pager(
