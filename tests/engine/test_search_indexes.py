@@ -7,16 +7,19 @@ from __future__ import annotations
 
 import sqlite3
 
+import httpx
 import pytest
 
 import jobledger as jl
 from jobledger._core.search import parse_search, parse_search_field
 from jobledger._observe import read_model
+from jobledger._observe.http import create_app
 from jobledger._observe.read_model import JobQuery, ReadModel
 from jobledger._storage.interface import JobFilter
 from tests.conftest import is_postgres, run
 from tests.engine import make_manager
 from tests.engine.test_search import found, seeded
+from tests.http.conftest import running_server
 
 LISTED = jl.JobType("search.listed", list)
 # Every form of value the search compares, on fields an index can have.
@@ -176,3 +179,40 @@ def test_an_index_a_failed_build_left_invalid_is_built_again(db: str) -> None:
     assert store.read(lambda c: search_index.has_index(c, store._ident, field))
     assert found(jobs, "payload.name:ada") == {ids["ada"]}
     run(jobs.stop())
+
+
+def test_the_jobs_page_says_when_a_field_has_no_index_and_how_many_match(
+    db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    jobs, ids = seeded(db)
+    monkeypatch.setattr(read_model, "COUNT_CAP", 1)  # read at each page: the app's too
+    app = create_app(db)
+    try:
+        with running_server(app) as url:
+
+            def page(q: str) -> str:
+                answer = httpx.get(f"{url}/jobs", params={"q": q}, timeout=10)
+                assert answer.status_code == 200, answer.text[:300]
+                return answer.text
+
+            before = page("payload.user.id:7")  # two match, counted up to 1
+            assert 'id="search-unindexed"' in before
+            assert "jobledger search-index add payload.user.id" in before
+            assert "1 to 2 of 1+" in before  # counted up to the cap, said so
+            api = httpx.get(f"{url}/api/jobs", params={"q": "payload.user.id:7"}, timeout=10)
+            assert (api.json()["total"], api.json()["total_exact"]) == (1, False)
+            assert len(api.json()["items"]) == 2
+
+            assert jobs.add_search_index("payload.user.id")
+            after = page("payload.user.id:7")
+            assert 'id="search-unindexed"' not in after
+            assert ids["ada"] in after
+            assert ids["str7"] in after
+            # Terms that are no field search never show the note.
+            assert 'id="search-unindexed"' not in page("CARD_DECLINED")
+            assert 'id="search-unindexed"' not in page(ids["ada"][:8])
+            exact = page("payload.name:ada")
+            assert "1 to 1 of 1" in exact
+    finally:
+        app.state.read_model.close()
+        run(jobs.stop())
