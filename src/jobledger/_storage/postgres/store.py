@@ -1603,13 +1603,7 @@ class PostgresStore(ScheduleOps, WorkerOps):
         )
         if registered is not None:
             return False
-        conn = self._connect("search_index")
-        try:
-            search_index.build_index(conn, s, field)
-        except psycopg.Error as exc:
-            raise _storage_error(exc, "search_index", None) from exc
-        finally:
-            conn.close()
+        self._on_own_connection(lambda c: search_index.build_index(c, s, field))
         row = (field.name, search_index.index_name(field), now_ms)
         return self._stmt(
             lambda c: c.execute(search_index.INSERT.format(s=s), row).fetchone() is not None,
@@ -1624,14 +1618,20 @@ class PostgresStore(ScheduleOps, WorkerOps):
         )
         if gone is None:
             return False
+        self._on_own_connection(lambda c: search_index.drop_index(c, s, field))
+        return True
+
+    def _on_own_connection(self, work: Callable[[Conn], None]) -> None:
+        """`work` on an autocommit connection of its own: `CREATE/DROP INDEX CONCURRENTLY`
+        cannot run in a transaction, and must not hold the writer while it reads every
+        row."""
         conn = self._connect("search_index")
         try:
-            search_index.drop_index(conn, s, field)
+            work(conn)
         except psycopg.Error as exc:
             raise _storage_error(exc, "search_index", None) from exc
         finally:
             conn.close()
-        return True
 
     def search_indexes(self) -> builtins.list[SearchIndexRecord]:
         return self.read(lambda c: search_index.search_indexes(c, self._ident))
