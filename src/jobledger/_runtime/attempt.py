@@ -271,9 +271,9 @@ class Attempt:
     async def exit_group_tx(
         self, committer: GroupCommitter, tx: JobTransaction, failed: bool
     ) -> None:
-        """Close the block: keep it (fenced finalize in its savepoint) and await the
-        group's commit, or roll it back (`failed`: the block raised, and that exception
-        goes on)."""
+        """Close the block: keep it (its fence read in its savepoint; the group's commit
+        writes its finalize) and await that commit, or roll it back (`failed`: the block
+        raised, and that exception goes on)."""
         tx._open = False
         backstop, self.tx_backstop = self.tx_backstop, None
         if backstop is not None:

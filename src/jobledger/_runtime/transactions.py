@@ -5,8 +5,9 @@ Invariants of `ctx.transaction()` (`Attempt.transaction` runs it):
 
 * One commit holds the caller's statements, the rows its `enqueue_tx` calls wrote and
   the job's own transition to `completed` (with `set_output`'s value, default None),
-  written by the same statements as any finalize (`Store.finalize_in`), fenced on the
-  attempt's `(worker_id, attempt)`. If this attempt no longer owns the row, or its token
+  written by the same statements as any finalize (`Store.finalize_in`; in a group, the
+  group's batched finalize at its commit), fenced on the attempt's `(worker_id,
+  attempt)`. If this attempt no longer owns the row, or its token
   fired (a cancel, a timeout, a shutdown) before the commit, everything rolls back and
   `JobClaimLost` is raised: a stale worker's effects never land beside the rescuer's.
 * An exception inside the block rolls everything back and leaves the handler by the
