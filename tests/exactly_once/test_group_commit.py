@@ -15,6 +15,7 @@ import pydantic
 import jobledger as jl
 from tests.conftest import db_rows, is_postgres, run, sql_for
 from tests.engine import fast_retry, make_manager
+from tests.integration.test_kept_counts import _assert_exact
 
 
 class Entry(pydantic.BaseModel):
@@ -53,7 +54,11 @@ def _trace_groups(conn: sqlite3.Connection, sizes: list[int]) -> None:
     def trace(sql: str) -> None:
         if sql.startswith("SAVEPOINT jobledger_block"):
             current[0] += 1
-        elif sql.startswith(("COMMIT", "ROLLBACK")) and current[0]:
+        elif (
+            sql.startswith(("COMMIT", "ROLLBACK"))
+            and not sql.startswith("ROLLBACK TO")  # a block's own, not the group's
+            and current[0]
+        ):
             sizes.append(current[0])
             current[0] = 0
 
@@ -235,3 +240,152 @@ def test_a_sync_write_between_blocks_flushes_the_group_first(db: str) -> None:
     [(in_tx, committed)] = seen
     assert in_tx >= 1
     assert in_tx == committed
+
+
+def test_a_lost_claim_in_a_group_rolls_back_alone_and_its_neighbours_commit(
+    db_path: str,
+) -> None:
+    """The fence is read inside the block, under the write lock the group holds until its
+    commit, and the group's finalizes are written at that commit: a block whose row was
+    taken from it (here by another connection, as a rescuer's re-claim would, so no token
+    fires) raises JobClaimLost with nothing of it written, while the blocks it shares the
+    commit with land, and the kept counts stay exact. SQLite's group only."""
+    db = db_path
+    jobs = _setup(db)
+    sql = _insert(db)
+    release = asyncio.Event()
+    lost: list[tuple[int, str]] = []
+    after: dict[int, str | None] = {}
+
+    @jobs.handler(ENTRY, recovery="retry", concurrency=10)
+    async def entry(ctx: jl.JobContext[Entry]) -> None:
+        await release.wait()  # all ten reach their block in the same turn
+        try:
+            async with ctx.transaction() as tx:
+                tx.execute(sql, (ctx.payload.n, ctx.attempt))
+                jobs.enqueue_tx(tx, FOLLOW, Entry(n=ctx.payload.n))
+                tx.set_output({"n": ctx.payload.n})
+        except jl.JobClaimLost as exc:
+            lost.append((ctx.payload.n, exc.code))
+            raise
+        snap = jobs.get(ctx.job_id)
+        after[ctx.payload.n] = None if snap is None else str(snap.status)
+
+    handles = jobs.enqueue_many(ENTRY, [Entry(n=i) for i in range(10)])
+    sizes: list[int] = []
+
+    async def main() -> list[jl.JobSnapshot]:
+        async with jobs:
+            while jobs.count(type=ENTRY, status="running") < 10:
+                await asyncio.sleep(0.01)
+            # Job 3 is re-claimed elsewhere: a new attempt by another worker.
+            db_rows(
+                db,
+                "UPDATE jobs SET worker_id = 'elsewhere:1', attempt = attempt + 1 WHERE id = ?",
+                (handles[3].id,),
+            )
+            _trace_groups(jobs._store.conn, sizes)  # type: ignore[attr-defined]
+            release.set()
+            others = [h for i, h in enumerate(handles) if i != 3]
+            done = list(await asyncio.gather(*(h.finished for h in others)))
+            while jobs.count(type=FOLLOW, status="completed") < 9:
+                await asyncio.sleep(0.01)
+            return done
+
+    done = run(main())
+    assert lost == [(3, "JOB_CLAIM_LOST")]
+    assert {s.status for s in done} == {jl.JobStatus.COMPLETED}
+    assert sorted(s.output["n"] for s in done) == [i for i in range(10) if i != 3]
+    assert after == {i: "completed" for i in range(10) if i != 3}
+    assert _ledger(db) == [i for i in range(10) if i != 3]  # nothing of job 3's block
+    assert jobs.count(type=FOLLOW) == 9
+    assert db_rows(db, "SELECT status, worker_id FROM jobs WHERE id = ?", (handles[3].id,)) == [
+        ("running", "elsewhere:1")  # the rescuer's row, untouched
+    ]
+    assert sum(sizes) == 10
+    assert max(sizes) > 1, sizes  # job 3's block shared a commit with kept ones
+    _assert_exact(db)
+
+
+def test_a_block_that_moves_another_blocks_row_fails_the_whole_group(db_path: str) -> None:
+    """The one way a kept block's finalize can still miss its fence at the commit: a
+    later block of the same group changes that job's row with its own SQL. The group is
+    rolled back whole (nothing of any of its blocks lands) and each job takes its
+    failure path; the retries commit. SQLite's group only."""
+    db = db_path
+    jobs = _setup(db)
+    sql = _insert(db)
+    release = asyncio.Event()
+    attempts: dict[int, list[int]] = {}
+    ids: dict[int, str] = {}
+
+    @jobs.handler(ENTRY, recovery="retry", concurrency=10, retry=fast_retry(3))
+    async def entry(ctx: jl.JobContext[Entry]) -> None:
+        attempts.setdefault(ctx.payload.n, []).append(ctx.attempt)
+        await release.wait()  # all ten reach their block in the same turn
+        async with ctx.transaction() as tx:
+            tx.execute(sql, (ctx.payload.n, ctx.attempt))
+            if ctx.payload.n == 9 and ctx.attempt == 0:
+                # After job 0's block was kept (blocks run in claim order).
+                tx.execute("UPDATE jobs SET worker_id = 'moved' WHERE id = ?", (ids[0],))
+
+    handles = jobs.enqueue_many(ENTRY, [Entry(n=i) for i in range(10)])
+    ids.update((i, h.id) for i, h in enumerate(handles))
+
+    async def main() -> list[jl.JobSnapshot]:
+        async with jobs:
+            while jobs.count(type=ENTRY, status="running") < 10:
+                await asyncio.sleep(0.01)
+            release.set()
+            return list(await asyncio.gather(*(h.finished for h in handles)))
+
+    done = run(main())
+    assert {s.status for s in done} == {jl.JobStatus.COMPLETED}
+    assert _ledger(db) == list(range(10))
+    assert all(t == [0, 1] for t in attempts.values()), attempts  # the whole group retried
+    first = jobs.attempts(done[0].id)[0]
+    assert first.outcome == "retry"
+    assert first.error is not None
+    assert "changed inside the group" in first.error.message
+    _assert_exact(db)
+
+
+def test_a_large_group_with_failing_blocks_keeps_each_blocks_promise(db_path: str) -> None:
+    """150 blocks in one commit, every seventh of them failing: each failing one rolls
+    back alone (its savepoint), the others and their finalizes (written at the commit,
+    in chunks of 50) land once each, and the kept counts stay exact. SQLite's group
+    only."""
+    db = db_path
+    jobs = _setup(db, concurrency=150)
+    sql = _insert(db)
+    release = asyncio.Event()
+    tries: dict[int, list[int]] = {}
+
+    @jobs.handler(ENTRY, recovery="retry", concurrency=150, retry=fast_retry(3))
+    async def entry(ctx: jl.JobContext[Entry]) -> None:
+        tries.setdefault(ctx.payload.n, []).append(ctx.attempt)
+        await release.wait()  # all of them reach their block in the same turn
+        async with ctx.transaction() as tx:
+            tx.execute(sql, (ctx.payload.n, ctx.attempt))
+            jobs.enqueue_tx(tx, FOLLOW, Entry(n=ctx.payload.n))
+            if ctx.payload.n % 7 == 0 and ctx.attempt == 0:
+                raise RuntimeError("declined")
+
+    handles = jobs.enqueue_many(ENTRY, [Entry(n=i) for i in range(150)])
+    sizes: list[int] = []
+
+    async def main() -> list[jl.JobSnapshot]:
+        async with jobs:
+            while jobs.count(type=ENTRY, status="running") < 150:
+                await asyncio.sleep(0.01)
+            _trace_groups(jobs._store.conn, sizes)  # type: ignore[attr-defined]
+            release.set()
+            return list(await asyncio.gather(*(h.finished for h in handles)))
+
+    done = run(main())
+    assert {s.status for s in done} == {jl.JobStatus.COMPLETED}
+    assert _ledger(db) == list(range(150))  # each row once: the failed tries left none
+    assert jobs.count(type=FOLLOW) == 150
+    assert {n: t for n, t in tries.items() if len(t) > 1} == {n: [0, 1] for n in range(0, 150, 7)}
+    assert max(sizes) > 100, sizes  # most blocks shared one commit
+    _assert_exact(db)

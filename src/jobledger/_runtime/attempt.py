@@ -30,7 +30,7 @@ from jobledger._runtime.context import CancelToken
 from jobledger._runtime.joblog import JobLogger, LogBuffer
 from jobledger._runtime.timers import call_later
 from jobledger._runtime.transactions import GroupCommitter, JobTransaction, spoiled_error
-from jobledger._storage.interface import ClaimedJob, JobRow, Outcome
+from jobledger._storage.interface import APPLIED, ClaimedJob, JobRow, Outcome
 from jobledger._types import LogLine
 from jobledger.errors import JobClaimLost, JobError, JobValidationError
 
@@ -271,9 +271,9 @@ class Attempt:
     async def exit_group_tx(
         self, committer: GroupCommitter, tx: JobTransaction, failed: bool
     ) -> None:
-        """Close the block: keep it (fenced finalize in its savepoint) and await the
-        group's commit, or roll it back (`failed`: the block raised, and that exception
-        goes on)."""
+        """Close the block: keep it (its fence read in its savepoint; the group's commit
+        writes its finalize) and await that commit, or roll it back (`failed`: the block
+        raised, and that exception goes on)."""
         tx._open = False
         backstop, self.tx_backstop = self.tx_backstop, None
         if backstop is not None:
@@ -290,18 +290,22 @@ class Attempt:
         engine = self._engine
         try:
             outcome = engine.completion_in_tx(self, tx.output)
-            row = engine.store.finalize_in(tx.conn, outcome, engine.now_ms())
+            # The fence, read under the write lock the group holds until its commit
+            # (which writes the finalize, batched with the group's others): nothing can
+            # change the row in between (`_storage/sqlite/group.py`).
+            holds = committer.group.fence_holds(outcome)
         except BaseException:
             committer.end(keep=False)
             raise
-        if row is None:
+        if not holds:
             committer.end(keep=False)
             raise self._claim_lost()
         # Set before the commit it awaits: the commit runs at the end of this turn of the
-        # loop, before the engine can see this handler end (a cancel included), and a
-        # failed one clears it (`GroupCommitter._flushed`).
-        self.committed = (outcome, row)
-        future = committer.end(keep=True, attempt=self)
+        # loop, before the engine can see this handler end (a cancel included); it sets
+        # the row (APPLIED until then), and a failed one clears it
+        # (`GroupCommitter._flushed`).
+        self.committed = (outcome, APPLIED)
+        future = committer.end(True, self, outcome, engine.now_ms())
         if future is None:  # spoiled while finalizing: nothing of it is kept
             self.committed = None
             raise spoiled_error()

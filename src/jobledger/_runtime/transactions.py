@@ -5,8 +5,9 @@ Invariants of `ctx.transaction()` (`Attempt.transaction` runs it):
 
 * One commit holds the caller's statements, the rows its `enqueue_tx` calls wrote and
   the job's own transition to `completed` (with `set_output`'s value, default None),
-  written by the same statements as any finalize (`Store.finalize_in`), fenced on the
-  attempt's `(worker_id, attempt)`. If this attempt no longer owns the row, or its token
+  written by the same statements as any finalize (`Store.finalize_in`; in a group, the
+  group's batched finalize at its commit), fenced on the attempt's `(worker_id,
+  attempt)`. If this attempt no longer owns the row, or its token
   fired (a cancel, a timeout, a shutdown) before the commit, everything rolls back and
   `JobClaimLost` is raised: a stale worker's effects never land beside the rescuer's.
 * An exception inside the block rolls everything back and leaves the handler by the
@@ -19,7 +20,10 @@ Invariants of `ctx.transaction()` (`Attempt.transaction` runs it):
 commit with the other blocks that end in the same turn of the event loop
 (`_storage/sqlite/group.py`, driven by `GroupCommitter`): each block is a savepoint of
 one writer transaction, and its `async with` returns only after that transaction
-committed, so code after the block still runs after its effects are durable. A commit
+committed, so code after the block still runs after its effects are durable. The block
+checks its fence with a point read (under the write lock the group holds until its
+commit, so the answer stands) and the commit writes the group's finalizes in one
+batched statement, as the engine's finalize does. A commit
 that fails fails every block of it (nothing of theirs landed; their handlers take the
 failure path). Blocks of one loop run one at a time (an `asyncio.Lock`); awaiting inside
 one holds the others back, and if the engine writes meanwhile the block is rolled back
@@ -33,7 +37,7 @@ import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from jobledger._storage.interface import GroupCommit, Store
+from jobledger._storage.interface import GroupCommit, Outcome, Store
 from jobledger.errors import JobError, StorageError
 
 __all__ = ["GroupCommitter", "JobTransaction", "WriteTx", "spoiled_error"]
@@ -106,16 +110,16 @@ class GroupCommitter:
     """The async blocks of one event loop and the store's `GroupTx` they share.
 
     `block()` gives the next block the group (one at a time); `end()` releases it and
-    returns the future of the commit that will hold it; the commit runs at the end of
-    this turn of the loop (`call_soon`), or earlier when anything else writes."""
+    returns the future of the commit that will hold it (and write its finalize); the
+    commit runs at the end of this turn of the loop (`call_soon`), or earlier when
+    anything else writes."""
 
-    __slots__ = ("_lock", "_loop", "_scheduled", "_waiting", "current", "group")
+    __slots__ = ("_lock", "_loop", "_scheduled", "current", "group")
 
     def __init__(self, group: GroupCommit, loop: asyncio.AbstractEventLoop) -> None:
         self.group = group
         self._loop = loop
         self._lock = asyncio.Lock()
-        self._waiting: list[tuple[asyncio.Future[None], Any]] = []
         self._scheduled = False
         self.current: JobTransaction | None = None
         group.on_flushed = self._flushed
@@ -131,21 +135,22 @@ class GroupCommitter:
             self._lock.release()
             raise
 
-    def end(self, keep: bool, attempt: Any = None) -> asyncio.Future[None] | None:
+    def end(
+        self, keep: bool, attempt: Any = None, outcome: Outcome | None = None, now_ms: int = 0
+    ) -> asyncio.Future[None] | None:
         """Close the current block; the future of its commit when kept (and not spoiled).
-        A failed commit clears `attempt.committed`."""
+        A kept block's `outcome` (its fence checked, `GroupCommit.fence_holds`) is written
+        by that commit, which sets `attempt.committed` to it and its row; a failed commit
+        clears `attempt.committed`."""
         tx, self.current = self.current, None
+        keep = keep and (tx is None or not tx.spoiled)
+        future: asyncio.Future[None] | None = self._loop.create_future() if keep else None
         try:
-            self.group.end_block(keep and (tx is None or not tx.spoiled))
+            kept = self.group.end_block(keep, outcome, (future, attempt, outcome), now_ms)
         finally:
             self._lock.release()
-        if not keep or (tx is not None and tx.spoiled):
-            self._schedule()
-            return None
-        future: asyncio.Future[None] = self._loop.create_future()
-        self._waiting.append((future, attempt))
         self._schedule()
-        return future
+        return future if kept else None
 
     def _schedule(self) -> None:
         if not self._scheduled:
@@ -163,15 +168,14 @@ class GroupCommitter:
             self.current.spoiled = True
             self.current._open = False
 
-    def _flushed(self, error: BaseException | None) -> None:
-        waiting, self._waiting = self._waiting, []
+    def _flushed(self, error: BaseException | None, done: list[tuple[Any, Any]]) -> None:
         failure: BaseException | None = error
         if error is not None and not isinstance(error, JobError):
             failure = StorageError(f"ctx.transaction (group commit): {error!r}")
-        for future, attempt in waiting:
-            if failure is not None and attempt is not None:
-                attempt.committed = None
-            if future.done():
+        for (future, attempt, outcome), row in done:
+            if attempt is not None:
+                attempt.committed = None if failure is not None else (outcome, row)
+            if future is None or future.done():
                 continue
             if failure is None:
                 future.set_result(None)

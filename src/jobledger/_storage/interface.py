@@ -435,16 +435,21 @@ class WorkflowHead(NamedTuple):
 class GroupCommit(Protocol):
     """Transaction blocks of one thread sharing one commit (a store that offers it:
     `SqliteStore.group_tx`; `_storage/sqlite/group.py` states the invariants). The
-    runtime's `GroupCommitter` drives it; `flush` reports a failed commit to
-    `on_flushed` as a `StorageError`."""
+    runtime's `GroupCommitter` drives it: a block checks its job's fence with
+    `fence_holds`, and `end_block` hands a kept block's completion to the flush, which
+    writes it before the COMMIT; `flush` reports to `on_flushed` each kept block's
+    waiter with its row, or a failed commit as a `StorageError` (no rows)."""
 
     active: bool
     in_block: bool
-    on_flushed: Callable[[BaseException | None], None] | None
+    on_flushed: Callable[[BaseException | None, list[tuple[Any, JobRow | None]]], None] | None
     spoil: Callable[[], None] | None
 
     def begin_block(self) -> Any: ...
-    def end_block(self, keep: bool) -> None: ...
+    def fence_holds(self, outcome: Outcome) -> bool: ...
+    def end_block(
+        self, keep: bool, outcome: Outcome | None = None, waiter: Any = None, now_ms: int = 0
+    ) -> bool: ...
     def flush(self) -> None: ...
 
 

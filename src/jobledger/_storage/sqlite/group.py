@@ -17,14 +17,23 @@ Invariants:
   first commits what the group holds (`flush`). So every write outside the group
   commits on its own, as it always did, and nothing the engine acts on is left
   uncommitted behind a group.
-* One block at a time: its statements, its fenced finalize and its outcome are one
-  savepoint, released into the group (kept) or rolled back to (a failed block, a lost
-  claim) at the block's end. A flush that finds a block still open (its handler awaited
-  inside it and something else wrote meanwhile) rolls that block back and marks it
-  spoiled (`spoil`): its handler learns it at its next statement or at the block's end;
-  nothing of it is committed.
-* A failed COMMIT rolls the whole group back (nothing of it lands) and hands the error
-  to every block that was waiting for it (`on_flushed`).
+* One block at a time: its statements are one savepoint, released into the group (kept)
+  or rolled back to (a failed block, a lost claim) at the block's end. A flush that
+  finds a block still open (its handler awaited inside it and something else wrote
+  meanwhile) rolls that block back and marks it spoiled (`spoil`): its handler learns it
+  at its next statement or at the block's end; nothing of it is committed.
+* The fence is checked inside the block, the finalize written at the commit. A block
+  is kept only after `fence_holds` read its job's row (FINISH's fence, a point read)
+  under the write lock the group holds from its BEGIN IMMEDIATE to its COMMIT: no other
+  connection can write meanwhile, and every other write of this connection flushes the
+  group first, so the row cannot change before the commit. `flush` then writes the
+  kept blocks' finalizes as the plain path does (`finalize_work`: up to 50 in one
+  statement, the rows returned whole) and commits. A finalize that still misses its
+  fence there (only a block's own SQL on `jobs` can do that) fails the whole group:
+  rolled back, nothing of it lands, as for a failed COMMIT.
+* A failed COMMIT (or finalize) rolls the whole group back (nothing of it lands) and
+  hands the error to every block that was waiting for it (`on_flushed`); a successful
+  one hands each waiter its job's row.
 """
 
 from __future__ import annotations
@@ -36,10 +45,21 @@ from types import TracebackType
 from typing import Any
 
 from jobledger._storage import tx
+from jobledger._storage.interface import JobRow, Outcome
+from jobledger._storage.sqlite import queries as q
+from jobledger._storage.sqlite.keys import key_of
+from jobledger.errors import StorageError
 
 __all__ = ["GroupTx", "WriterLock"]
 
 _SAVEPOINT = "jobledger_block"
+
+# `finalize_work(conn, outcomes, now_ms)`: the store's finalize statements, one row (or
+# None where the fence missed) per outcome.
+FinalizeWork = Callable[[sqlite3.Connection, list[Outcome], int], list[JobRow | None]]
+# What `on_flushed` gets: the error (None: committed) and each kept block's waiter with
+# its job's row (None when the commit failed).
+Flushed = Callable[[BaseException | None, list[tuple[Any, JobRow | None]]], None]
 
 
 class WriterLock:
@@ -84,7 +104,10 @@ class GroupTx:
 
     __slots__ = (
         "_conn_of",
+        "_finalize",
         "_lock",
+        "_now_ms",
+        "_pending",
         "_tx",
         "active",
         "busy",
@@ -94,17 +117,26 @@ class GroupTx:
         "spoil",
     )
 
-    def __init__(self, lock: WriterLock, conn_of: Callable[[], sqlite3.Connection]) -> None:
+    def __init__(
+        self,
+        lock: WriterLock,
+        conn_of: Callable[[], sqlite3.Connection],
+        finalize_work: FinalizeWork,
+    ) -> None:
         self._lock = lock
         self._conn_of = conn_of
+        self._finalize = finalize_work
         self._tx: tx.write_transaction | None = None
+        # The kept blocks' finalizes (each with its waiter), written by the flush.
+        self._pending: list[tuple[Outcome, Any]] = []
+        self._now_ms = 0
         self.active = False
         self.busy = False  # the group's own statements: entering the lock must not flush
         self.in_block = False
         self.owner: int | None = None
-        # Set by the runtime: called after every commit (None) or failed commit (the
-        # error), and when an open block is rolled back by a flush.
-        self.on_flushed: Callable[[BaseException | None], None] | None = None
+        # Set by the runtime: called after every commit or failed commit (`Flushed`),
+        # and when an open block is rolled back by a flush.
+        self.on_flushed: Flushed | None = None
         self.spoil: Callable[[], None] | None = None
 
     def begin_block(self) -> sqlite3.Connection:
@@ -134,10 +166,28 @@ class GroupTx:
         finally:
             self.busy = False
 
-    def end_block(self, keep: bool) -> None:
-        """Release the block's savepoint into the group, or roll it back."""
+    def fence_holds(self, outcome: Outcome) -> bool:
+        """Whether the open block's job is still this attempt's (FINISH's fence), read
+        under the group's write lock: what the flush's finalize will find."""
         if not self.in_block:
-            return  # a flush rolled it back already (it was spoiled)
+            return False
+        conn = self._conn_of()
+        self.busy = True
+        try:
+            key = key_of(conn, outcome.job_id)
+            fence = (key, outcome.job_id, outcome.worker_id, outcome.attempt)
+            return conn.execute(q.FENCE_HOLDS, fence).fetchone() is not None
+        finally:
+            self.busy = False
+
+    def end_block(
+        self, keep: bool, outcome: Outcome | None = None, waiter: Any = None, now_ms: int = 0
+    ) -> bool:
+        """Release the block's savepoint into the group, or roll it back. A kept block's
+        `outcome` (its fence checked by `fence_holds`) is finalized by the flush, which
+        hands `waiter` its row. Whether the block was kept."""
+        if not self.in_block:
+            return False  # a flush rolled it back already (it was spoiled)
         conn = self._conn_of()
         self.busy = True
         try:
@@ -147,13 +197,21 @@ class GroupTx:
         finally:
             self.in_block = False
             self.busy = False
+        if keep and outcome is not None:
+            self._pending.append((outcome, waiter))
+            if now_ms > self._now_ms:
+                self._now_ms = now_ms
+        return keep
 
     def flush(self) -> None:
-        """Commit the group (a block still open is rolled back first and spoiled)."""
+        """Write the kept blocks' finalizes and commit the group (a block still open is
+        rolled back first and spoiled)."""
         if not self.active:
             return
         self.busy = True
         error: BaseException | None = None
+        pending, self._pending = self._pending, []
+        rows: list[JobRow | None] = [None] * len(pending)
         try:
             if self.in_block:
                 self.end_block(keep=False)
@@ -162,11 +220,26 @@ class GroupTx:
             wtx, self._tx = self._tx, None
             assert wtx is not None
             try:
-                wtx.__exit__(None, None, None)
-            except sqlite3.Error as exc:  # the commit failed: the group was rolled back
-                error = tx.storage_error(exc, "ctx.transaction (group commit)")
+                if pending:
+                    now_ms, self._now_ms = self._now_ms, 0
+                    rows = self._finalize(self._conn_of(), [o for o, _ in pending], now_ms)
+                    if any(r is None for r in rows):
+                        raise _fence_moved(pending, rows)
             except BaseException as exc:
+                rows = [None] * len(pending)
+                wtx.__exit__(type(exc), exc, exc.__traceback__)  # rolls the group back
                 error = exc
+                if isinstance(exc, sqlite3.Error):
+                    error = tx.storage_error(exc, "ctx.transaction (group commit)")
+            else:
+                try:
+                    wtx.__exit__(None, None, None)
+                except sqlite3.Error as exc:  # the commit failed: the group was rolled back
+                    rows = [None] * len(pending)
+                    error = tx.storage_error(exc, "ctx.transaction (group commit)")
+                except BaseException as exc:
+                    rows = [None] * len(pending)
+                    error = exc
         finally:
             self.active = False
             self.owner = None
@@ -174,8 +247,19 @@ class GroupTx:
             self._lock.release()
         callback = self.on_flushed
         if callback is not None:
-            callback(error)
+            callback(error, [(w, r) for (_, w), r in zip(pending, rows, strict=True)])
 
     def __repr__(self) -> str:
         state: Any = "open" if self.active else "idle"
         return f"GroupTx({state}, in_block={self.in_block})"
+
+
+def _fence_moved(pending: list[tuple[Outcome, Any]], rows: list[JobRow | None]) -> StorageError:
+    """The error of a group whose finalize missed a fence `fence_holds` had seen hold:
+    a block's own statements changed a job row of the group (nothing else can)."""
+    missed = [o.job_id for (o, _), r in zip(pending, rows, strict=True) if r is None]
+    return StorageError(
+        "ctx.transaction (group commit): the row of job(s) "
+        f"{', '.join(missed)} changed inside the group after its block checked the fence "
+        "(a block's own SQL on the jobs table); the whole group was rolled back"
+    )

@@ -210,6 +210,9 @@ FINISH_NO_ROW = (
     f"{_FENCE}"
 )
 FINISH = f"{FINISH_NO_ROW} RETURNING {JOB_COLUMNS}"
+# Whether FINISH's fence holds now: a group commit's block reads it under the write lock
+# its group holds until the commit, which then writes the finalize (`sqlite/group.py`).
+FENCE_HOLDS = f"SELECT 1 FROM jobs {_FENCE}"
 # Outcomes per `finish_many_sql` statement: 1 + 9 * 50 parameters, within SQLite's oldest
 # bound-parameter limit (999).
 FINISH_CHUNK = 50

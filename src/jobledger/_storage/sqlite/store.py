@@ -259,7 +259,11 @@ class SqliteStore(ScheduleOps, WorkerOps):
         """The group that `async with ctx.transaction()` blocks share a commit through
         (`group.py`); one per store."""
         if self._group is None:
-            group = GroupTx(self.lock, self._writer_conn)
+            group = GroupTx(
+                self.lock,
+                self._writer_conn,
+                lambda conn, outcomes, now_ms: self._finalize_work(outcomes, now_ms)(conn),
+            )
             self.lock.group = group
             self._group = group
         return self._group
