@@ -13,12 +13,14 @@ constants included).
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import Any
 
 import psycopg
 
 from jobledger._core.search import SearchField
 from jobledger._storage.observe import SearchIndexRecord
+from jobledger.errors import StorageError
 
 __all__ = [
     "INSERT",
@@ -84,8 +86,12 @@ def has_index(conn: Conn, s: str, field: SearchField) -> bool:
     return _validity(conn, s, field) is True
 
 
-def drop_index(conn: Conn, s: str, field: SearchField) -> None:
-    conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {s}.{index_name(field)}")
+def drop_index(conn: Conn, s: str, name: str) -> None:
+    """Drop the index the registry named (an index keeps the name it was built with;
+    checked, since it is spliced into the statement)."""
+    if not re.fullmatch(r"jobs_search_[0-9a-f]{1,48}", name):
+        raise StorageError(f"search_indexes names an index that is not one of ours: {name!r}")
+    conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {s}.{name}")
 
 
 def search_indexes(conn: Conn, s: str) -> list[SearchIndexRecord]:

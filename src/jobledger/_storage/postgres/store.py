@@ -1618,7 +1618,7 @@ class PostgresStore(ScheduleOps, WorkerOps):
         )
         if gone is None:
             return False
-        self._on_own_connection(lambda c: search_index.drop_index(c, s, field))
+        self._on_own_connection(lambda c: search_index.drop_index(c, s, str(gone[0])))
         return True
 
     def _on_own_connection(self, work: Callable[[Conn], None]) -> None:

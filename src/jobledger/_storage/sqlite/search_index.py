@@ -10,11 +10,13 @@ before migration 17 (opened read-only, so not migrated) has no search indexes.
 from __future__ import annotations
 
 import hashlib
+import re
 import sqlite3
 
 from jobledger._core.search import SearchField
 from jobledger._storage.observe import SearchIndexRecord
 from jobledger._storage.sqlite.queries import field_expr
+from jobledger.errors import StorageError
 
 __all__ = ["add_search_index", "drop_search_index", "index_name", "search_indexes"]
 
@@ -56,8 +58,17 @@ def drop_search_index(conn: sqlite3.Connection, field: SearchField) -> bool:
     ).fetchone()
     if row is None:
         return False
-    conn.execute(f"DROP INDEX IF EXISTS {index_name(field)}")
+    # The name the registry recorded, not today's `index_name`: an index keeps the name
+    # it was built with. It is one of ours (`jobs_search_<hex>`), checked all the same,
+    # since it is spliced into the statement.
+    conn.execute(f"DROP INDEX IF EXISTS {_checked(str(row[0]))}")
     return True
+
+
+def _checked(name: str) -> str:
+    if not re.fullmatch(r"jobs_search_[0-9a-f]{1,48}", name):
+        raise StorageError(f"search_indexes names an index that is not one of ours: {name!r}")
+    return name
 
 
 def search_indexes(conn: sqlite3.Connection) -> list[SearchIndexRecord]:
