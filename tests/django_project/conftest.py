@@ -5,7 +5,8 @@ suite runs this directory in subprocesses: `tests/contrib/test_django.py`).
 * Django's own database is made by Django's test runner functions once per run (a file,
   or a fresh PostgreSQL database named by `JL_DJANGO_TEST_NAME`) and dropped after it.
 * Every test gets a fresh job database (`JL_DJANGO_JOBS_KIND`: a SQLite file, or a
-  fresh PostgreSQL schema dropped after the test) through `configure`, which swaps
+  fresh PostgreSQL schema from `tests.conformance.conftest.schema_factory`, dropped
+  after the test) through `configure`, which swaps
   `TASKS` for the test.
 * `run_worker(backend)` is one batch worker: a new `JobManager` with every task's
   handler, drained (`jobledger.testing.drain`) and stopped, as a worker process would.
@@ -56,13 +57,15 @@ def jobs_database(tmp_path: Path) -> Iterator[str]:
     if os.environ.get("JL_DJANGO_JOBS_KIND") != "postgres":
         yield str(tmp_path / "jobs.db")
         return
-    from tests.conformance.conftest import _drop_schema, new_schema_name
+    from tests.conformance.conftest import schema_factory
 
-    schema = new_schema_name()
+    # A fresh schema no test has touched, migrated ahead of need on the factory's
+    # threads and dropped on another (as the main suite's `db` fixture does).
+    schema = schema_factory().take()
     try:
         yield postgres_url(schema)
     finally:
-        _drop_schema(schema)
+        schema_factory().give_back(schema)
 
 
 @pytest.fixture

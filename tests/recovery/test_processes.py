@@ -100,7 +100,10 @@ def test_process_max_concurrency_leaves_the_rest_of_a_shared_cap_to_other_proces
     producer = jl.JobManager(db)
     producer.enqueue_many(RETRY, list(range(10)))
     arun(producer.stop)
-    args = ("--concurrency", "10", "--global-max", "10", "--process-max", "2")
+    # A short grace: at SIGTERM the blocked jobs are interrupted, not waited for (the
+    # grace itself is tests/recovery/test_deploys.py's).
+    args = ("--concurrency", "10", "--global-max", "10", "--process-max", "2",
+            "--shutdown-grace", "0.1")  # fmt: skip
     children = [spawn(db, "block", tmp_path, f"w{n}", *args) for n in range(2)]
     try:
         a, b = (child.wait_started() for child in children)

@@ -46,6 +46,10 @@ Modes:
     ledger_async  the same through `async with ctx.transaction()` (SQLite's group
             commit).
     idle    no jobs; only a started manager (for the leadership tests).
+
+`--shutdown-grace S` sets the manager's `shutdown_grace` (default: jobledger's): a test
+whose blocked handlers must only be interrupted at SIGTERM, not waited for, passes a
+short one.
 """
 
 from __future__ import annotations
@@ -315,6 +319,7 @@ async def main(args: argparse.Namespace) -> int:
         leader_ttl=args.leader_ttl,
         poll_interval=0.02,
         worker_id=args.worker_id,
+        **({} if args.shutdown_grace is None else {"shutdown_grace": args.shutdown_grace}),
     )
     markers = Markers(args.markers)
     sampler: Sampler | None = None
@@ -382,6 +387,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--worker-timeout", type=float, default=600.0)
     p.add_argument("--heartbeat", type=float, default=5.0)
     p.add_argument("--leader-ttl", type=float, default=15.0)
+    p.add_argument("--shutdown-grace", type=float, default=None)
     p.add_argument("--rate", default=None)
     p.add_argument("--keyed", action="store_true")
     p.add_argument("--hold", default=None, help="workflow: the step that waits for .go")
