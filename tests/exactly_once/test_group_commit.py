@@ -46,6 +46,23 @@ def _insert(db: str) -> str:
     return sql_for(db, "INSERT INTO ledger (n, attempt) VALUES (?, ?)")
 
 
+def _all_released_at_once(
+    jobs: jl.JobManager, handles: list[jl.JobHandle[Any]], release: asyncio.Event
+) -> list[jl.JobSnapshot]:
+    """Run the worker until every job of `handles` is running (each handler waits on
+    `release`), release them together so their blocks end in one turn of the loop (one
+    group), and return their terminal snapshots."""
+
+    async def main() -> list[jl.JobSnapshot]:
+        async with jobs:
+            while jobs.count(type=ENTRY, status="running") < len(handles):
+                await asyncio.sleep(0.01)
+            release.set()
+            return list(await asyncio.gather(*(h.finished for h in handles)))
+
+    return run(main())
+
+
 def _trace_groups(conn: sqlite3.Connection, sizes: list[int]) -> None:
     """Append to `sizes` the blocks of each commit on the writer connection, from its
     statement trace."""
@@ -194,14 +211,7 @@ def test_a_commit_that_fails_fails_every_block_of_it(db_path: str) -> None:
 
     handles = jobs.enqueue_many(ENTRY, [Entry(n=i) for i in range(10)])
 
-    async def main() -> list[jl.JobSnapshot]:
-        async with jobs:
-            while jobs.count(type=ENTRY, status="running") < 10:
-                await asyncio.sleep(0.01)
-            release.set()
-            return list(await asyncio.gather(*(h.finished for h in handles)))
-
-    done = run(main())
+    done = _all_released_at_once(jobs, handles, release)
     assert {s.status for s in done} == {jl.JobStatus.COMPLETED}
     assert _ledger(db) == list(range(10))
     assert db_rows(db, "SELECT count(*) FROM child") == [(0,)]
@@ -332,14 +342,7 @@ def test_a_block_that_moves_another_blocks_row_fails_the_whole_group(db_path: st
     handles = jobs.enqueue_many(ENTRY, [Entry(n=i) for i in range(10)])
     ids.update((i, h.id) for i, h in enumerate(handles))
 
-    async def main() -> list[jl.JobSnapshot]:
-        async with jobs:
-            while jobs.count(type=ENTRY, status="running") < 10:
-                await asyncio.sleep(0.01)
-            release.set()
-            return list(await asyncio.gather(*(h.finished for h in handles)))
-
-    done = run(main())
+    done = _all_released_at_once(jobs, handles, release)
     assert {s.status for s in done} == {jl.JobStatus.COMPLETED}
     assert _ledger(db) == list(range(10))
     assert all(t == [0, 1] for t in attempts.values()), attempts  # the whole group retried
