@@ -16,6 +16,7 @@ from jobledger._observe import read_model
 from jobledger._observe.http import create_app
 from jobledger._observe.read_model import JobQuery, ReadModel
 from jobledger._storage.interface import JobFilter
+from jobledger._storage.search_names import index_name
 from tests.conftest import is_postgres, run
 from tests.engine import make_manager
 from tests.engine.test_search import found, seeded
@@ -66,8 +67,6 @@ def _plan(jobs: jl.JobManager, db: str, q: str) -> str:
 
 
 def _index_name(q: str) -> str:
-    from jobledger._storage.sqlite.search_index import index_name
-
     field = parse_search(q).field
     assert field is not None
     return index_name(field)
@@ -166,7 +165,7 @@ def test_an_index_a_failed_build_left_invalid_is_built_again(db: str) -> None:
     store = jobs._store
     assert isinstance(store, PostgresStore)
     field = parse_search_field("payload.name")
-    name = search_index.index_name(field)
+    name = index_name(field)
     with psycopg.connect(store.dsn, autocommit=True) as conn:
         search_index.build_index(conn, store._ident, field)  # no registry row: as if failed
         conn.execute(

@@ -456,14 +456,7 @@ def render_jobs(
         unindexed=unindexed,
         jobs=page.items,
         total_text=page.total_text,
-        pager=_pager(
-            "/jobs",
-            params,
-            offset,
-            limit,
-            len(page.items),
-            page.total if page.total_exact else None,
-        ),
+        pager=_pager("/jobs", params, offset, limit, len(page.items), page.exact_total),
         bulk=_bulk(rm, query, page, params, confirm) if actions else None,
     )
 

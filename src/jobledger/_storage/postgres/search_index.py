@@ -12,15 +12,13 @@ constants included).
 
 from __future__ import annotations
 
-import hashlib
-import re
 from typing import Any
 
 import psycopg
 
 from jobledger._core.search import SearchField
 from jobledger._storage.observe import SearchIndexRecord
-from jobledger.errors import StorageError
+from jobledger._storage.search_names import checked_index_name, index_name
 
 __all__ = [
     "INSERT",
@@ -29,7 +27,6 @@ __all__ = [
     "drop_index",
     "field_expr",
     "has_index",
-    "index_name",
     "search_indexes",
 ]
 
@@ -41,11 +38,6 @@ INSERT = (
     "ON CONFLICT (field) DO NOTHING RETURNING 1"
 )
 DELETE = "DELETE FROM {s}.search_indexes WHERE field = %s RETURNING index_name"
-
-
-def index_name(field: SearchField) -> str:
-    """As SQLite's: `jobs_search_<hash>`, within PostgreSQL's 63 bytes for any field."""
-    return "jobs_search_" + hashlib.sha256(field.name.encode()).hexdigest()[:16]
 
 
 def field_expr(field: SearchField, s: str) -> str:
@@ -87,11 +79,8 @@ def has_index(conn: Conn, s: str, field: SearchField) -> bool:
 
 
 def drop_index(conn: Conn, s: str, name: str) -> None:
-    """Drop the index the registry named (an index keeps the name it was built with;
-    checked, since it is spliced into the statement)."""
-    if not re.fullmatch(r"jobs_search_[0-9a-f]{1,48}", name):
-        raise StorageError(f"search_indexes names an index that is not one of ours: {name!r}")
-    conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {s}.{name}")
+    """Drop the index the registry named (`search_names.checked_index_name`)."""
+    conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {s}.{checked_index_name(name)}")
 
 
 def search_indexes(conn: Conn, s: str) -> list[SearchIndexRecord]:

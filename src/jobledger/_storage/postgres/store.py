@@ -113,6 +113,7 @@ from jobledger._storage.postgres.migrate import migrate, schema_version
 from jobledger._storage.postgres.queries import Queries, check_schema_name, quote_ident
 from jobledger._storage.records import AttemptRow
 from jobledger._storage.schedule_ops import ScheduleOps
+from jobledger._storage.search_names import index_name
 from jobledger._storage.worker_ops import WorkerOps
 from jobledger._storage.workflow_retry import plan_workflow_retry
 from jobledger.errors import (
@@ -1604,7 +1605,7 @@ class PostgresStore(ScheduleOps, WorkerOps):
         if registered is not None:
             return False
         self._on_own_connection(lambda c: search_index.build_index(c, s, field))
-        row = (field.name, search_index.index_name(field), now_ms)
+        row = (field.name, index_name(field), now_ms)
         return self._stmt(
             lambda c: c.execute(search_index.INSERT.format(s=s), row).fetchone() is not None,
             "search_index",

@@ -9,22 +9,14 @@ before migration 17 (opened read-only, so not migrated) has no search indexes.
 
 from __future__ import annotations
 
-import hashlib
-import re
 import sqlite3
 
 from jobledger._core.search import SearchField
 from jobledger._storage.observe import SearchIndexRecord
+from jobledger._storage.search_names import checked_index_name, index_name
 from jobledger._storage.sqlite.queries import field_expr
-from jobledger.errors import StorageError
 
-__all__ = ["add_search_index", "drop_search_index", "index_name", "search_indexes"]
-
-
-def index_name(field: SearchField) -> str:
-    """`jobs_search_<hash>`: short and valid for any checked field, and the same in every
-    process (the registry's key is the field; the name only has to be stable)."""
-    return "jobs_search_" + hashlib.sha256(field.name.encode()).hexdigest()[:16]
+__all__ = ["add_search_index", "drop_search_index", "search_indexes"]
 
 
 def _has_registry(conn: sqlite3.Connection) -> bool:
@@ -58,17 +50,8 @@ def drop_search_index(conn: sqlite3.Connection, field: SearchField) -> bool:
     ).fetchone()
     if row is None:
         return False
-    # The name the registry recorded, not today's `index_name`: an index keeps the name
-    # it was built with. It is one of ours (`jobs_search_<hex>`), checked all the same,
-    # since it is spliced into the statement.
-    conn.execute(f"DROP INDEX IF EXISTS {_checked(str(row[0]))}")
+    conn.execute(f"DROP INDEX IF EXISTS {checked_index_name(str(row[0]))}")
     return True
-
-
-def _checked(name: str) -> str:
-    if not re.fullmatch(r"jobs_search_[0-9a-f]{1,48}", name):
-        raise StorageError(f"search_indexes names an index that is not one of ours: {name!r}")
-    return name
 
 
 def search_indexes(conn: sqlite3.Connection) -> list[SearchIndexRecord]:
