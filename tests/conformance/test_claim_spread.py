@@ -78,6 +78,25 @@ def test_a_queue_with_fewer_rows_than_slots_gives_what_it_has(store: ConformantS
     assert got.free == {"a": 5, "b": 5, "empty": 5}
 
 
+def test_second_rows_follow_every_head_and_respect_each_cap(store: ConformantStore) -> None:
+    jobs = {q: [new_job(queue=q) for _ in range(4)] for q in ("a", "b", "c")}
+    store.enqueue([j for js in jobs.values() for j in js])
+    # "dry" has no row; b may take one; a and c three each. Heads go in turn order
+    # (a, b, c), then second rows in turn order among the queues with room (a, c), then
+    # third rows: five slots give a, b, c, a, c.
+    got = spread(store, [("dry", 5), ("a", 3), ("b", 1), ("c", 3)], limit=5)
+    assert Counter(j.queue for j in got.jobs) == {"a": 2, "b": 1, "c": 2}
+    ids = {j.id for j in got.jobs}
+    assert ids == {jobs["a"][0].id, jobs["a"][1].id, jobs["b"][0].id} | {
+        jobs["c"][0].id,
+        jobs["c"][1].id,
+    }
+    assert [j.queue for j in got.jobs] == ["a", "a", "b", "c", "c"]  # turn, then claim order
+    # The caps count the running rows: one slot left in each.
+    more = spread(store, [("dry", 5), ("a", 3), ("b", 2), ("c", 3)], limit=10)
+    assert Counter(j.queue for j in more.jobs) == {"a": 1, "b": 1, "c": 1}
+
+
 def test_claimed_rows_are_running_under_the_worker(store: ConformantStore) -> None:
     job = new_job(queue="a")
     store.enqueue([job, new_job(queue="a", type="t.other")])

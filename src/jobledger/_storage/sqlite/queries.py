@@ -164,6 +164,42 @@ def spread_counts_sql(n_queues: int) -> str:
 
 
 @functools.cache
+def spread_heads_sql(n_types: int, n_excluded: int = 0) -> str:
+    """Claim the head row of each queue named in a JSON array, in the array's order (the
+    turns), up to a total LIMIT: a spread claim's first rank, which at many queues is
+    all of it (`spread_claim_sql` takes the ranks after it).
+
+    One index search per queue and no sort: the queues are the outer loop (CROSS JOIN
+    keeps `json_each` outside, and its rows come in array order), each joined to its head
+    row by rowid, so the LIMIT stops at the first `limit` queues that have a row and a dry
+    queue costs one search. The window sort of `spread_claim_sql` cost three times the
+    search per queue (about 18 against 6 us per queue here). Parameters: ?1 worker, ?2
+    now, then the types, the excluded owners, the queues (JSON), the total limit. The outer
+    `+status` is `claim_sql`'s.
+    """
+    types = ",".join(f"?{3 + i}" for i in range(n_types))
+    base = 3 + n_types
+    excluded = (
+        "AND (enqueued_by IS NULL OR enqueued_by NOT IN "
+        f"({','.join(f'?{base + i}' for i in range(n_excluded))})) "
+        if n_excluded
+        else ""
+    )
+    names = base + n_excluded
+    return (
+        "UPDATE jobs SET status = 'running', worker_id = ?1, started_at = ?2, updated_at = ?2 "
+        f"WHERE rowid IN (SELECT head.rowid FROM json_each(?{names}) AS turn "
+        "CROSS JOIN jobs AS head ON head.rowid = (SELECT rowid FROM jobs "
+        "WHERE status = 'pending' AND cancel_requested = 0 AND queue = turn.value "
+        f"AND scheduled_at <= ?2 AND type IN ({types}) {excluded}"
+        f"ORDER BY priority, scheduled_at, rowid LIMIT 1) LIMIT ?{names + 1}) "
+        "AND +status = 'pending' "
+        "RETURNING rowid, id, type, queue, priority, payload, attempt, max_attempts, "
+        "timeout_ms, metadata, parent_id, schedule_id, scheduled_at, started_at, workflow_id"
+    )
+
+
+@functools.cache
 def spread_claim_sql(n_queues: int, n_types: int, n_excluded: int = 0) -> str:
     """Claim across `n_queues` queues in one statement, taking turns: each queue's head
     rows (at most its own LIMIT, the free slots of its cap), ranked within the queue

@@ -1451,8 +1451,8 @@ def _ex(conn: sqlite3.Connection) -> rate.Execute:
 def _spread_work(req: SpreadRequest, now_ms: int) -> Callable[[sqlite3.Connection], ClaimResult]:
     """A claim across queues: every queue's running rows and all running rows counted in
     one statement, the queues' settings read (a cap override, a pause, a rate limit's
-    window), then one UPDATE that takes the rows in turn order (`spread_claim_sql`)
-    within each queue's free slots and the global cap's."""
+    window), then the rows in turn order (`_spread_rows`) within each queue's free slots
+    and the global cap's."""
     names = [name for name, _ in req.queues]
     turn = {name: i for i, name in enumerate(names)}
     handler_rates = {name: (limit, per) for name, limit, per in req.rates}
@@ -1476,11 +1476,7 @@ def _spread_work(req: SpreadRequest, now_ms: int) -> Callable[[sqlite3.Connectio
         asked = [(name, min(m, allowance)) for name, m in plan.may.items() if m > 0]
         if not asked or allowance <= 0:
             return ClaimResult([], False, free=plan.may, caps=caps, rate_waits=plan.waits)
-        params: list[Any] = [req.worker_id, now_ms, *req.types, *req.exclude_owners, allowance]
-        for name, limit in asked:
-            params += (name, limit)
-        sql = q.spread_claim_sql(len(asked), len(req.types), len(req.exclude_owners))
-        rows = conn.execute(sql, params).fetchall()
+        rows = _spread_rows(conn, req, asked, allowance, now_ms)
         if plan.windows:
             rate.record_spread(_ex(conn), RATE_SQL, plan, Counter(r[3] for r in rows), now_ms)
         # RETURNING order is unspecified: queue by queue in turn order, each in claim order.
@@ -1495,6 +1491,37 @@ def _spread_work(req: SpreadRequest, now_ms: int) -> Callable[[sqlite3.Connectio
         )
 
     return work
+
+
+def _spread_rows(
+    conn: sqlite3.Connection,
+    req: SpreadRequest,
+    asked: list[tuple[str, int]],
+    allowance: int,
+    now_ms: int,
+) -> list[Any]:
+    """The rows of a spread claim, one per queue before any queue gets a second: first
+    each asked queue's head in turn order (`spread_heads_sql`); only if that leaves slots
+    free, the ranks after it (`spread_claim_sql`, over the queues that had a head and may
+    take more, each limit one less). Together they take what `spread_claim_sql` alone
+    would: the heads are its first rank, and a queue's second row is its head once the
+    first is claimed. A queue without a head has no row at all, so it is not asked again.
+    """
+    fixed: list[Any] = [req.worker_id, now_ms, *req.types, *req.exclude_owners]
+    heads = q.spread_heads_sql(len(req.types), len(req.exclude_owners))
+    rows = conn.execute(heads, [*fixed, json.dumps([n for n, _ in asked]), allowance]).fetchall()
+    left = allowance - len(rows)
+    if left <= 0:
+        return rows
+    got = {r[3] for r in rows}
+    more = [(name, limit - 1) for name, limit in asked if limit > 1 and name in got]
+    if not more:
+        return rows
+    params = [*fixed, left]
+    for name, limit in more:
+        params += (name, limit)
+    sql = q.spread_claim_sql(len(more), len(req.types), len(req.exclude_owners))
+    return rows + conn.execute(sql, params).fetchall()
 
 
 def _claim_result(taken: ClaimResult | _Taken) -> ClaimResult:
