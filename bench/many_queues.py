@@ -3,6 +3,7 @@
     python bench/many_queues.py                                  # the full matrix, SQLite
     python bench/many_queues.py --backend postgres               # the same on PostgreSQL
     python bench/many_queues.py --queues 1,1000 --procs 1,2 --repeat 3
+    python bench/many_queues.py --arrival interleaved            # job i to queue i % Q
 
 The case: `-n` jobs (20,000) whose handler awaits `--handler-ms` (5 ms), spread
 round-robin over `Q` queues. One queue runs at concurrency 50; `Q` > 1 queues run at
@@ -69,6 +70,12 @@ def main() -> None:
     p.add_argument("--sync", default="NORMAL", choices=("NORMAL", "FULL"))
     p.add_argument("--dsn", default=None)
     p.add_argument("--timeout", type=float, default=600.0, help="give a case up after this")
+    p.add_argument(
+        "--arrival",
+        choices=("grouped", "interleaved"),
+        default="grouped",
+        help="grouped: each queue's jobs enqueued together; interleaved: round-robin",
+    )
     args = p.parse_args()
     queue_counts = sorted({1, *(int(x) for x in args.queues.split(","))})
     proc_counts = sorted({1, *(int(x) for x in args.procs.split(","))})
@@ -98,14 +105,14 @@ def run_case(args: argparse.Namespace, queues: int, procs: int) -> dict[str, Any
     if args.backend == "sqlite":
         with fresh_dir() as d:
             target = os.path.join(d, "jobs.db")
-            prefill(target, args.n, queues)
+            prefill(target, args.n, queues, args.arrival)
             result = drive(ctx, args, target, queues, procs, sqlite_sampler(target))
     else:
         dsn = args.dsn or default_dsn()
         schema = f"jlmq_{uuid.uuid4().hex[:10]}"
         target = with_schema(dsn, schema)
         try:
-            prefill(target, args.n, queues)
+            prefill(target, args.n, queues, args.arrival)
             pg_analyze(dsn, schema)
             result = drive(ctx, args, target, queues, procs, pg_sampler(dsn, schema))
         finally:
@@ -116,6 +123,7 @@ def run_case(args: argparse.Namespace, queues: int, procs: int) -> dict[str, Any
         "procs": procs,
         "n": args.n,
         "handler_ms": args.handler_ms,
+        "arrival": args.arrival,
         **result,
     }
     emit("many_queues", "jobledger", args.sync, **record)
@@ -127,9 +135,24 @@ def payloads_by_queue(n: int, queues: int) -> dict[int, int]:
     return {qi: len(range(qi, n, queues)) for qi in range(queues)}
 
 
-def prefill(target: str, n: int, queues: int) -> None:
+def prefill(target: str, n: int, queues: int, arrival: str = "grouped") -> None:
+    """`grouped`: each queue's jobs enqueued together, queue after queue, so a queue's
+    rows are neighbours in the table and the heads of different queues are not.
+    `interleaved`: job i goes to queue i % Q, enqueued in that order through the
+    handler's `queue=lambda p: f"kb.{p['kb']}"` (the seeds' spelling), so the heads of
+    neighbouring queues share pages."""
     producer = jl.JobManager(target, startup_delay=0)
     try:
+        if arrival == "interleaved":
+
+            @producer.handler(NOOP, recovery="retry", queue=lambda p: f"kb.{p['kb']}")
+            async def unused(ctx: jl.JobContext[dict[str, Any]]) -> None:
+                raise AssertionError("the producer never starts")
+
+            for start in range(0, n, 1000):
+                stop = min(n, start + 1000)
+                producer.enqueue_many(NOOP, [{"kb": i % queues} for i in range(start, stop)])
+            return
         for qi, count in payloads_by_queue(n, queues).items():
             for start in range(0, count, 1000):
                 size = min(1000, count - start)
@@ -388,7 +411,7 @@ def table(summary: list[dict[str, Any]], args: argparse.Namespace) -> str:
     lines = [
         f"many queues, {args.backend}, {args.n:,} jobs of {args.handler_ms:g} ms, global cap "
         f"{GLOBAL_CAP} (1 queue: c={GLOBAL_CAP}; else c={QUEUE_CAP} each), "
-        f"{info['nproc']} CPUs, repeat={args.repeat}",
+        f"{info['nproc']} CPUs, repeat={args.repeat}, arrival {args.arrival}",
         "",
         "| queues | procs | jobs/s | vs 1 queue | vs 1 proc | max running (table / handlers) "
         "| max in a queue (table / handlers) | first start p50 / last |",
