@@ -223,7 +223,11 @@ class Queries:
     # rows, ranked within the queue (`rn`); the rows go by rank then turn, so one per
     # queue before any gets a second, up to this worker's limit and the global cap's
     # free slots (`allow`). One row per asked queue (its free slots and the total
-    # running count), joined with what it claimed.
+    # running count), joined with what it claimed. Each queue's head is locked first
+    # (`heads`), the rows after it (`rest`) only while the heads leave slots: with a
+    # LIMIT of its free slots each asked queue locked up to a cap's worth of rows, five
+    # times what the claim took at 1,000 queues (EXPLAIN (ANALYZE, WAL), 50 rows over
+    # 66 queues: 610 WAL records and 2.2 ms that way, 346 and 1.8 ms this way).
     CLAIM_SPREAD = (
         "WITH cand AS (SELECT c.queue, CASE WHEN qs.paused OR qs.rate_limit IS NOT NULL "
         "THEN -1000000000 ELSE coalesce(qs.concurrency, c.cap) END AS cap, c.ord, "
@@ -235,13 +239,21 @@ class Queries:
         "free AS (SELECT c.ord, c.queue, c.shown, c.paused, c.rl, c.cap - (SELECT count(*) "
         "FROM {s}.jobs WHERE status = 'running' AND queue = c.queue) AS free FROM cand c), "
         "allow AS (SELECT greatest(0, least(%(limit)s, %(gcap)s - n)) AS n FROM total), "
-        "picked AS (SELECT p.id, f.ord, row_number() OVER (PARTITION BY f.ord "
-        "ORDER BY p.priority, p.scheduled_at, p.id) AS rn FROM free f CROSS JOIN LATERAL ("
-        "SELECT id, priority, scheduled_at FROM {s}.jobs WHERE status = 'pending' "
+        "heads AS (SELECT f.ord, f.queue, f.free, h.id FROM free f CROSS JOIN LATERAL ("
+        "SELECT id FROM {s}.jobs WHERE status = 'pending' "
         "AND cancel_requested = 0 AND queue = f.queue AND scheduled_at <= %(now)s "
         "AND type = ANY(%(types)s) ORDER BY priority, scheduled_at, id "
-        "LIMIT greatest(0, least(f.free, (SELECT n FROM allow))) FOR UPDATE SKIP LOCKED) p), "
-        "chosen AS (SELECT id FROM picked ORDER BY rn, ord LIMIT (SELECT n FROM allow)), "
+        "LIMIT least(1, greatest(0, least(f.free, (SELECT n FROM allow)))) "
+        "FOR UPDATE SKIP LOCKED) h), "
+        "rest AS (SELECT p.id, h.ord, 1 + row_number() OVER (PARTITION BY h.ord "
+        "ORDER BY p.priority, p.scheduled_at, p.id) AS rn FROM heads h CROSS JOIN LATERAL ("
+        "SELECT id, priority, scheduled_at FROM {s}.jobs WHERE status = 'pending' "
+        "AND cancel_requested = 0 AND queue = h.queue AND scheduled_at <= %(now)s "
+        "AND type = ANY(%(types)s) AND id <> h.id ORDER BY priority, scheduled_at, id "
+        "LIMIT greatest(0, least(h.free - 1, (SELECT n FROM allow) - (SELECT count(*) "
+        "FROM heads))) FOR UPDATE SKIP LOCKED) p), "
+        "chosen AS (SELECT id FROM (SELECT id, ord, 1 AS rn FROM heads UNION ALL "
+        "SELECT id, ord, rn FROM rest) c ORDER BY rn, ord LIMIT (SELECT n FROM allow)), "
         "claimed AS (UPDATE {s}.jobs j SET status = 'running', worker_id = %(worker)s, "
         "started_at = %(now)s, updated_at = %(now)s "
         "WHERE j.id = ANY(ARRAY(SELECT id FROM chosen)) "
