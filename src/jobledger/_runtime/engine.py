@@ -636,7 +636,9 @@ class Engine:
                 error.get("message", "the output cannot be stored"),
                 code=error.get("code", "JOB_OUTPUT_INVALID"),
             )
-        outcome.want_row = True  # the engine settles the attempt from this row
+        # Read back only when something here wants the row, as for any finalize
+        # (`_flush`): a row not read answers APPLIED and settles by `_settle_unread`.
+        outcome.want_row = self._wants_row(attempt)
         return outcome
 
     async def _run_in_child(self, attempt: Attempt, job: ClaimedJob) -> None:
