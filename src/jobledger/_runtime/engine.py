@@ -622,8 +622,7 @@ class Engine:
             make = getattr(self.store, "group_tx", None)
             if make is None:
                 return None
-            committer = GroupCommitter(make(), loop, self._group_refill)
-            self._group_committer = committer
+            committer = self._group_committer = GroupCommitter(make(), loop)
         return committer
 
     def completion_in_tx(self, attempt: Attempt, value: Any) -> Outcome:
@@ -1058,70 +1057,6 @@ class Engine:
             qu.keyed,
         )
         return qu, request
-
-    def _group_refill(
-        self, outcomes: list[Outcome]
-    ) -> tuple[ClaimRequest, int, Callable[[ClaimResult | None], None]] | None:
-        """The claim that rides in the group commit of `async with ctx.transaction()`
-        blocks (`GroupCommitter`), when every block is of one queue: their jobs complete
-        in that commit, so in SQL their slots are free there, and the claim of their
-        replacements, counted as `_refill` counts it with the blocks' jobs released,
-        costs no transaction of its own (their handlers return only after the commit,
-        so the engine's own refill would come one transaction later).
-
-        The replacements start beside the handlers that are leaving their blocks: those
-        still count in `inflight` and `running` until they return (and `_flush` settles
-        them, claiming nothing more, as it counts them too), so for that moment a
-        process holds up to a batch more attempts in memory than its caps; in SQL, which
-        is where the caps are counted, the blocks' jobs are `completed` already. The
-        queue's layer-1 lock is taken without waiting (the group holds the writer lock,
-        which a claim elsewhere takes after it) and held until the commit is over."""
-        if not outcomes or self.global_blocked or self._gate_closed() or self._unconfirmed:
-            return None
-        inflight = self.inflight
-        first = inflight.get(outcomes[0].job_id)
-        if first is None:
-            return None
-        qu = self.queues.get(first.queue)
-        if qu is None or qu.sync:
-            return None
-        for o in outcomes:
-            a = inflight.get(o.job_id)
-            if a is None or a.queue != qu.name or a.attempt != o.attempt:
-                return None
-        released = len(outcomes)
-        limit = min(
-            qu.concurrency - qu.running + released, self._own_free(released), self.claim_batch
-        )
-        if limit <= 0 or not qu.lock.acquire(blocking=False):
-            return None
-        if self._gate_closed():  # re-checked under the lock, as in `_dispatch`
-            qu.lock.release()
-            return None
-        request = ClaimRequest(
-            qu.name,
-            qu.cap,
-            self.global_max,
-            limit,
-            self.worker_id,
-            tuple(self.handlers),
-            self.exclude_owners,
-            True,
-            qu.rate,
-            qu.keyed,
-        )
-
-        def after(result: ClaimResult | None) -> None:
-            qu.lock.release()
-            if result is None:
-                # The claim or the commit failed: whatever it took is not ours to run;
-                # the next claim first makes sure no row of it stayed `running`.
-                self._unconfirmed = True
-                self.kick(qu.name)
-                return
-            self._take(qu, result, limit)
-
-        return request, self.now_ms(), after
 
     def _own_free(self, released: int = 0) -> int:
         """Jobs this process may still claim: what it may run at once beyond what it runs

@@ -37,7 +37,7 @@ import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from jobledger._storage.interface import GroupCommit, GroupRefill, Outcome, Store
+from jobledger._storage.interface import GroupCommit, Outcome, Store
 from jobledger.errors import JobError, StorageError
 
 __all__ = ["GroupCommitter", "JobTransaction", "WriteTx", "spoiled_error"]
@@ -114,19 +114,11 @@ class GroupCommitter:
     commit runs at the end of this turn of the loop (`call_soon`), or earlier when
     anything else writes."""
 
-    __slots__ = ("_lock", "_loop", "_refill", "_scheduled", "current", "group")
+    __slots__ = ("_lock", "_loop", "_scheduled", "current", "group")
 
-    def __init__(
-        self,
-        group: GroupCommit,
-        loop: asyncio.AbstractEventLoop,
-        refill: GroupRefill | None = None,
-    ) -> None:
+    def __init__(self, group: GroupCommit, loop: asyncio.AbstractEventLoop) -> None:
         self.group = group
         self._loop = loop
-        # The engine's claim of the replacements for the jobs a commit completes, run
-        # in that commit (`Engine._group_refill`); only the end-of-turn flush asks it.
-        self._refill = refill
         self._lock = asyncio.Lock()
         self._scheduled = False
         self.current: JobTransaction | None = None
@@ -169,7 +161,7 @@ class GroupCommitter:
         # Every turn of the loop ends committed: a block still open here awaited inside
         # itself, and is rolled back and spoiled by the flush.
         self._scheduled = False
-        self.group.flush(self._refill)
+        self.group.flush()
 
     def _spoil(self) -> None:
         if self.current is not None:

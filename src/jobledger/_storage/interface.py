@@ -56,7 +56,6 @@ __all__ = [
     "ClaimResult",
     "ClaimedJob",
     "GroupCommit",
-    "GroupRefill",
     "JobFilter",
     "JobRow",
     "KeyRule",
@@ -433,23 +432,13 @@ class WorkflowHead(NamedTuple):
     retry_of: str | None
 
 
-# A claim to ride in a group's commit (`GroupCommit.flush`): given the outcomes the
-# commit writes, None (no claim) or the request, its `now_ms` and what to call once the
-# commit is over (with the claim's result; None when the claim or the commit failed).
-GroupRefill = Callable[
-    [list[Outcome]],
-    tuple[ClaimRequest, int, Callable[[ClaimResult | None], None]] | None,
-]
-
-
 class GroupCommit(Protocol):
     """Transaction blocks of one thread sharing one commit (a store that offers it:
     `SqliteStore.group_tx`; `_storage/sqlite/group.py` states the invariants). The
     runtime's `GroupCommitter` drives it: a block checks its job's fence with
     `fence_holds`, and `end_block` hands a kept block's completion to the flush, which
     writes it before the COMMIT; `flush` reports to `on_flushed` each kept block's
-    waiter with its row, or a failed commit as a `StorageError` (no rows). A `refill`
-    given to `flush` claims in the same transaction, after the finalizes."""
+    waiter with its row, or a failed commit as a `StorageError` (no rows)."""
 
     active: bool
     in_block: bool
@@ -461,7 +450,7 @@ class GroupCommit(Protocol):
     def end_block(
         self, keep: bool, outcome: Outcome | None = None, waiter: Any = None, now_ms: int = 0
     ) -> bool: ...
-    def flush(self, refill: GroupRefill | None = None) -> None: ...
+    def flush(self) -> None: ...
 
 
 class Store(Protocol):

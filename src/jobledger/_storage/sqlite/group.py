@@ -34,19 +34,10 @@ Invariants:
 * A failed COMMIT (or finalize) rolls the whole group back (nothing of it lands) and
   hands the error to every block that was waiting for it (`on_flushed`); a successful
   one hands each waiter its job's row.
-* A flush the runtime asks for at the end of the loop's turn may carry a claim (`refill`,
-  the engine's replacements for the jobs the group completes): it runs after the
-  finalizes, so it counts their slots as free, under a savepoint of its own (a claim
-  that fails is rolled back alone and the group still commits, as in the store's
-  `finalize_and_claim`), and its rows become the runtime's only if the COMMIT succeeds.
-  The refill's `after` is called exactly once for every claim it asked, after the
-  commit and after `on_flushed`: with the claim's result, or None when the claim or
-  the commit failed. A flush made by another write entering the lock carries none.
 """
 
 from __future__ import annotations
 
-import logging
 import sqlite3
 import threading
 from collections.abc import Callable
@@ -54,22 +45,18 @@ from types import TracebackType
 from typing import Any
 
 from jobledger._storage import tx
-from jobledger._storage.interface import ClaimRequest, ClaimResult, GroupRefill, JobRow, Outcome
+from jobledger._storage.interface import JobRow, Outcome
 from jobledger._storage.sqlite import queries as q
 from jobledger._storage.sqlite.keys import key_of
 from jobledger.errors import StorageError
 
 __all__ = ["GroupTx", "WriterLock"]
 
-log = logging.getLogger("jobledger.storage")
-
 _SAVEPOINT = "jobledger_block"
 
 # `finalize_work(conn, outcomes, now_ms)`: the store's finalize statements, one row (or
 # None where the fence missed) per outcome.
 FinalizeWork = Callable[[sqlite3.Connection, list[Outcome], int], list[JobRow | None]]
-# `claim_work(conn, request, now_ms)`: the store's claim statements (`Store.claim`'s).
-ClaimWork = Callable[[sqlite3.Connection, ClaimRequest, int], ClaimResult]
 # What `on_flushed` gets: the error (None: committed) and each kept block's waiter with
 # its job's row (None when the commit failed).
 Flushed = Callable[[BaseException | None, list[tuple[Any, JobRow | None]]], None]
@@ -116,7 +103,6 @@ class GroupTx:
     """One store's group of transaction blocks (made by `SqliteStore.group_tx`)."""
 
     __slots__ = (
-        "_claim",
         "_conn_of",
         "_finalize",
         "_lock",
@@ -136,12 +122,10 @@ class GroupTx:
         lock: WriterLock,
         conn_of: Callable[[], sqlite3.Connection],
         finalize_work: FinalizeWork,
-        claim_work: ClaimWork,
     ) -> None:
         self._lock = lock
         self._conn_of = conn_of
         self._finalize = finalize_work
-        self._claim = claim_work
         self._tx: tx.write_transaction | None = None
         # The kept blocks' finalizes (each with its waiter), written by the flush.
         self._pending: list[tuple[Outcome, Any]] = []
@@ -219,17 +203,15 @@ class GroupTx:
                 self._now_ms = now_ms
         return keep
 
-    def flush(self, refill: GroupRefill | None = None) -> None:
-        """Write the kept blocks' finalizes, run `refill`'s claim if it asks one, and
-        commit the group (a block still open is rolled back first and spoiled)."""
+    def flush(self) -> None:
+        """Write the kept blocks' finalizes and commit the group (a block still open is
+        rolled back first and spoiled)."""
         if not self.active:
             return
         self.busy = True
         error: BaseException | None = None
         pending, self._pending = self._pending, []
         rows: list[JobRow | None] = [None] * len(pending)
-        after: Callable[[ClaimResult | None], None] | None = None
-        claimed: ClaimResult | None = None
         try:
             if self.in_block:
                 self.end_block(keep=False)
@@ -240,17 +222,11 @@ class GroupTx:
             try:
                 if pending:
                     now_ms, self._now_ms = self._now_ms, 0
-                    conn = self._conn_of()
-                    rows = self._finalize(conn, [o for o, _ in pending], now_ms)
+                    rows = self._finalize(self._conn_of(), [o for o, _ in pending], now_ms)
                     if any(r is None for r in rows):
                         raise _fence_moved(pending, rows)
-                    plan = None if refill is None else refill([o for o, _ in pending])
-                    if plan is not None:
-                        request, claim_ms, after = plan
-                        claimed = self._refill(conn, request, claim_ms)
             except BaseException as exc:
                 rows = [None] * len(pending)
-                claimed = None
                 wtx.__exit__(type(exc), exc, exc.__traceback__)  # rolls the group back
                 error = exc
                 if isinstance(exc, sqlite3.Error):
@@ -260,42 +236,18 @@ class GroupTx:
                     wtx.__exit__(None, None, None)
                 except sqlite3.Error as exc:  # the commit failed: the group was rolled back
                     rows = [None] * len(pending)
-                    claimed = None
                     error = tx.storage_error(exc, "ctx.transaction (group commit)")
                 except BaseException as exc:
                     rows = [None] * len(pending)
-                    claimed = None
                     error = exc
         finally:
             self.active = False
             self.owner = None
             self.busy = False
             self._lock.release()
-        try:
-            callback = self.on_flushed
-            if callback is not None:
-                callback(error, [(w, r) for (_, w), r in zip(pending, rows, strict=True)])
-        finally:
-            if after is not None:
-                after(claimed)
-
-    def _refill(
-        self, conn: sqlite3.Connection, request: ClaimRequest, now_ms: int
-    ) -> ClaimResult | None:
-        """The refill's claim, under a savepoint: a claim that fails is rolled back alone
-        (None) and the group's finalizes still commit."""
-        conn.execute("SAVEPOINT jobledger_refill")
-        try:
-            return self._claim(conn, request, now_ms)
-        except sqlite3.Error:
-            if not conn.in_transaction:  # SQLite rolled the whole transaction back
-                raise
-            log.warning("claim on %s in a group commit failed", request.queue, exc_info=True)
-            conn.execute("ROLLBACK TO jobledger_refill")
-            return None
-        finally:
-            if conn.in_transaction:
-                conn.execute("RELEASE jobledger_refill")
+        callback = self.on_flushed
+        if callback is not None:
+            callback(error, [(w, r) for (_, w), r in zip(pending, rows, strict=True)])
 
     def __repr__(self) -> str:
         state: Any = "open" if self.active else "idle"

@@ -263,7 +263,6 @@ class SqliteStore(ScheduleOps, WorkerOps):
                 self.lock,
                 self._writer_conn,
                 lambda conn, outcomes, now_ms: self._finalize_work(outcomes, now_ms)(conn),
-                lambda conn, request, now_ms: _claim_result(_claim_work(request, now_ms)(conn)),
             )
             self.lock.group = group
             self._group = group
