@@ -83,6 +83,7 @@ class Attempt:
         "claimed_at",
         "committed",
         "done",
+        "fence_mark",
         "job",
         "job_id",
         "kept",
@@ -151,6 +152,9 @@ class Attempt:
         self.tx_opened = False
         self.tx_backstop: threading.Timer | None = None
         self.job: ClaimedJob | None = None  # the claim, set by the engine before the handler
+        # The claim's `ClaimResult.mark`: a group commit proves this attempt's fence by
+        # it without reading the row, when nothing wrote since (set by the engine too).
+        self.fence_mark: Any = None
         self.committed: tuple[Outcome, JobRow] | None = None
 
     # -- logs -------------------------------------------------------------------------
@@ -290,10 +294,11 @@ class Attempt:
         engine = self._engine
         try:
             outcome = engine.completion_in_tx(self, tx.output)
-            # The fence, read under the write lock the group holds until its commit
+            # The fence, checked under the write lock the group holds until its commit
             # (which writes the finalize, batched with the group's others): nothing can
-            # change the row in between (`_storage/sqlite/group.py`).
-            holds = committer.group.fence_holds(outcome)
+            # change the row in between (`_storage/sqlite/group.py`). Proven without a
+            # read by the claim's mark when nothing wrote since the claim.
+            holds = committer.group.fence_holds(outcome, self.fence_mark)
         except BaseException:
             committer.end(keep=False)
             raise
