@@ -34,7 +34,7 @@ whose transactions do not share one writer, a block commits on its own, as `with
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 from jobledger._storage.interface import GroupCommit, Outcome, Store
@@ -125,8 +125,10 @@ class GroupCommitter:
         group.on_flushed = self._flushed
         group.spoil = self._spoil
 
-    async def acquire(self) -> None:
-        await self._lock.acquire()
+    def acquire(self) -> Coroutine[Any, Any, bool]:
+        """The next block's turn (awaited; returned as the lock's own coroutine, not
+        wrapped in one more)."""
+        return self._lock.acquire()
 
     def begin(self) -> Any:
         try:

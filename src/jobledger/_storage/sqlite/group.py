@@ -67,7 +67,9 @@ from jobledger.errors import StorageError
 
 __all__ = ["GroupTx", "WriterLock"]
 
-_SAVEPOINT = "jobledger_block"
+_SAVEPOINT = "SAVEPOINT jobledger_block"
+_RELEASE = "RELEASE jobledger_block"
+_ROLLBACK_TO = "ROLLBACK TO jobledger_block"
 _DATA_VERSION = "PRAGMA data_version"
 
 # `finalize_work(conn, outcomes, now_ms)`: the store's finalize statements, one row (or
@@ -145,6 +147,7 @@ class GroupTx:
     """One store's group of transaction blocks (made by `SqliteStore.group_tx`)."""
 
     __slots__ = (
+        "_conn",
         "_conn_of",
         "_finalize",
         "_lock",
@@ -170,6 +173,9 @@ class GroupTx:
         self._conn_of = conn_of
         self._finalize = finalize_work
         self._tx: tx.write_transaction | None = None
+        # The writer connection while the group is open: it holds the lock, so the store
+        # cannot close or reopen it meanwhile.
+        self._conn: sqlite3.Connection | None = None
         self._version = -1  # the open group's data_version, read at its BEGIN
         # The kept blocks' finalizes (each with its waiter), written by the flush.
         self._pending: list[tuple[Outcome, Any]] = []
@@ -188,30 +194,36 @@ class GroupTx:
         savepoint for one block; returns the connection its statements go to."""
         if self.in_block:
             raise RuntimeError("a transaction block is already open in this group")
+        conn = self._conn
+        if conn is None:
+            conn = self._open()
+        conn.execute(_SAVEPOINT)
+        self.in_block = True
+        return conn
+
+    def _open(self) -> sqlite3.Connection:
+        """BEGIN IMMEDIATE, with one count of the lock held until the flush."""
         self.busy = True
         try:
-            if not self.active:
-                with self._lock:  # flushes nothing: busy is set
-                    conn = self._conn_of()
-                    self._lock.acquire()  # the group's own count, held until the flush
+            with self._lock:  # flushes nothing: busy is set
+                conn = self._conn_of()
+                self._lock.acquire()  # the group's own count, held until the flush
+                try:
+                    wtx = tx.write_transaction(conn, "ctx.transaction")
+                    wtx.__enter__()
                     try:
-                        wtx = tx.write_transaction(conn, "ctx.transaction")
-                        wtx.__enter__()
-                        try:
-                            version = int(conn.execute(_DATA_VERSION).fetchone()[0])
-                        except BaseException as exc:
-                            wtx.__exit__(type(exc), exc, exc.__traceback__)
-                            raise
-                    except BaseException:
-                        self._lock.release()
+                        version = int(conn.execute(_DATA_VERSION).fetchone()[0])
+                    except BaseException as exc:
+                        wtx.__exit__(type(exc), exc, exc.__traceback__)
                         raise
-                    self._version = self._lock.version = version
-                self._tx = wtx
-                self.active = True
-                self.owner = threading.get_ident()
-            conn = self._conn_of()
-            conn.execute(f"SAVEPOINT {_SAVEPOINT}")
-            self.in_block = True
+                except BaseException:
+                    self._lock.release()
+                    raise
+                self._version = self._lock.version = version
+            self._tx = wtx
+            self._conn = conn
+            self.active = True
+            self.owner = threading.get_ident()
             return conn
         finally:
             self.busy = False
@@ -225,13 +237,9 @@ class GroupTx:
         if mark is not None and mark[0] == self._version and mark[1] == self._lock.epoch:
             return True
         conn = self._conn_of()
-        self.busy = True
-        try:
-            key = key_of(conn, outcome.job_id)
-            fence = (key, outcome.job_id, outcome.worker_id, outcome.attempt)
-            return conn.execute(q.FENCE_HOLDS, fence).fetchone() is not None
-        finally:
-            self.busy = False
+        key = key_of(conn, outcome.job_id)
+        fence = (key, outcome.job_id, outcome.worker_id, outcome.attempt)
+        return conn.execute(q.FENCE_HOLDS, fence).fetchone() is not None
 
     def end_block(
         self, keep: bool, outcome: Outcome | None = None, waiter: Any = None, now_ms: int = 0
@@ -239,17 +247,15 @@ class GroupTx:
         """Release the block's savepoint into the group, or roll it back. A kept block's
         `outcome` (its fence checked by `fence_holds`) is finalized by the flush, which
         hands `waiter` its row. Whether the block was kept."""
-        if not self.in_block:
+        conn = self._conn
+        if not self.in_block or conn is None:
             return False  # a flush rolled it back already (it was spoiled)
-        conn = self._conn_of()
-        self.busy = True
         try:
             if not keep:
-                conn.execute(f"ROLLBACK TO {_SAVEPOINT}")
-            conn.execute(f"RELEASE {_SAVEPOINT}")
+                conn.execute(_ROLLBACK_TO)
+            conn.execute(_RELEASE)
         finally:
             self.in_block = False
-            self.busy = False
         if keep and outcome is not None:
             self._pending.append((outcome, waiter))
             if now_ms > self._now_ms:
@@ -295,6 +301,7 @@ class GroupTx:
                     error = exc
         finally:
             self.active = False
+            self._conn = None
             self.owner = None
             self.busy = False
             self._lock.release()
