@@ -250,7 +250,8 @@ class TransactionBlock:
         self._committer = committer
         attempt = self._attempt
         attempt._open_tx_check()
-        await committer.acquire()
+        if not committer.take():
+            await committer.acquire()
         tx = self._tx = attempt.enter_group_tx(committer)
         return tx
 

@@ -34,7 +34,8 @@ whose transactions do not share one writer, a block commits on its own, as `with
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from jobledger._storage.interface import GroupCommit, Outcome, Store
@@ -109,32 +110,60 @@ def spoiled_error() -> JobError:
 class GroupCommitter:
     """The async blocks of one event loop and the store's `GroupTx` they share.
 
-    `block()` gives the next block the group (one at a time); `end()` releases it and
+    `take()` or `acquire()` gives the next block its turn (one at a time), `begin()`
+    its savepoint of the group; `end()` releases it and
     returns the future of the commit that will hold it (and write its finalize); the
     commit runs at the end of this turn of the loop (`call_soon`), or earlier when
     anything else writes."""
 
-    __slots__ = ("_lock", "_loop", "_scheduled", "current", "group")
+    __slots__ = ("_held", "_loop", "_scheduled", "_waiting", "current", "group")
 
     def __init__(self, group: GroupCommit, loop: asyncio.AbstractEventLoop) -> None:
         self.group = group
         self._loop = loop
-        self._lock = asyncio.Lock()
+        # One block at a time, in the order they asked (asyncio.Lock's rule): `_held`
+        # while a block has the turn; the futures of those waiting for it, first first.
+        self._held = False
+        self._waiting: deque[asyncio.Future[None]] = deque()
         self._scheduled = False
         self.current: JobTransaction | None = None
         group.on_flushed = self._flushed
         group.spoil = self._spoil
 
-    def acquire(self) -> Coroutine[Any, Any, bool]:
-        """The next block's turn (awaited; returned as the lock's own coroutine, not
-        wrapped in one more)."""
-        return self._lock.acquire()
+    async def acquire(self) -> None:
+        """Wait for the block's turn (`take` said to)."""
+        waiter = self._loop.create_future()
+        self._waiting.append(waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if not waiter.cancelled():  # the turn was handed over first: pass it on
+                self._release()
+            raise
+
+    def take(self) -> bool:
+        """Whether the turn is the caller's now, without waiting (the common case: no
+        block holds it); else the caller awaits `acquire()`."""
+        if self._held or self._waiting:
+            return False
+        self._held = True
+        return True
+
+    def _release(self) -> None:
+        """The turn passes to the first block still waiting, or is free."""
+        waiting = self._waiting
+        while waiting:
+            waiter = waiting.popleft()
+            if not waiter.done():  # a cancelled one gave up its place
+                waiter.set_result(None)  # `_held` stays: the turn is that block's
+                return
+        self._held = False
 
     def begin(self) -> Any:
         try:
             return self.group.begin_block()
         except BaseException:
-            self._lock.release()
+            self._release()
             raise
 
     def end(
@@ -150,7 +179,7 @@ class GroupCommitter:
         try:
             kept = self.group.end_block(keep, outcome, (future, attempt, outcome), now_ms)
         finally:
-            self._lock.release()
+            self._release()
         self._schedule()
         return future if kept else None
 

@@ -149,6 +149,7 @@ class GroupTx:
     __slots__ = (
         "_conn",
         "_conn_of",
+        "_cursor",
         "_finalize",
         "_lock",
         "_now_ms",
@@ -176,6 +177,9 @@ class GroupTx:
         # The writer connection while the group is open: it holds the lock, so the store
         # cannot close or reopen it meanwhile.
         self._conn: sqlite3.Connection | None = None
+        # The group's own statements (a block's SAVEPOINT and RELEASE) go through one
+        # cursor, not a new one each (`Connection.execute` makes one per call).
+        self._cursor: sqlite3.Cursor | None = None
         self._version = -1  # the open group's data_version, read at its BEGIN
         # The kept blocks' finalizes (each with its waiter), written by the flush.
         self._pending: list[tuple[Outcome, Any]] = []
@@ -195,9 +199,11 @@ class GroupTx:
         if self.in_block:
             raise RuntimeError("a transaction block is already open in this group")
         conn = self._conn
-        if conn is None:
+        cursor = self._cursor
+        if conn is None or cursor is None:
             conn = self._open()
-        conn.execute(_SAVEPOINT)
+            cursor = self._cursor = conn.cursor()
+        cursor.execute(_SAVEPOINT)
         self.in_block = True
         return conn
 
@@ -247,13 +253,13 @@ class GroupTx:
         """Release the block's savepoint into the group, or roll it back. A kept block's
         `outcome` (its fence checked by `fence_holds`) is finalized by the flush, which
         hands `waiter` its row. Whether the block was kept."""
-        conn = self._conn
-        if not self.in_block or conn is None:
+        cursor = self._cursor
+        if not self.in_block or cursor is None:
             return False  # a flush rolled it back already (it was spoiled)
         try:
             if not keep:
-                conn.execute(_ROLLBACK_TO)
-            conn.execute(_RELEASE)
+                cursor.execute(_ROLLBACK_TO)
+            cursor.execute(_RELEASE)
         finally:
             self.in_block = False
         if keep and outcome is not None:
@@ -301,7 +307,7 @@ class GroupTx:
                     error = exc
         finally:
             self.active = False
-            self._conn = None
+            self._conn = self._cursor = None
             self.owner = None
             self.busy = False
             self._lock.release()
