@@ -552,3 +552,52 @@ def test_a_block_that_moves_its_own_proven_row_fails_the_whole_group(db_path: st
     assert first.error is not None
     assert "changed inside the group" in first.error.message
     _assert_exact(db)
+
+
+def test_blocks_wait_their_turn_and_a_cancelled_waiter_gives_its_place_up(
+    db_path: str,
+) -> None:
+    """One block at a time, in the order they asked: while job 0's block holds the turn
+    (it awaits inside, so it is spoiled and retried), jobs 1 and 2 wait for it; job 1 is
+    cancelled while waiting, writes nothing and ends cancelled, and job 2 gets the turn
+    when job 0's block ends. SQLite's group only."""
+    db = db_path
+    jobs = _setup(db)
+    sql = _insert(db)
+    inside = asyncio.Event()
+    leave = asyncio.Event()
+    waiting: list[int] = []
+
+    @jobs.handler(ENTRY, recovery="retry", concurrency=3, retry=fast_retry(3))
+    async def entry(ctx: jl.JobContext[Entry]) -> None:
+        n = ctx.payload.n
+        if n == 0 and ctx.attempt == 0:
+            async with ctx.transaction() as tx:
+                tx.execute(sql, (n, ctx.attempt))
+                inside.set()
+                await leave.wait()  # holds the turn across turns of the loop
+            return
+        if n != 0:
+            await inside.wait()
+            waiting.append(n)  # the next statement asks for the turn, in this same step
+        async with ctx.transaction() as tx:
+            tx.execute(sql, (n, ctx.attempt))
+
+    async def main() -> list[jl.JobSnapshot]:
+        async with jobs:
+            handles = jobs.enqueue_many(ENTRY, [Entry(n=i) for i in range(3)])
+            while len(waiting) < 2:
+                await asyncio.sleep(0.01)
+            await jobs.cancel(handles[1].id)
+            leave.set()
+            return list(await asyncio.gather(*(h.finished for h in handles)))
+
+    done = run(main())
+    assert [s.status for s in done] == [
+        jl.JobStatus.COMPLETED,
+        jl.JobStatus.CANCELLED,
+        jl.JobStatus.COMPLETED,
+    ]
+    assert [a.outcome for a in jobs.attempts(done[0].id)] == ["retry", "completed"]
+    assert _ledger(db) == [0, 2]  # nothing of the cancelled waiter's
+    _assert_exact(db)
