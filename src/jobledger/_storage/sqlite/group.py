@@ -65,7 +65,7 @@ from jobledger._storage.sqlite import queries as q
 from jobledger._storage.sqlite.keys import key_of
 from jobledger.errors import StorageError
 
-__all__ = ["GroupTx", "WriterLock"]
+__all__ = ["EPOCHS", "GroupTx", "WriterLock"]
 
 _SAVEPOINT = "SAVEPOINT jobledger_block"
 _RELEASE = "RELEASE jobledger_block"
@@ -82,7 +82,7 @@ Flushed = Callable[[BaseException | None, list[tuple[Any, JobRow | None]]], None
 
 # Every WriterLock's epochs, drawn from one counter: a value names one stretch of one
 # connection's life (no other lock, and no reopened connection, ever has it).
-_EPOCHS = itertools.count()
+EPOCHS = itertools.count()
 
 # What a claim's mark is: (data_version, epoch), see `WriterLock.mark`.
 Mark = tuple[int, int]
@@ -103,12 +103,12 @@ class WriterLock:
         self._lock = threading.RLock()
         self.group: GroupTx | None = None
         self.version: int | None = None
-        self.epoch = next(_EPOCHS)
+        self.epoch = next(EPOCHS)
 
     def disturb(self) -> None:
         """A write that may move a running row (anything but a claim or a finalize), or
         a new connection: no mark taken before it proves a fence any more."""
-        self.epoch = next(_EPOCHS)
+        self.epoch = next(EPOCHS)
 
     def mark(self) -> Mark | None:
         """Taken before a claim's transaction: what `fence_holds` needs to find unchanged

@@ -85,7 +85,7 @@ from jobledger._storage.sqlite.connections import (
     open_writer,
 )
 from jobledger._storage.sqlite.files import FileIdentity
-from jobledger._storage.sqlite.group import GroupTx, WriterLock
+from jobledger._storage.sqlite.group import EPOCHS, GroupTx, WriterLock
 from jobledger._storage.sqlite.keys import key_of, keys_of
 from jobledger._storage.sqlite.migrate import migrate, migrate_connection
 from jobledger._storage.worker_ops import WorkerOps
@@ -246,9 +246,9 @@ class SqliteStore(ScheduleOps, WorkerOps):
             self._told_replaced = False
 
     def write(self, work: Callable[[sqlite3.Connection], T], label: str) -> T:
-        with self.lock:
+        with self.lock as lock:
             if label not in _KEEPS_FENCES:
-                self.lock.disturb()
+                lock.epoch = next(EPOCHS)  # `lock.disturb()`, inline: every enqueue passes here
             self._reopen_if_closed()
             conn = self.conn
             return tx.with_write_tx(conn, lambda: work(conn), label)
