@@ -13,7 +13,8 @@ Invariants of `ctx.transaction()` (`Attempt.transaction` runs it):
 * An exception inside the block rolls everything back and leaves the handler by the
   ordinary failure path (retry or fail, by the handler's policy).
 * One transaction per attempt: a second is `JOB_INVALID_OPTION`, before anything opens.
-* After the commit the attempt is done: the engine settles it from the committed row
+* After the commit the attempt is done: the engine settles it from what the commit
+  answered (the row, read back only when something here wants it; else APPLIED)
   without writing again (`Engine._flush`); what the handler returns is ignored.
 
 `async with ctx.transaction()` keeps every promise above and, on SQLite, shares its
@@ -21,11 +22,13 @@ commit with the other blocks that end in the same turn of the event loop
 (`_storage/sqlite/group.py`, driven by `GroupCommitter`): each block is a savepoint of
 one writer transaction, and its `async with` returns only after that transaction
 committed, so code after the block still runs after its effects are durable. The block
-checks its fence with a point read (under the write lock the group holds until its
-commit, so the answer stands) and the commit writes the group's finalizes in one
-batched statement, as the engine's finalize does. A commit
+checks its fence under the write lock the group holds until its commit, so the answer
+stands: by its claim's mark when nothing wrote since the claim, else by a point read
+(`group.py`); the commit writes the group's finalizes in one batched statement, as the
+engine's finalize does. A commit
 that fails fails every block of it (nothing of theirs landed; their handlers take the
-failure path). Blocks of one loop run one at a time (an `asyncio.Lock`); awaiting inside
+failure path). Blocks of one loop run one at a time, first come first served
+(`GroupCommitter.take`/`acquire`, asyncio.Lock's rule); awaiting inside
 one holds the others back, and if the engine writes meanwhile the block is rolled back
 and fails with JOB_TRANSACTION_SPOILED (nothing of it is committed). On PostgreSQL,
 whose transactions do not share one writer, a block commits on its own, as `with` does.
