@@ -1,11 +1,13 @@
 """A small fixed drain to count instructions of, before and after a hot-path change.
 
     PYTHONPATH=src valgrind --tool=callgrind --callgrind-out-file=cg.out \\
-        python bench/callgrind_drain.py 2000 async      # or: thread, handles
+        python bench/callgrind_drain.py 2000 async      # or: thread, handles, tx
 
 `n` no-op jobs are written with `enqueue_many`, then drained by one started manager
 with an `async def` handler (concurrency 50) or a plain `def` one (concurrency 16).
-`handles` is the async drain as a user awaits it (`bench/handles.py`): the handles
+`tx` is the async drain whose handler completes through `async with ctx.transaction()`
+with one INSERT (`bench/exactly_once.py`'s handler; its count minus `async` is what
+the block costs). `handles` is the async drain as a user awaits it (`bench/handles.py`): the handles
 `enqueue_many` returned, all awaited with `asyncio.gather` of `h.finished`; its count
 minus the `async` one is what awaiting the handles costs.
 Callgrind's instruction count is stable on a busy machine, where wall time is not.
@@ -49,7 +51,17 @@ async def drain(n: int, kind: str) -> None:
             if seen == n:
                 loop.call_soon_threadsafe(done.set)
 
-        if kind in ("async", "handles"):
+        if kind == "tx":
+            with jobs.write_tx() as t:
+                t.execute("CREATE TABLE ledger (job_id TEXT PRIMARY KEY, n INT)")
+
+            @jobs.handler(HOT, recovery="retry", concurrency=50)
+            async def block(ctx: jl.JobContext[dict[str, Any]]) -> None:
+                async with ctx.transaction() as t:
+                    t.execute("INSERT INTO ledger (job_id, n) VALUES (?, ?)", (ctx.job_id, 1))
+                hit()
+
+        elif kind in ("async", "handles"):
 
             @jobs.handler(HOT, recovery="retry", concurrency=50)
             async def noop(ctx: jl.JobContext[dict[str, Any]]) -> None:

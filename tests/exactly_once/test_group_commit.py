@@ -392,3 +392,212 @@ def test_a_large_group_with_failing_blocks_keeps_each_blocks_promise(db_path: st
     assert {n: t for n, t in tries.items() if len(t) > 1} == {n: [0, 1] for n in range(0, 150, 7)}
     assert max(sizes) > 100, sizes  # most blocks shared one commit
     _assert_exact(db)
+
+
+_FENCE_READ = "SELECT 1 FROM jobs WHERE rowid"
+
+
+def _count_fence_reads(conn: sqlite3.Connection, blocks: list[int], reads: list[int]) -> None:
+    """Count, on the writer connection, the blocks opened and the fence point reads."""
+
+    def trace(sql: str) -> None:
+        if sql.startswith("SAVEPOINT jobledger_block"):
+            blocks[0] += 1
+        elif sql.startswith(_FENCE_READ):
+            reads[0] += 1
+
+    conn.set_trace_callback(trace)
+
+
+def _warm_up(jobs: jl.JobManager) -> Any:
+    """A job whose block commits a group, so the writer's data_version has been read
+    (`WriterLock.version`) before the jobs claimed after it: their claims carry a mark.
+    Returns the coroutine that runs it to its end."""
+
+    async def go() -> None:
+        snap = await jobs.enqueue(WARM, Entry(n=-1)).finished
+        assert snap.status == jl.JobStatus.COMPLETED
+
+    return go()
+
+
+WARM = jl.JobType("gc.warm", Entry)
+
+
+def _warm_handler(jobs: jl.JobManager) -> None:
+    @jobs.handler(WARM, recovery="retry")
+    async def warm(ctx: jl.JobContext[Entry]) -> None:
+        async with ctx.transaction():
+            pass
+
+
+def test_claims_made_since_a_group_prove_their_fences_without_reading(db_path: str) -> None:
+    """With no other connection writing and no write of this one but claims and
+    finalizes, a job claimed after a group read the writer's data_version proves its
+    fence by its claim's mark: its block reads no row (`group.py`). Every block still
+    completes once. SQLite's group only."""
+    db = db_path
+    jobs = _setup(db)
+    _warm_handler(jobs)
+    sql = _insert(db)
+
+    @jobs.handler(ENTRY, recovery="retry", concurrency=50)
+    async def entry(ctx: jl.JobContext[Entry]) -> None:
+        async with ctx.transaction() as tx:
+            tx.execute(sql, (ctx.payload.n, ctx.attempt))
+
+    blocks, reads = [0], [0]
+
+    async def main() -> list[jl.JobSnapshot]:
+        async with jobs:
+            await _warm_up(jobs)
+            _count_fence_reads(jobs._store.conn, blocks, reads)  # type: ignore[attr-defined]
+            handles = jobs.enqueue_many(ENTRY, [Entry(n=i) for i in range(200)])
+            return list(await asyncio.gather(*(h.finished for h in handles)))
+
+    done = run(main())
+    assert {s.status for s in done} == {jl.JobStatus.COMPLETED}
+    assert _ledger(db) == list(range(200))
+    assert blocks[0] == 200
+    # A write of another kind (the heartbeat's) may land between a claim and its block,
+    # and those blocks read; most claims are made between groups, with nothing between.
+    assert reads[0] < blocks[0] // 2, (reads, blocks)
+    _assert_exact(db)
+
+
+def test_a_row_moved_by_this_processs_own_connection_is_still_caught(db_path: str) -> None:
+    """The claim's mark proves nothing once this process's writer connection made a
+    write that may move rows (here `jobs.write_tx()`, on the same connection, so the
+    writer's data_version does not change): the block reads its row, finds it taken,
+    raises JobClaimLost and is rolled back alone, while its neighbours commit. SQLite's
+    group only."""
+    db = db_path
+    jobs = _setup(db)
+    _warm_handler(jobs)
+    sql = _insert(db)
+    release = asyncio.Event()
+    lost: list[int] = []
+
+    @jobs.handler(ENTRY, recovery="retry", concurrency=10)
+    async def entry(ctx: jl.JobContext[Entry]) -> None:
+        await release.wait()  # all ten reach their block in the same turn
+        try:
+            async with ctx.transaction() as tx:
+                tx.execute(sql, (ctx.payload.n, ctx.attempt))
+        except jl.JobClaimLost:
+            lost.append(ctx.payload.n)
+            raise
+
+    async def main() -> list[jl.JobSnapshot]:
+        async with jobs:
+            await _warm_up(jobs)
+            handles = jobs.enqueue_many(ENTRY, [Entry(n=i) for i in range(10)])
+            while jobs.count(type=ENTRY, status="running") < 10:
+                await asyncio.sleep(0.01)
+            with jobs.write_tx() as tx:  # the manager's own writer connection
+                tx.execute(
+                    "UPDATE jobs SET worker_id = 'elsewhere:1', attempt = attempt + 1 WHERE id = ?",
+                    (handles[3].id,),
+                )
+            release.set()
+            others = [h for i, h in enumerate(handles) if i != 3]
+            done = list(await asyncio.gather(*(h.finished for h in others)))
+            rows = db_rows(db, "SELECT status, worker_id FROM jobs WHERE id = ?", (handles[3].id,))
+            assert rows == [("running", "elsewhere:1")]  # the other owner's row, untouched
+            return done
+
+    done = run(main())
+    assert lost == [3]
+    assert {s.status for s in done} == {jl.JobStatus.COMPLETED}
+    assert _ledger(db) == [i for i in range(10) if i != 3]  # nothing of job 3's block
+    _assert_exact(db)
+
+
+def test_a_block_that_moves_its_own_proven_row_fails_the_whole_group(db_path: str) -> None:
+    """A block whose fence its claim's mark proved, and whose own SQL then moves its own
+    job's row: the read that would have failed it alone is not made, and the group's
+    finalize, which still checks every fence, fails the whole group (nothing of it
+    lands); the retries commit. SQLite's group only."""
+    db = db_path
+    jobs = _setup(db)
+    _warm_handler(jobs)
+    sql = _insert(db)
+    release = asyncio.Event()
+    attempts: dict[int, list[int]] = {}
+
+    @jobs.handler(ENTRY, recovery="retry", concurrency=10, retry=fast_retry(3))
+    async def entry(ctx: jl.JobContext[Entry]) -> None:
+        attempts.setdefault(ctx.payload.n, []).append(ctx.attempt)
+        await release.wait()  # all ten reach their block in the same turn
+        async with ctx.transaction() as tx:
+            tx.execute(sql, (ctx.payload.n, ctx.attempt))
+            if ctx.payload.n == 5 and ctx.attempt == 0:
+                tx.execute("UPDATE jobs SET worker_id = 'moved' WHERE id = ?", (ctx.job_id,))
+
+    async def main() -> list[jl.JobSnapshot]:
+        async with jobs:
+            await _warm_up(jobs)
+            handles = jobs.enqueue_many(ENTRY, [Entry(n=i) for i in range(10)])
+            while jobs.count(type=ENTRY, status="running") < 10:
+                await asyncio.sleep(0.01)
+            release.set()
+            return list(await asyncio.gather(*(h.finished for h in handles)))
+
+    done = run(main())
+    assert {s.status for s in done} == {jl.JobStatus.COMPLETED}
+    assert _ledger(db) == list(range(10))
+    assert all(t == [0, 1] for t in attempts.values()), attempts  # the whole group retried
+    first = jobs.attempts(done[5].id)[0]
+    assert first.outcome == "retry"
+    assert first.error is not None
+    assert "changed inside the group" in first.error.message
+    _assert_exact(db)
+
+
+def test_blocks_wait_their_turn_and_a_cancelled_waiter_gives_its_place_up(
+    db_path: str,
+) -> None:
+    """One block at a time, in the order they asked: while job 0's block holds the turn
+    (it awaits inside, so it is spoiled and retried), jobs 1 and 2 wait for it; job 1 is
+    cancelled while waiting, writes nothing and ends cancelled, and job 2 gets the turn
+    when job 0's block ends. SQLite's group only."""
+    db = db_path
+    jobs = _setup(db)
+    sql = _insert(db)
+    inside = asyncio.Event()
+    leave = asyncio.Event()
+    waiting: list[int] = []
+
+    @jobs.handler(ENTRY, recovery="retry", concurrency=3, retry=fast_retry(3))
+    async def entry(ctx: jl.JobContext[Entry]) -> None:
+        n = ctx.payload.n
+        if n == 0 and ctx.attempt == 0:
+            async with ctx.transaction() as tx:
+                tx.execute(sql, (n, ctx.attempt))
+                inside.set()
+                await leave.wait()  # holds the turn across turns of the loop
+            return
+        if n != 0:
+            await inside.wait()
+            waiting.append(n)  # the next statement asks for the turn, in this same step
+        async with ctx.transaction() as tx:
+            tx.execute(sql, (n, ctx.attempt))
+
+    async def main() -> list[jl.JobSnapshot]:
+        async with jobs:
+            handles = jobs.enqueue_many(ENTRY, [Entry(n=i) for i in range(3)])
+            while len(waiting) < 2:
+                await asyncio.sleep(0.01)
+            await jobs.cancel(handles[1].id)
+            leave.set()
+            return list(await asyncio.gather(*(h.finished for h in handles)))
+
+    done = run(main())
+    assert [s.status for s in done] == [
+        jl.JobStatus.COMPLETED,
+        jl.JobStatus.CANCELLED,
+        jl.JobStatus.COMPLETED,
+    ]
+    assert [a.outcome for a in jobs.attempts(done[0].id)] == ["retry", "completed"]
+    assert _ledger(db) == [0, 2]  # nothing of the cancelled waiter's
+    _assert_exact(db)

@@ -83,6 +83,7 @@ class Attempt:
         "claimed_at",
         "committed",
         "done",
+        "fence_mark",
         "job",
         "job_id",
         "kept",
@@ -151,6 +152,9 @@ class Attempt:
         self.tx_opened = False
         self.tx_backstop: threading.Timer | None = None
         self.job: ClaimedJob | None = None  # the claim, set by the engine before the handler
+        # The claim's `ClaimResult.mark`: a group commit proves this attempt's fence by
+        # it without reading the row, when nothing wrote since (set by the engine too).
+        self.fence_mark: Any = None
         self.committed: tuple[Outcome, JobRow] | None = None
 
     # -- logs -------------------------------------------------------------------------
@@ -254,11 +258,11 @@ class Attempt:
         blocks commit on their own (PostgreSQL; a handler off the engine's loop)."""
         return self._engine.group_committer()
 
-    async def enter_group_tx(self, committer: GroupCommitter) -> JobTransaction:
-        """`async with ctx.transaction()` on SQLite: a savepoint of the group transaction
-        the blocks of this loop share (`GroupCommitter`)."""
-        self._open_tx_check()
-        await committer.acquire()
+    def enter_group_tx(self, committer: GroupCommitter) -> JobTransaction:
+        """`async with ctx.transaction()` on SQLite, once `committer.acquire()` gave this
+        block its turn (`_open_tx_check` first): a savepoint of the group transaction
+        the blocks of this loop share (`GroupCommitter`). Not a coroutine, as
+        `exit_group_tx`: `async with` awaits the turn itself."""
         if self.token.is_set():
             committer.end(keep=False)
             raise self._claim_lost()
@@ -268,19 +272,21 @@ class Attempt:
         self.tx_backstop = self._timeout_backstop()
         return tx
 
-    async def exit_group_tx(
+    def exit_group_tx(
         self, committer: GroupCommitter, tx: JobTransaction, failed: bool
-    ) -> None:
-        """Close the block: keep it (its fence read in its savepoint; the group's commit
-        writes its finalize) and await that commit, or roll it back (`failed`: the block
-        raised, and that exception goes on)."""
+    ) -> asyncio.Future[None] | None:
+        """Close the block: keep it (its fence checked in its savepoint; the group's
+        commit writes its finalize) and return that commit's future, which the caller
+        awaits before `after_group_commit`; or roll it back (`failed`: the block raised,
+        and that exception goes on; None). Not a coroutine: `async with` awaits the
+        future itself, one frame fewer on the way back from the commit."""
         tx._open = False
         backstop, self.tx_backstop = self.tx_backstop, None
         if backstop is not None:
             backstop.cancel()
         if failed:
             committer.end(keep=False)
-            return
+            return None
         if tx.spoiled:
             committer.end(keep=False)
             raise spoiled_error()
@@ -290,10 +296,11 @@ class Attempt:
         engine = self._engine
         try:
             outcome = engine.completion_in_tx(self, tx.output)
-            # The fence, read under the write lock the group holds until its commit
+            # The fence, checked under the write lock the group holds until its commit
             # (which writes the finalize, batched with the group's others): nothing can
-            # change the row in between (`_storage/sqlite/group.py`).
-            holds = committer.group.fence_holds(outcome)
+            # change the row in between (`_storage/sqlite/group.py`). Proven without a
+            # read by the claim's mark when nothing wrote since the claim.
+            holds = committer.group.fence_holds(outcome, self.fence_mark)
         except BaseException:
             committer.end(keep=False)
             raise
@@ -309,8 +316,12 @@ class Attempt:
         if future is None:  # spoiled while finalizing: nothing of it is kept
             self.committed = None
             raise spoiled_error()
-        await future
-        self._after_commit(tx)
+        return future
+
+    def after_group_commit(self, tx: JobTransaction) -> None:
+        """The block's commit is over: its after-commit callbacks run."""
+        if tx._after_commit:
+            self._after_commit(tx)
 
     def _timeout_backstop(self) -> threading.Timer | None:
         """A timer that fires the token at the job's timeout from a thread of its own.

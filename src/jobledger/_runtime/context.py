@@ -248,8 +248,12 @@ class TransactionBlock:
         if committer is None:
             return self.__enter__()
         self._committer = committer
-        self._tx = await self._attempt.enter_group_tx(committer)
-        return self._tx
+        attempt = self._attempt
+        attempt._open_tx_check()
+        if not committer.take():
+            await committer.acquire()
+        tx = self._tx = attempt.enter_group_tx(committer)
+        return tx
 
     async def __aexit__(
         self,
@@ -259,8 +263,12 @@ class TransactionBlock:
     ) -> bool | None:
         if self._committer is None:
             return self.__exit__(exc_type, exc, tb)
-        assert self._tx is not None
-        await self._attempt.exit_group_tx(self._committer, self._tx, failed=exc is not None)
+        tx = self._tx
+        assert tx is not None
+        future = self._attempt.exit_group_tx(self._committer, tx, failed=exc is not None)
+        if future is not None:
+            await future
+            self._attempt.after_group_commit(tx)
         return None
 
 

@@ -417,7 +417,7 @@ class Engine:
             else self.now_ms() - self.stale_after_ms
         )
         for job in result.jobs:
-            self._start(qu, job, stale)
+            self._start(qu, job, stale, result.mark)
         if len(result.jobs) == limit and result.rate_wait is None:
             self.kick(qu.name)
 
@@ -490,7 +490,13 @@ class Engine:
 
     # -- execution ------------------------------------------------------------------
 
-    def _start(self, qu: DispatchQueue, job: ClaimedJob, stale_before: int | None = None) -> None:
+    def _start(
+        self,
+        qu: DispatchQueue,
+        job: ClaimedJob,
+        stale_before: int | None = None,
+        mark: Any = None,
+    ) -> None:
         assert self.loop is not None
         if stale_before is not None and job.started_at < stale_before:
             # This process stalled (a freeze, a long pause) between the claim and now, long
@@ -525,6 +531,7 @@ class Engine:
         attempt.started_ms = job.started_at
         attempt.workflow_id = job.workflow_id
         attempt.job = job
+        attempt.fence_mark = mark
         attempt.claimed_at = self.ahead.claimed()
         self.inflight[job.id] = attempt
         if not spec.is_async:
@@ -636,7 +643,9 @@ class Engine:
                 error.get("message", "the output cannot be stored"),
                 code=error.get("code", "JOB_OUTPUT_INVALID"),
             )
-        outcome.want_row = True  # the engine settles the attempt from this row
+        # Read back only when something here wants the row, as for any finalize
+        # (`_flush`): a row not read answers APPLIED and settles by `_settle_unread`.
+        outcome.want_row = self._wants_row(attempt)
         return outcome
 
     async def _run_in_child(self, attempt: Attempt, job: ClaimedJob) -> None:
@@ -1229,7 +1238,7 @@ class Engine:
         for job in result.jobs:
             qu = self.queues.get(job.queue)
             if qu is not None:
-                self._start(qu, job, stale)
+                self._start(qu, job, stale, result.mark)
         if cut:
             self.global_blocked = True
         elif turns:

@@ -13,7 +13,8 @@ Invariants of `ctx.transaction()` (`Attempt.transaction` runs it):
 * An exception inside the block rolls everything back and leaves the handler by the
   ordinary failure path (retry or fail, by the handler's policy).
 * One transaction per attempt: a second is `JOB_INVALID_OPTION`, before anything opens.
-* After the commit the attempt is done: the engine settles it from the committed row
+* After the commit the attempt is done: the engine settles it from what the commit
+  answered (the row, read back only when something here wants it; else APPLIED)
   without writing again (`Engine._flush`); what the handler returns is ignored.
 
 `async with ctx.transaction()` keeps every promise above and, on SQLite, shares its
@@ -21,11 +22,13 @@ commit with the other blocks that end in the same turn of the event loop
 (`_storage/sqlite/group.py`, driven by `GroupCommitter`): each block is a savepoint of
 one writer transaction, and its `async with` returns only after that transaction
 committed, so code after the block still runs after its effects are durable. The block
-checks its fence with a point read (under the write lock the group holds until its
-commit, so the answer stands) and the commit writes the group's finalizes in one
-batched statement, as the engine's finalize does. A commit
+checks its fence under the write lock the group holds until its commit, so the answer
+stands: by its claim's mark when nothing wrote since the claim, else by a point read
+(`group.py`); the commit writes the group's finalizes in one batched statement, as the
+engine's finalize does. A commit
 that fails fails every block of it (nothing of theirs landed; their handlers take the
-failure path). Blocks of one loop run one at a time (an `asyncio.Lock`); awaiting inside
+failure path). Blocks of one loop run one at a time, first come first served
+(`GroupCommitter.take`/`acquire`, asyncio.Lock's rule); awaiting inside
 one holds the others back, and if the engine writes meanwhile the block is rolled back
 and fails with JOB_TRANSACTION_SPOILED (nothing of it is committed). On PostgreSQL,
 whose transactions do not share one writer, a block commits on its own, as `with` does.
@@ -34,6 +37,7 @@ whose transactions do not share one writer, a block commits on its own, as `with
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -109,30 +113,60 @@ def spoiled_error() -> JobError:
 class GroupCommitter:
     """The async blocks of one event loop and the store's `GroupTx` they share.
 
-    `block()` gives the next block the group (one at a time); `end()` releases it and
+    `take()` or `acquire()` gives the next block its turn (one at a time), `begin()`
+    its savepoint of the group; `end()` releases it and
     returns the future of the commit that will hold it (and write its finalize); the
     commit runs at the end of this turn of the loop (`call_soon`), or earlier when
     anything else writes."""
 
-    __slots__ = ("_lock", "_loop", "_scheduled", "current", "group")
+    __slots__ = ("_held", "_loop", "_scheduled", "_waiting", "current", "group")
 
     def __init__(self, group: GroupCommit, loop: asyncio.AbstractEventLoop) -> None:
         self.group = group
         self._loop = loop
-        self._lock = asyncio.Lock()
+        # One block at a time, in the order they asked (asyncio.Lock's rule): `_held`
+        # while a block has the turn; the futures of those waiting for it, first first.
+        self._held = False
+        self._waiting: deque[asyncio.Future[None]] = deque()
         self._scheduled = False
         self.current: JobTransaction | None = None
         group.on_flushed = self._flushed
         group.spoil = self._spoil
 
     async def acquire(self) -> None:
-        await self._lock.acquire()
+        """Wait for the block's turn (`take` said to)."""
+        waiter = self._loop.create_future()
+        self._waiting.append(waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if not waiter.cancelled():  # the turn was handed over first: pass it on
+                self._release()
+            raise
+
+    def take(self) -> bool:
+        """Whether the turn is the caller's now, without waiting (the common case: no
+        block holds it); else the caller awaits `acquire()`."""
+        if self._held or self._waiting:
+            return False
+        self._held = True
+        return True
+
+    def _release(self) -> None:
+        """The turn passes to the first block still waiting, or is free."""
+        waiting = self._waiting
+        while waiting:
+            waiter = waiting.popleft()
+            if not waiter.done():  # a cancelled one gave up its place
+                waiter.set_result(None)  # `_held` stays: the turn is that block's
+                return
+        self._held = False
 
     def begin(self) -> Any:
         try:
             return self.group.begin_block()
         except BaseException:
-            self._lock.release()
+            self._release()
             raise
 
     def end(
@@ -148,7 +182,7 @@ class GroupCommitter:
         try:
             kept = self.group.end_block(keep, outcome, (future, attempt, outcome), now_ms)
         finally:
-            self._lock.release()
+            self._release()
         self._schedule()
         return future if kept else None
 

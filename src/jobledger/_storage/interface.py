@@ -303,6 +303,9 @@ class ClaimResult:
     cap: int | None = None
     rate_waits: dict[str, int] | None = None
     caps: dict[str, int] | None = None
+    # What a group commit proves the claimed rows' fences by without reading them
+    # (SQLite: `WriterLock.mark`, taken before the claim); None: read them.
+    mark: Any = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -446,7 +449,7 @@ class GroupCommit(Protocol):
     spoil: Callable[[], None] | None
 
     def begin_block(self) -> Any: ...
-    def fence_holds(self, outcome: Outcome) -> bool: ...
+    def fence_holds(self, outcome: Outcome, mark: Any = None) -> bool: ...
     def end_block(
         self, keep: bool, outcome: Outcome | None = None, waiter: Any = None, now_ms: int = 0
     ) -> bool: ...

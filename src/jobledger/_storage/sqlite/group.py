@@ -23,14 +23,28 @@ Invariants:
   meanwhile) rolls that block back and marks it spoiled (`spoil`): its handler learns it
   at its next statement or at the block's end; nothing of it is committed.
 * The fence is checked inside the block, the finalize written at the commit. A block
-  is kept only after `fence_holds` read its job's row (FINISH's fence, a point read)
-  under the write lock the group holds from its BEGIN IMMEDIATE to its COMMIT: no other
-  connection can write meanwhile, and every other write of this connection flushes the
-  group first, so the row cannot change before the commit. `flush` then writes the
-  kept blocks' finalizes as the plain path does (`finalize_work`: up to 50 in one
-  statement, the rows returned whole) and commits. A finalize that still misses its
-  fence there (only a block's own SQL on `jobs` can do that) fails the whole group:
-  rolled back, nothing of it lands, as for a failed COMMIT.
+  is kept only once `fence_holds` found its job's row still this attempt's (FINISH's
+  fence) under the write lock the group holds from its BEGIN IMMEDIATE to its COMMIT:
+  no other connection can write meanwhile, and every other write of this connection
+  flushes the group first, so the row cannot change before the commit. `flush` then
+  writes the kept blocks' finalizes as the plain path does (`finalize_work`: up to 50
+  in one statement) and commits. A finalize that still misses its fence there (only a
+  block's own SQL on `jobs` can do that) fails the whole group: rolled back, nothing of
+  it lands, as for a failed COMMIT.
+* `fence_holds` proves the fence without reading the row when nothing can have moved
+  it since the claim (`WriterLock.mark`, taken by the store before the claim's
+  transaction): the writer connection's `PRAGMA data_version`, read by the group once
+  at its BEGIN IMMEDIATE, is the one the mark saw, so no other connection committed
+  since (SQLite changes it on every commit of another connection); and the lock's
+  `epoch` is the mark's, so this connection wrote nothing since but the engine's claims
+  and finalizes (`SqliteStore.write` moves the epoch for every other write, as do
+  `write_statement`, `user_transaction` and a reopened connection, whose
+  data_version counts afresh), which never move a row an attempt still runs: a claim
+  takes only waiting rows, a finalize only the rows of attempts that ended. Otherwise
+  it reads the row (a point read by rowid). Epochs are drawn from one process-wide
+  counter, so no two locks or reopenings share one. A block's own SQL that moves its
+  own job's row is then caught by the flush's finalize, failing the whole group, not
+  by the read, which would fail the block alone.
 * A failed COMMIT (or finalize) rolls the whole group back (nothing of it lands) and
   hands the error to every block that was waiting for it (`on_flushed`); a successful
   one hands each waiter its job's row.
@@ -38,6 +52,7 @@ Invariants:
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 import threading
 from collections.abc import Callable
@@ -50,9 +65,12 @@ from jobledger._storage.sqlite import queries as q
 from jobledger._storage.sqlite.keys import key_of
 from jobledger.errors import StorageError
 
-__all__ = ["GroupTx", "WriterLock"]
+__all__ = ["EPOCHS", "GroupTx", "WriterLock"]
 
-_SAVEPOINT = "jobledger_block"
+_SAVEPOINT = "SAVEPOINT jobledger_block"
+_RELEASE = "RELEASE jobledger_block"
+_ROLLBACK_TO = "ROLLBACK TO jobledger_block"
+_DATA_VERSION = "PRAGMA data_version"
 
 # `finalize_work(conn, outcomes, now_ms)`: the store's finalize statements, one row (or
 # None where the fence missed) per outcome.
@@ -62,15 +80,41 @@ FinalizeWork = Callable[[sqlite3.Connection, list[Outcome], int], list[JobRow | 
 Flushed = Callable[[BaseException | None, list[tuple[Any, JobRow | None]]], None]
 
 
+# Every WriterLock's epochs, drawn from one counter: a value names one stretch of one
+# connection's life (no other lock, and no reopened connection, ever has it).
+EPOCHS = itertools.count()
+
+# What a claim's mark is: (data_version, epoch), see `WriterLock.mark`.
+Mark = tuple[int, int]
+
+
 class WriterLock:
     """The writer connection's RLock; entering it from the thread that holds an open
-    group first commits the group (see the module's invariants)."""
+    group first commits the group (see the module's invariants).
 
-    __slots__ = ("_lock", "group")
+    It also keeps what `fence_holds` proves a fence by: `version`, the writer
+    connection's `PRAGMA data_version` last read by a group (None: not read since the
+    connection opened), and `epoch`, moved (`disturb`) by every write of this connection
+    that may move a running row."""
+
+    __slots__ = ("_lock", "epoch", "group", "version")
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self.group: GroupTx | None = None
+        self.version: int | None = None
+        self.epoch = next(EPOCHS)
+
+    def disturb(self) -> None:
+        """A write that may move a running row (anything but a claim or a finalize), or
+        a new connection: no mark taken before it proves a fence any more."""
+        self.epoch = next(EPOCHS)
+
+    def mark(self) -> Mark | None:
+        """Taken before a claim's transaction: what `fence_holds` needs to find unchanged
+        for the claimed rows (None: nothing to compare with yet)."""
+        version = self.version
+        return None if version is None else (version, self.epoch)
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         return self._lock.acquire(blocking, timeout)
@@ -103,12 +147,15 @@ class GroupTx:
     """One store's group of transaction blocks (made by `SqliteStore.group_tx`)."""
 
     __slots__ = (
+        "_conn",
         "_conn_of",
+        "_cursor",
         "_finalize",
         "_lock",
         "_now_ms",
         "_pending",
         "_tx",
+        "_version",
         "active",
         "busy",
         "in_block",
@@ -127,6 +174,13 @@ class GroupTx:
         self._conn_of = conn_of
         self._finalize = finalize_work
         self._tx: tx.write_transaction | None = None
+        # The writer connection while the group is open: it holds the lock, so the store
+        # cannot close or reopen it meanwhile.
+        self._conn: sqlite3.Connection | None = None
+        # The group's own statements (a block's SAVEPOINT and RELEASE) go through one
+        # cursor, not a new one each (`Connection.execute` makes one per call).
+        self._cursor: sqlite3.Cursor | None = None
+        self._version = -1  # the open group's data_version, read at its BEGIN
         # The kept blocks' finalizes (each with its waiter), written by the flush.
         self._pending: list[tuple[Outcome, Any]] = []
         self._now_ms = 0
@@ -144,41 +198,54 @@ class GroupTx:
         savepoint for one block; returns the connection its statements go to."""
         if self.in_block:
             raise RuntimeError("a transaction block is already open in this group")
+        conn = self._conn
+        cursor = self._cursor
+        if conn is None or cursor is None:
+            conn = self._open()
+            cursor = self._cursor = conn.cursor()
+        cursor.execute(_SAVEPOINT)
+        self.in_block = True
+        return conn
+
+    def _open(self) -> sqlite3.Connection:
+        """BEGIN IMMEDIATE, with one count of the lock held until the flush."""
         self.busy = True
         try:
-            if not self.active:
-                with self._lock:  # flushes nothing: busy is set
-                    conn = self._conn_of()
-                    self._lock.acquire()  # the group's own count, held until the flush
+            with self._lock:  # flushes nothing: busy is set
+                conn = self._conn_of()
+                self._lock.acquire()  # the group's own count, held until the flush
+                try:
+                    wtx = tx.write_transaction(conn, "ctx.transaction")
+                    wtx.__enter__()
                     try:
-                        wtx = tx.write_transaction(conn, "ctx.transaction")
-                        wtx.__enter__()
-                    except BaseException:
-                        self._lock.release()
+                        version = int(conn.execute(_DATA_VERSION).fetchone()[0])
+                    except BaseException as exc:
+                        wtx.__exit__(type(exc), exc, exc.__traceback__)
                         raise
-                self._tx = wtx
-                self.active = True
-                self.owner = threading.get_ident()
-            conn = self._conn_of()
-            conn.execute(f"SAVEPOINT {_SAVEPOINT}")
-            self.in_block = True
+                except BaseException:
+                    self._lock.release()
+                    raise
+                self._version = self._lock.version = version
+            self._tx = wtx
+            self._conn = conn
+            self.active = True
+            self.owner = threading.get_ident()
             return conn
         finally:
             self.busy = False
 
-    def fence_holds(self, outcome: Outcome) -> bool:
-        """Whether the open block's job is still this attempt's (FINISH's fence), read
-        under the group's write lock: what the flush's finalize will find."""
+    def fence_holds(self, outcome: Outcome, mark: Mark | None = None) -> bool:
+        """Whether the open block's job is still this attempt's (FINISH's fence), under
+        the group's write lock: what the flush's finalize will find. Proven by `mark`
+        (the claim's, `WriterLock.mark`) when nothing wrote since, else read."""
         if not self.in_block:
             return False
+        if mark is not None and mark[0] == self._version and mark[1] == self._lock.epoch:
+            return True
         conn = self._conn_of()
-        self.busy = True
-        try:
-            key = key_of(conn, outcome.job_id)
-            fence = (key, outcome.job_id, outcome.worker_id, outcome.attempt)
-            return conn.execute(q.FENCE_HOLDS, fence).fetchone() is not None
-        finally:
-            self.busy = False
+        key = key_of(conn, outcome.job_id)
+        fence = (key, outcome.job_id, outcome.worker_id, outcome.attempt)
+        return conn.execute(q.FENCE_HOLDS, fence).fetchone() is not None
 
     def end_block(
         self, keep: bool, outcome: Outcome | None = None, waiter: Any = None, now_ms: int = 0
@@ -186,17 +253,15 @@ class GroupTx:
         """Release the block's savepoint into the group, or roll it back. A kept block's
         `outcome` (its fence checked by `fence_holds`) is finalized by the flush, which
         hands `waiter` its row. Whether the block was kept."""
-        if not self.in_block:
+        cursor = self._cursor
+        if not self.in_block or cursor is None:
             return False  # a flush rolled it back already (it was spoiled)
-        conn = self._conn_of()
-        self.busy = True
         try:
             if not keep:
-                conn.execute(f"ROLLBACK TO {_SAVEPOINT}")
-            conn.execute(f"RELEASE {_SAVEPOINT}")
+                cursor.execute(_ROLLBACK_TO)
+            cursor.execute(_RELEASE)
         finally:
             self.in_block = False
-            self.busy = False
         if keep and outcome is not None:
             self._pending.append((outcome, waiter))
             if now_ms > self._now_ms:
@@ -242,6 +307,7 @@ class GroupTx:
                     error = exc
         finally:
             self.active = False
+            self._conn = self._cursor = None
             self.owner = None
             self.busy = False
             self._lock.release()

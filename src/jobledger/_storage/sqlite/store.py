@@ -85,7 +85,7 @@ from jobledger._storage.sqlite.connections import (
     open_writer,
 )
 from jobledger._storage.sqlite.files import FileIdentity
-from jobledger._storage.sqlite.group import GroupTx, WriterLock
+from jobledger._storage.sqlite.group import EPOCHS, GroupTx, WriterLock
 from jobledger._storage.sqlite.keys import key_of, keys_of
 from jobledger._storage.sqlite.migrate import migrate, migrate_connection
 from jobledger._storage.worker_ops import WorkerOps
@@ -95,6 +95,12 @@ from jobledger.errors import JobNotFound, StorageError
 __all__ = ["SqliteStore"]
 
 log = logging.getLogger("jobledger.storage")
+
+# `write` labels of the engine's claims and finalizes: they take only waiting rows and
+# end only the rows of attempts that ended, so they never move a row an attempt still
+# runs, and leave `WriterLock.epoch` as it is (`group.py`, the fence's proof). Every
+# other write moves it.
+_KEEPS_FENCES = frozenset(("claim", "finalize"))
 
 T = TypeVar("T")
 MIN_SQLITE = (3, 35, 0)
@@ -232,12 +238,17 @@ class SqliteStore(ScheduleOps, WorkerOps):
             self.conn = open_writer(
                 self.path, busy_timeout=self._busy_timeout, synchronous=self._synchronous
             )
+            # A new connection counts its data_version afresh (`group.py`).
+            self.lock.version = None
+            self.lock.disturb()
             self._closed = False
             self._file.record()
             self._told_replaced = False
 
     def write(self, work: Callable[[sqlite3.Connection], T], label: str) -> T:
-        with self.lock:
+        with self.lock as lock:
+            if label not in _KEEPS_FENCES:
+                lock.epoch = next(EPOCHS)  # `lock.disturb()`, inline: every enqueue passes here
             self._reopen_if_closed()
             conn = self.conn
             return tx.with_write_tx(conn, lambda: work(conn), label)
@@ -249,6 +260,7 @@ class SqliteStore(ScheduleOps, WorkerOps):
         BEGIN found the database busy.
         """
         with self.lock:
+            self.lock.disturb()
             self._reopen_if_closed()
             try:
                 tx.run_write_statement(self.conn, sql, params, label)
@@ -276,6 +288,7 @@ class SqliteStore(ScheduleOps, WorkerOps):
     def user_transaction(self) -> Iterator[sqlite3.Connection]:
         """A caller-driven write transaction (`jobs.write_tx()`); no automatic retry."""
         with self.lock:
+            self.lock.disturb()  # the caller's SQL may move any row
             self._reopen_if_closed()
             try:
                 with tx.write_transaction(self.conn, "write_tx") as conn:
@@ -513,6 +526,7 @@ class SqliteStore(ScheduleOps, WorkerOps):
         rate: tuple[int, int] | None = None,
         rate_keyed: bool = False,
     ) -> ClaimResult:
+        mark = self.lock.mark()  # before the claim's transaction (`group.py`)
         if not self.memory:
             # Decided from a WAL read, without the write lock, when the claim would take
             # nothing (caps full, nothing due): idle processes woken by every commit
@@ -536,16 +550,21 @@ class SqliteStore(ScheduleOps, WorkerOps):
         )
         # The claimed rows become objects after COMMIT: every process waits for the
         # write gate while a transaction is open.
-        return _claim_result(self.write(_claim_work(request, now_ms), "claim"))
+        result = _claim_result(self.write(_claim_work(request, now_ms), "claim"))
+        result.mark = mark
+        return result
 
     def claim_spread(self, request: SpreadRequest, now_ms: int) -> ClaimResult:
+        mark = self.lock.mark()
         if not self.memory:
             # As in `claim`: a global cap found full on a WAL read takes no write lock, so
             # processes that cannot win a slot do not queue behind those that can.
             running = self.read(lambda c: c.execute(q.COUNT_RUNNING).fetchone()[0])
             if running >= request.global_cap:
                 return ClaimResult([], True)
-        return _claim_result(self.write(_spread_work(request, now_ms), "claim"))
+        result = _claim_result(self.write(_spread_work(request, now_ms), "claim"))
+        result.mark = mark
+        return result
 
     def finalize_and_claim(
         self, outcomes: Sequence[Outcome], now_ms: int, claim: ClaimRequest | SpreadRequest
@@ -580,8 +599,13 @@ class SqliteStore(ScheduleOps, WorkerOps):
                 if conn.in_transaction:
                     conn.execute("RELEASE refill")
 
+        mark = self.lock.mark()
         rows, taken = self.write(work, "finalize")
-        return rows, None if taken is None else _claim_result(taken)
+        if taken is None:
+            return rows, None
+        result = _claim_result(taken)
+        result.mark = mark
+        return rows, result
 
     def writer_busy(self) -> bool:
         """Whether a jobledger writer, in any process, is inside a write transaction on
