@@ -226,8 +226,9 @@ class Queries:
     # running count), joined with what it claimed. Each queue's head is locked first
     # (`heads`), the rows after it (`rest`) only while the heads leave slots: with a
     # LIMIT of its free slots each asked queue locked up to a cap's worth of rows, five
-    # times what the claim took at 1,000 queues (EXPLAIN (ANALYZE, WAL), 50 rows over
-    # 66 queues: 610 WAL records and 2.2 ms that way, 346 and 1.8 ms this way).
+    # times what the claim took at 1,000 queues (`bench/spread_claim.py --backend
+    # postgres`, 50 rows over 66 queues: 618 WAL records and 2.3 ms that way, 354 and
+    # 1.9 ms this way).
     CLAIM_SPREAD = (
         "WITH cand AS (SELECT c.queue, CASE WHEN qs.paused OR qs.rate_limit IS NOT NULL "
         "THEN -1000000000 ELSE coalesce(qs.concurrency, c.cap) END AS cap, c.ord, "

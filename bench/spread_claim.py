@@ -1,0 +1,214 @@
+"""The spread claim's statements alone, at many queues (issue 21; docs/benchmarks.md,
+"Many queues under one global cap").
+
+    python bench/spread_claim.py                     # SQLite, 1,000 queues
+    python bench/spread_claim.py --queues 5000
+    python bench/spread_claim.py --backend postgres  # EXPLAIN (ANALYZE, WAL) of the claim
+
+`-n` jobs (20,000) over `--queues` queues, written as `--arrival` says (`grouped`: each
+queue's jobs together; `interleaved`: job i to queue i % Q). Then, SQLite:
+
+* `heads` / `windowed`: claiming `--take` rows over the first `--take + 16` queues (the
+  engine asks `SPREAD_SLACK` = 16 queues more than it may take), each queue with 5 free
+  slots, inside BEGIN IMMEDIATE .. ROLLBACK, through the store's own spread claim (each
+  queue's head first, `_spread_rows`) and through the windowed statement alone
+  (`spread_claim_sql`, which the store now runs only for second and later rows);
+* `cycle`: the claim of `--take` rows and its COMMIT, then their finalize and its COMMIT,
+  round after round over the queues in turn: what the pages a claim touches cost at
+  commit (one queue's rows share pages; with grouped arrival the heads of different
+  queues do not).
+
+PostgreSQL: the spread claim statement (`CLAIM_SPREAD`) under EXPLAIN (ANALYZE, WAL),
+rolled back: its execution time and the WAL records it writes (row locks included).
+Medians of `--reps` runs; JSON lines, then a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sqlite3
+import statistics
+import time
+import uuid
+from typing import Any
+
+from _common import NOOP, emit, fresh_dir, jl
+from jobledger._storage.interface import SpreadRequest
+
+SLACK = 16
+FREE = 5
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--backend", choices=("sqlite", "postgres"), default="sqlite")
+    p.add_argument("--queues", type=int, default=1000)
+    p.add_argument("-n", type=int, default=20_000)
+    p.add_argument("--take", type=int, default=50, help="rows one claim takes")
+    p.add_argument("--reps", type=int, default=200)
+    p.add_argument("--arrival", choices=("grouped", "interleaved"), default="grouped")
+    p.add_argument("--dsn", default="postgresql://postgres@127.0.0.1:5432/test")
+    args = p.parse_args()
+    if args.backend == "sqlite":
+        with fresh_dir() as d:
+            path = os.path.join(d, "jobs.db")
+            fill(path, args)
+            results = sqlite_case(path, args)
+    else:
+        results = postgres_case(args)
+    for name, value in results.items():
+        emit(f"spread_claim_{name}", "jobledger", "NORMAL", backend=args.backend,
+             queues=args.queues, take=args.take, arrival=args.arrival, **value)  # fmt: skip
+    print()
+    print(f"spread claim, {args.backend}, {args.queues:,} queues, {args.take} rows a claim, "
+          f"arrival {args.arrival}")  # fmt: skip
+    print()
+    print("| measure | median |")
+    print("|---|---:|")
+    for name, value in results.items():
+        shown = ", ".join(f"{k} {v}" for k, v in value.items())
+        print(f"| {name} | {shown} |")
+
+
+def fill(target: str, args: argparse.Namespace) -> None:
+    producer = jl.JobManager(target, startup_delay=0)
+    queues = args.queues
+    try:
+        if args.arrival == "interleaved":
+
+            @producer.handler(NOOP, recovery="retry", queue=lambda x: f"kb.{x['kb']}")
+            async def unused(ctx: jl.JobContext[dict[str, Any]]) -> None:
+                raise AssertionError("the producer never starts")
+
+            for start in range(0, args.n, 1000):
+                stop = min(args.n, start + 1000)
+                producer.enqueue_many(NOOP, [{"kb": i % queues} for i in range(start, stop)])
+            return
+        for qi in range(queues):
+            count = len(range(qi, args.n, queues))
+            for start in range(0, count, 1000):
+                size = min(1000, count - start)
+                producer.enqueue_many(NOOP, [{"kb": qi}] * size, queue=f"kb.{qi}")
+    finally:
+        asyncio.run(producer.stop())
+
+
+def sqlite_case(path: str, args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    from jobledger._storage.sqlite import queries as q
+    from jobledger._storage.sqlite.store import _spread_rows
+
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA synchronous = NORMAL")
+    now = int(time.time() * 1000) + 1
+    names = [f"kb.{i}" for i in range(args.queues)]
+    asked = [(name, FREE) for name in names[: args.take + SLACK]]
+    request = SpreadRequest(tuple(asked), 10**6, args.take, "bench", (NOOP.name,), (), False)
+
+    def heads() -> int:
+        return len(_spread_rows(conn, request, asked, args.take, now))
+
+    windowed_sql = q.spread_claim_sql(len(asked), 1)
+    windowed_params: list[Any] = ["bench", now, NOOP.name, args.take]
+    for name, free in asked:
+        windowed_params += (name, free)
+
+    def windowed() -> int:
+        return len(conn.execute(windowed_sql, windowed_params).fetchall())
+
+    out: dict[str, dict[str, Any]] = {}
+    for name, claim in (("heads", heads), ("windowed", windowed)):
+        times: list[float] = []
+        for _ in range(args.reps):
+            conn.execute("BEGIN IMMEDIATE")
+            started = time.perf_counter()
+            got = claim()
+            times.append(time.perf_counter() - started)
+            conn.execute("ROLLBACK")
+        out[name] = {"us": round(statistics.median(times) * 1e6, 1), "rows": got}
+    out["cycle"] = cycle(conn, args, names, now)
+    return out
+
+
+def cycle(
+    conn: sqlite3.Connection, args: argparse.Namespace, names: list[str], now: int
+) -> dict[str, Any]:
+    """Claim `take` rows (heads first) and commit, finalize them and commit, moving on
+    through the queues in turn, as the engine's turns do."""
+    from jobledger._storage.sqlite.store import _spread_rows
+
+    finish = "UPDATE jobs SET status = 'completed', finished_at = ?, updated_at = ? WHERE rowid = ?"
+    width = args.take + SLACK
+    claims: list[float] = []
+    finals: list[float] = []
+    at = 0
+    for _ in range(min(args.reps, args.n // args.take - 1)):
+        turn = (names[at:] + names[:at])[:width] if len(names) > 1 else names
+        at = (at + args.take) % len(names)
+        asked = [(name, FREE if len(names) > 1 else args.take) for name in turn]
+        request = SpreadRequest(tuple(asked), 10**6, args.take, "bench", (NOOP.name,), (), False)
+        started = time.perf_counter()
+        conn.execute("BEGIN IMMEDIATE")
+        rows = _spread_rows(conn, request, asked, args.take, now)
+        conn.execute("COMMIT")
+        claimed = time.perf_counter()
+        conn.execute("BEGIN IMMEDIATE")
+        conn.executemany(finish, [(now + 5, now + 5, r[0]) for r in rows])
+        conn.execute("COMMIT")
+        claims.append(claimed - started)
+        finals.append(time.perf_counter() - claimed)
+    return {
+        "claim_commit_us": round(statistics.median(claims) * 1e6, 1),
+        "finalize_commit_us": round(statistics.median(finals) * 1e6, 1),
+    }
+
+
+def postgres_case(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    import psycopg
+
+    from jobledger._storage.postgres.queries import Queries
+
+    schema = f"jlsc_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(args.dsn, autocommit=True) as admin:
+        admin.execute(f'CREATE SCHEMA "{schema}"')
+    try:
+        sep = "&" if "?" in args.dsn else "?"
+        fill(f"{args.dsn}{sep}schema={schema}", args)
+        conn = psycopg.connect(args.dsn, autocommit=True)
+        conn.execute(f'ANALYZE "{schema}".jobs')
+        sql = "EXPLAIN (ANALYZE, WAL, FORMAT JSON) " + Queries(schema).CLAIM_SPREAD
+        names = [f"kb.{i}" for i in range(min(args.queues, args.take + SLACK))]
+        params = {
+            "names": names,
+            "caps": [FREE] * len(names),
+            "excluded": [],
+            "now": int(time.time() * 1000) + 1,
+            "types": [NOOP.name],
+            "gcap": 10**6,
+            "limit": args.take,
+            "worker": "bench",
+        }
+        times: list[float] = []
+        wal: list[int] = []
+        for _ in range(min(args.reps, 50)):
+            with conn.transaction(force_rollback=True):
+                plan = conn.execute(sql, params).fetchone()[0]
+            plan = plan if isinstance(plan, list) else json.loads(plan)
+            times.append(float(plan[0]["Execution Time"]))
+            wal.append(int(plan[0]["Plan"].get("WAL Records", 0)))
+        conn.close()
+    finally:
+        with psycopg.connect(args.dsn, autocommit=True) as admin:
+            admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
+    return {
+        "claim_statement": {
+            "ms": round(statistics.median(times), 3),
+            "wal_records": int(statistics.median(wal)),
+        }
+    }
+
+
+if __name__ == "__main__":
+    main()
