@@ -617,19 +617,14 @@ class Engine:
         """`async with ctx.transaction()`'s group commit on this loop (a store that
         offers one: SQLite), made on first use; None when called off the loop."""
         loop = self.loop
-        if loop is None:
-            return None
-        try:
-            if asyncio.get_running_loop() is not loop:
-                return None
-        except RuntimeError:
+        if loop is None or asyncio._get_running_loop() is not loop:
             return None
         committer = self._group_committer
         if committer is None:
             make = getattr(self.store, "group_tx", None)
             if make is None:
                 return None
-            committer = self._group_committer = GroupCommitter(make(), loop)
+            committer = self._group_committer = GroupCommitter(make(), loop, self.now_ms)
         return committer
 
     def completion_in_tx(self, attempt: Attempt, value: Any) -> Outcome:
