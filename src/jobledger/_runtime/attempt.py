@@ -218,7 +218,7 @@ class Attempt:
                 params={"job_id": self.job_id},
             )
         self.tx_opened = True
-        if self.token.is_set():
+        if self.token.reason is not None:  # fired (`token.is_set()`, inline)
             raise self._claim_lost()
 
     @contextmanager
