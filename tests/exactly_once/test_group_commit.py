@@ -10,7 +10,7 @@ import asyncio
 import sqlite3
 from collections.abc import Callable
 from contextvars import Context
-from typing import Any
+from typing import Any, TypeVarTuple
 
 import pydantic
 
@@ -605,13 +605,19 @@ def test_blocks_wait_their_turn_and_a_cancelled_waiter_gives_its_place_up(
     _assert_exact(db)
 
 
+_Ts = TypeVarTuple("_Ts")
+
+
 class _LateCommits(asyncio.SelectorEventLoop):
     """A loop that runs a group's commit (`GroupCommitter._tick`) a few milliseconds
     after it was queued, where asyncio runs it before the blocks' tasks resume: a loop
     free to order its callbacks otherwise."""
 
     def call_soon(
-        self, callback: Callable[..., object], *args: Any, context: Context | None = None
+        self,
+        callback: Callable[[*_Ts], object],
+        *args: *_Ts,
+        context: Context | None = None,
     ) -> asyncio.Handle:
         if getattr(callback, "__name__", "") == "_tick":
             return self.call_later(0.005, callback, *args, context=context)
