@@ -20,8 +20,19 @@ import statistics
 import time
 from typing import Any
 
-import jobledger as jl
-from _common import Counter, Stopwatch, base_parser, emit, fresh_dir, prefill, rate, wait_completed
+# `jl` from `_common`, which puts this checkout's src first on sys.path: imported
+# directly, jobledger came from wherever the interpreter installed it.
+from _common import (
+    Counter,
+    Stopwatch,
+    base_parser,
+    emit,
+    fresh_dir,
+    jl,
+    prefill,
+    rate,
+    wait_completed,
+)
 
 NOOP = jl.JobType("bench.noop", dict)
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from typing import Any
+from collections.abc import Callable
+from contextvars import Context
+from typing import Any, TypeVarTuple
 
 import pydantic
 
@@ -600,4 +602,67 @@ def test_blocks_wait_their_turn_and_a_cancelled_waiter_gives_its_place_up(
     ]
     assert [a.outcome for a in jobs.attempts(done[0].id)] == ["retry", "completed"]
     assert _ledger(db) == [0, 2]  # nothing of the cancelled waiter's
+    _assert_exact(db)
+
+
+_Ts = TypeVarTuple("_Ts")
+
+
+class _LateCommits(asyncio.SelectorEventLoop):
+    """A loop that runs a group's commit (`GroupCommitter._tick`) a few milliseconds
+    after it was queued, where asyncio runs it before the blocks' tasks resume: a loop
+    free to order its callbacks otherwise."""
+
+    def call_soon(
+        self,
+        callback: Callable[[*_Ts], object],
+        *args: *_Ts,
+        context: Context | None = None,
+    ) -> asyncio.Handle:
+        if getattr(callback, "__name__", "") == "_tick":
+            return self.call_later(0.005, callback, *args, context=context)
+        return super().call_soon(callback, *args, context=context)
+
+
+def test_a_block_returns_after_its_commit_on_a_loop_that_runs_the_commit_late(
+    db_path: str,
+) -> None:
+    """A block's task resumes before its group's commit ran: its `async with` still
+    returns only once that commit is over (a reader sees the job completed and its row),
+    and a commit that fails still fails every block of it. SQLite's group only."""
+    db = db_path
+    jobs = _setup(db)
+    with jobs.write_tx() as tx:
+        tx.execute("CREATE TABLE parent (id INTEGER PRIMARY KEY)")
+        tx.execute(
+            "CREATE TABLE child (id INTEGER PRIMARY KEY, parent_id INTEGER "
+            "REFERENCES parent(id) DEFERRABLE INITIALLY DEFERRED)"
+        )
+    sql = _insert(db)
+    after: dict[int, list[tuple[str | None, int]]] = {}
+
+    @jobs.handler(ENTRY, recovery="retry", concurrency=20, retry=fast_retry(3))
+    async def entry(ctx: jl.JobContext[Entry]) -> None:
+        n = ctx.payload.n
+        async with ctx.transaction() as tx:
+            tx.execute(sql, (n, ctx.attempt))
+            if n == 7 and ctx.attempt == 0:  # COMMIT refuses it: its group fails whole
+                tx.execute("INSERT INTO child (id, parent_id) VALUES (1, 999)")
+        snap = jobs.get(ctx.job_id)
+        rows = db_rows(db, f"SELECT count(*) FROM ledger WHERE n = {n}")
+        after.setdefault(n, []).append((None if snap is None else str(snap.status), rows[0][0]))
+
+    handles = jobs.enqueue_many(ENTRY, [Entry(n=i) for i in range(40)])
+
+    async def main() -> list[jl.JobSnapshot]:
+        async with jobs:
+            return list(await asyncio.gather(*(h.finished for h in handles)))
+
+    with asyncio.Runner(loop_factory=_LateCommits) as runner:
+        done = runner.run(asyncio.wait_for(main(), 30))
+    assert {s.status for s in done} == {jl.JobStatus.COMPLETED}
+    assert _ledger(db) == list(range(40))
+    # Code after each block ran once, after its commit (a failed commit raised instead).
+    assert after == {n: [("completed", 1)] for n in range(40)}
+    assert [a.outcome for a in jobs.attempts(done[7].id)] == ["retry", "completed"]
     _assert_exact(db)

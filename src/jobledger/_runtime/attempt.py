@@ -218,7 +218,7 @@ class Attempt:
                 params={"job_id": self.job_id},
             )
         self.tx_opened = True
-        if self.token.is_set():
+        if self.token.reason is not None:  # fired (`token.is_set()`, inline)
             raise self._claim_lost()
 
     @contextmanager
@@ -253,75 +253,62 @@ class Attempt:
             except Exception:
                 log.exception("an after-commit callback of job %s failed", self.job_id)
 
-    def group_committer(self) -> GroupCommitter | None:
-        """The loop's group commit for `async with ctx.transaction()`, or None where
-        blocks commit on their own (PostgreSQL; a handler off the engine's loop)."""
-        return self._engine.group_committer()
-
     def enter_group_tx(self, committer: GroupCommitter) -> JobTransaction:
-        """`async with ctx.transaction()` on SQLite, once `committer.acquire()` gave this
-        block its turn (`_open_tx_check` first): a savepoint of the group transaction
-        the blocks of this loop share (`GroupCommitter`). Not a coroutine, as
-        `exit_group_tx`: `async with` awaits the turn itself."""
-        if self.token.is_set():
-            committer.end(keep=False)
+        """`async with ctx.transaction()` on SQLite, once `committer` gave this block its
+        turn (`_open_tx_check` first): a savepoint of the group transaction the blocks
+        of this loop share (`GroupCommitter`). Not a coroutine, as `exit_group_tx`:
+        `async with` awaits the turn itself."""
+        if self.token.reason is not None:  # fired (`token.is_set()`, inline)
+            committer.end(False)
             raise self._claim_lost()
         conn = committer.begin()
-        tx = JobTransaction(conn, self._engine.store)
-        committer.current = tx
-        self.tx_backstop = self._timeout_backstop()
+        tx = committer.current = JobTransaction(conn, self._engine.store, self)
+        job = self.job
+        if job is not None and job.timeout_ms is not None:
+            self.tx_backstop = self._timeout_backstop()
         return tx
 
-    def exit_group_tx(
-        self, committer: GroupCommitter, tx: JobTransaction, failed: bool
-    ) -> asyncio.Future[None] | None:
+    def exit_group_tx(self, committer: GroupCommitter, tx: JobTransaction, failed: bool) -> bool:
         """Close the block: keep it (its fence checked in its savepoint; the group's
-        commit writes its finalize) and return that commit's future, which the caller
-        awaits before `after_group_commit`; or roll it back (`failed`: the block raised,
-        and that exception goes on; None). Not a coroutine: `async with` awaits the
-        future itself, one frame fewer on the way back from the commit."""
+        commit, queued by `committer.end`, writes its finalize and sets `tx.result`),
+        True; or roll it back (`failed`: the block raised, and that exception goes on),
+        False. Not a coroutine: `async with` waits for the commit itself."""
         tx._open = False
-        backstop, self.tx_backstop = self.tx_backstop, None
+        backstop = self.tx_backstop
         if backstop is not None:
+            self.tx_backstop = None
             backstop.cancel()
         if failed:
-            committer.end(keep=False)
-            return None
+            committer.end(False)
+            return False
         if tx.spoiled:
-            committer.end(keep=False)
+            committer.end(False)
             raise spoiled_error()
-        if self.token.is_set():
-            committer.end(keep=False)
+        if self.token.reason is not None:
+            committer.end(False)
             raise self._claim_lost()
-        engine = self._engine
         try:
-            outcome = engine.completion_in_tx(self, tx.output)
+            outcome = self._engine.completion_in_tx(self, tx.output)
             # The fence, checked under the write lock the group holds until its commit
             # (which writes the finalize, batched with the group's others): nothing can
             # change the row in between (`_storage/sqlite/group.py`). Proven without a
             # read by the claim's mark when nothing wrote since the claim.
             holds = committer.group.fence_holds(outcome, self.fence_mark)
         except BaseException:
-            committer.end(keep=False)
+            committer.end(False)
             raise
         if not holds:
-            committer.end(keep=False)
+            committer.end(False)
             raise self._claim_lost()
-        # Set before the commit it awaits: the commit runs at the end of this turn of the
-        # loop, before the engine can see this handler end (a cancel included); it sets
-        # the row (APPLIED until then), and a failed one clears it
-        # (`GroupCommitter._flushed`).
+        # Set before the commit it waits for: the commit runs at the end of this turn of
+        # the loop, before the engine can see this handler end (a cancel included); it
+        # sets the row when one was read (APPLIED until then), and a failed one clears
+        # it (`GroupCommitter._flushed`).
         self.committed = (outcome, APPLIED)
-        future = committer.end(True, self, outcome, engine.now_ms())
-        if future is None:  # spoiled while finalizing: nothing of it is kept
+        if not committer.end(True, tx, outcome):  # spoiled while finalizing: not kept
             self.committed = None
             raise spoiled_error()
-        return future
-
-    def after_group_commit(self, tx: JobTransaction) -> None:
-        """The block's commit is over: its after-commit callbacks run."""
-        if tx._after_commit:
-            self._after_commit(tx)
+        return True
 
     def _timeout_backstop(self) -> threading.Timer | None:
         """A timer that fires the token at the job's timeout from a thread of its own.

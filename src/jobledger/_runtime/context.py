@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Generator, Mapping
 from types import MappingProxyType, TracebackType
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, cast
 
+from jobledger._runtime.transactions import COMMITTED, TURN
 from jobledger.errors import JobCancelled
 
 if TYPE_CHECKING:
@@ -244,11 +245,11 @@ class TransactionBlock:
         return self._sync.__exit__(exc_type, exc, tb)
 
     async def __aenter__(self) -> JobTransaction:
-        committer = self._attempt.group_committer()
+        attempt = self._attempt
+        committer = attempt._engine.group_committer()
         if committer is None:
             return self.__enter__()
         self._committer = committer
-        attempt = self._attempt
         attempt._open_tx_check()
         if not committer.take():
             await committer.acquire()
@@ -261,14 +262,20 @@ class TransactionBlock:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool | None:
-        if self._committer is None:
+        committer = self._committer
+        if committer is None:
             return self.__exit__(exc_type, exc, tb)
         tx = self._tx
         assert tx is not None
-        future = self._attempt.exit_group_tx(self._committer, tx, failed=exc is not None)
-        if future is not None:
-            await future
-            self._attempt.after_group_commit(tx)
+        if self._attempt.exit_group_tx(committer, tx, exc is not None):
+            # The commit was queued before this task gives the loop its turn, so it is
+            # over when the task resumes (one suspension, no future of its own);
+            # `committed` waits only where it is not, and raises what failed it.
+            await TURN
+            if tx._result is not COMMITTED:
+                await committer.committed(tx)
+            if tx._after_commit:
+                self._attempt._after_commit(tx)
         return None
 
 

@@ -617,32 +617,24 @@ class Engine:
         """`async with ctx.transaction()`'s group commit on this loop (a store that
         offers one: SQLite), made on first use; None when called off the loop."""
         loop = self.loop
-        if loop is None:
-            return None
-        try:
-            if asyncio.get_running_loop() is not loop:
-                return None
-        except RuntimeError:
+        if loop is None or asyncio._get_running_loop() is not loop:
             return None
         committer = self._group_committer
         if committer is None:
             make = getattr(self.store, "group_tx", None)
             if make is None:
                 return None
-            committer = self._group_committer = GroupCommitter(make(), loop)
+            committer = self._group_committer = GroupCommitter(make(), loop, self.now_ms)
         return committer
 
     def completion_in_tx(self, attempt: Attempt, value: Any) -> Outcome:
         """The `completed` outcome `ctx.transaction()` commits (the output validated as a
         returned value is); a value that cannot be stored raises, rolling it back."""
-        assert attempt.job is not None  # set by `_start` before the handler runs
-        outcome, _ = self._completed(attempt, attempt.job, value)
-        if outcome.kind != "completed":
-            error = json.loads(outcome.error or "{}")
-            raise JobValidationError(
-                error.get("message", "the output cannot be stored"),
-                code=error.get("code", "JOB_OUTPUT_INVALID"),
-            )
+        output = encode_result(attempt.spec.encode_output, value)
+        if type(output) is not str:  # what `_completed` would fail the attempt with
+            error = cast(JobError, output)
+            raise JobValidationError(error.message, code=error.code)
+        outcome = self._outcome(attempt, "completed", output=output)[0]
         # Read back only when something here wants the row, as for any finalize
         # (`_flush`): a row not read answers APPLIED and settles by `_settle_unread`.
         outcome.want_row = self._wants_row(attempt)

@@ -38,15 +38,32 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import Any
 
-from jobledger._storage.interface import GroupCommit, Outcome, Store
+from jobledger._storage.interface import APPLIED, GroupCommit, Outcome, Store
 from jobledger.errors import JobError, StorageError
 
-__all__ = ["GroupCommitter", "JobTransaction", "WriteTx", "spoiled_error"]
+__all__ = ["COMMITTED", "TURN", "GroupCommitter", "JobTransaction", "WriteTx", "spoiled_error"]
 
 _UNSET: Any = object()
+
+# `JobTransaction._result` of a block whose group committed.
+COMMITTED: Any = True
+
+
+class _Turn:
+    """`await TURN` gives the loop one turn, as `asyncio.sleep(0)` does, without its
+    frames: a bare yield, so the task's next step is queued behind every callback
+    queued before it (a group's commit, `GroupCommitter.end`)."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[None, None, None]:
+        yield
+
+
+TURN = _Turn()
 
 
 class WriteTx:
@@ -79,12 +96,22 @@ class JobTransaction(WriteTx):
     Use `jobs.enqueue_tx(tx, ...)` for follow-up jobs and `tx.set_output(value)` for the
     job's output (validated as a returned value would be, at the commit)."""
 
-    __slots__ = ("output", "spoiled")
+    __slots__ = ("_attempt", "_result", "_waiter", "output", "spoiled")
 
-    def __init__(self, conn: Any, store: Store) -> None:
-        super().__init__(conn, store)
+    def __init__(self, conn: Any, store: Store, attempt: Any = None) -> None:
+        # `WriteTx.__init__`'s fields set here, not through it: one call fewer a block.
+        self.conn = conn
+        self._after_commit: list[Callable[[], None]] = []
+        self._store = store
+        self._open = True
         self.output: Any = None
         self.spoiled = False
+        # In a group (`GroupCommitter`): the attempt it completes; once its commit is
+        # over, `_result` is COMMITTED or the error that failed it (None until then);
+        # `_waiter`, a future made only if the block's task got its turn before that.
+        self._attempt = attempt
+        self._result: Any = None
+        self._waiter: asyncio.Future[None] | None = None
 
     def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> Any:
         if self.spoiled:
@@ -114,14 +141,15 @@ class GroupCommitter:
     """The async blocks of one event loop and the store's `GroupTx` they share.
 
     `take()` or `acquire()` gives the next block its turn (one at a time), `begin()`
-    its savepoint of the group; `end()` releases it and
-    returns the future of the commit that will hold it (and write its finalize); the
-    commit runs at the end of this turn of the loop (`call_soon`), or earlier when
-    anything else writes."""
+    its savepoint of the group; `end()` releases it, and a kept block is written by the
+    commit that runs at the end of this turn of the loop (`call_soon`), or earlier when
+    anything else writes; that commit sets the block's `_result` (`_flushed`)."""
 
     __slots__ = ("_held", "_loop", "_scheduled", "_waiting", "current", "group")
 
-    def __init__(self, group: GroupCommit, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, group: GroupCommit, loop: asyncio.AbstractEventLoop, now_ms: Callable[[], int]
+    ) -> None:
         self.group = group
         self._loop = loop
         # One block at a time, in the order they asked (asyncio.Lock's rule): `_held`
@@ -132,6 +160,7 @@ class GroupCommitter:
         self.current: JobTransaction | None = None
         group.on_flushed = self._flushed
         group.spoil = self._spoil
+        group.now_ms = now_ms
 
     async def acquire(self) -> None:
         """Wait for the block's turn (`take` said to)."""
@@ -170,26 +199,36 @@ class GroupCommitter:
             raise
 
     def end(
-        self, keep: bool, attempt: Any = None, outcome: Outcome | None = None, now_ms: int = 0
-    ) -> asyncio.Future[None] | None:
-        """Close the current block; the future of its commit when kept (and not spoiled).
-        A kept block's `outcome` (its fence checked, `GroupCommit.fence_holds`) is written
-        by that commit, which sets `attempt.committed` to it and its row; a failed commit
-        clears `attempt.committed`."""
-        tx, self.current = self.current, None
-        keep = keep and (tx is None or not tx.spoiled)
-        future: asyncio.Future[None] | None = self._loop.create_future() if keep else None
+        self, keep: bool, tx: JobTransaction | None = None, outcome: Outcome | None = None
+    ) -> bool:
+        """Close the current block; whether it was kept (asked to, and not spoiled). A
+        kept block's `outcome` (its fence checked, `GroupCommit.fence_holds`) is written
+        by the commit, which sets `tx._result` and `tx._attempt.committed` (`_flushed`)."""
+        current, self.current = self.current, None
+        if current is not None and current.spoiled:
+            keep = False
         try:
-            kept = self.group.end_block(keep, outcome, (future, attempt, outcome), now_ms)
+            kept = self.group.end_block(keep, outcome, tx)
         finally:
-            self._release()
-        self._schedule()
-        return future if kept else None
-
-    def _schedule(self) -> None:
+            if self._waiting:
+                self._release()
+            else:
+                self._held = False
         if not self._scheduled:
             self._scheduled = True
             self._loop.call_soon(self._tick)
+        return kept
+
+    async def committed(self, tx: JobTransaction) -> None:
+        """Return once the kept block's commit is over; raise what failed it. `end`
+        queued the commit before the block's task gives the loop its turn (`TURN`), so
+        on a loop that runs callbacks in order it is over when that task resumes, and
+        the caller needs this only when `tx._result` is not COMMITTED."""
+        if tx._result is None:  # a loop that did not run the commit first: wait for it
+            waiter = tx._waiter = self._loop.create_future()
+            await waiter
+        if tx._result is not COMMITTED:
+            raise tx._result
 
     def _tick(self) -> None:
         # Every turn of the loop ends committed: a block still open here awaited inside
@@ -202,16 +241,26 @@ class GroupCommitter:
             self.current.spoiled = True
             self.current._open = False
 
-    def _flushed(self, error: BaseException | None, done: list[tuple[Any, Any]]) -> None:
-        failure: BaseException | None = error
-        if error is not None and not isinstance(error, JobError):
+    def _flushed(self, error: BaseException | None, waiters: list[Any], rows: list[Any]) -> None:
+        if error is None:
+            for tx, row in zip(waiters, rows, strict=True):
+                if row is not APPLIED:  # read back for a waiter: the settling hands it on
+                    attempt = tx._attempt
+                    attempt.committed = (attempt.committed[0], row)
+                tx._result = COMMITTED
+                if tx._waiter is not None:
+                    _wake(tx._waiter)
+            return
+        failure = error
+        if not isinstance(error, JobError):
             failure = StorageError(f"ctx.transaction (group commit): {error!r}")
-        for (future, attempt, outcome), row in done:
-            if attempt is not None:
-                attempt.committed = None if failure is not None else (outcome, row)
-            if future is None or future.done():
-                continue
-            if failure is None:
-                future.set_result(None)
-            else:
-                future.set_exception(failure)
+        for tx in waiters:
+            tx._attempt.committed = None
+            tx._result = failure
+            if tx._waiter is not None:
+                _wake(tx._waiter)
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():  # its task may have been cancelled meanwhile
+        waiter.set_result(None)

@@ -440,19 +440,19 @@ class GroupCommit(Protocol):
     `SqliteStore.group_tx`; `_storage/sqlite/group.py` states the invariants). The
     runtime's `GroupCommitter` drives it: a block checks its job's fence with
     `fence_holds`, and `end_block` hands a kept block's completion to the flush, which
-    writes it before the COMMIT; `flush` reports to `on_flushed` each kept block's
-    waiter with its row, or a failed commit as a `StorageError` (no rows)."""
+    writes it before the COMMIT; `flush` reports to `on_flushed` the kept blocks'
+    waiters and their rows, or a failed commit as a `StorageError` (no rows); its
+    finalizes write the time `now_ms` gives at the commit."""
 
     active: bool
     in_block: bool
-    on_flushed: Callable[[BaseException | None, list[tuple[Any, JobRow | None]]], None] | None
+    on_flushed: Callable[[BaseException | None, list[Any], list[JobRow | None]], None] | None
     spoil: Callable[[], None] | None
+    now_ms: Callable[[], int]
 
     def begin_block(self) -> Any: ...
     def fence_holds(self, outcome: Outcome, mark: Any = None) -> bool: ...
-    def end_block(
-        self, keep: bool, outcome: Outcome | None = None, waiter: Any = None, now_ms: int = 0
-    ) -> bool: ...
+    def end_block(self, keep: bool, outcome: Outcome | None = None, waiter: Any = None) -> bool: ...
     def flush(self) -> None: ...
 
 

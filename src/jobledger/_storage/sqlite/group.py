@@ -55,6 +55,7 @@ from __future__ import annotations
 import itertools
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any
@@ -75,9 +76,9 @@ _DATA_VERSION = "PRAGMA data_version"
 # `finalize_work(conn, outcomes, now_ms)`: the store's finalize statements, one row (or
 # None where the fence missed) per outcome.
 FinalizeWork = Callable[[sqlite3.Connection, list[Outcome], int], list[JobRow | None]]
-# What `on_flushed` gets: the error (None: committed) and each kept block's waiter with
-# its job's row (None when the commit failed).
-Flushed = Callable[[BaseException | None, list[tuple[Any, JobRow | None]]], None]
+# What `on_flushed` gets: the error (None: committed), the kept blocks' waiters and their
+# jobs' rows, in the same order (None each when the commit failed).
+Flushed = Callable[[BaseException | None, list[Any], list[JobRow | None]], None]
 
 
 # Every WriterLock's epochs, drawn from one counter: a value names one stretch of one
@@ -152,13 +153,14 @@ class GroupTx:
         "_cursor",
         "_finalize",
         "_lock",
-        "_now_ms",
-        "_pending",
+        "_outcomes",
         "_tx",
         "_version",
+        "_waiters",
         "active",
         "busy",
         "in_block",
+        "now_ms",
         "on_flushed",
         "owner",
         "spoil",
@@ -181,9 +183,10 @@ class GroupTx:
         # cursor, not a new one each (`Connection.execute` makes one per call).
         self._cursor: sqlite3.Cursor | None = None
         self._version = -1  # the open group's data_version, read at its BEGIN
-        # The kept blocks' finalizes (each with its waiter), written by the flush.
-        self._pending: list[tuple[Outcome, Any]] = []
-        self._now_ms = 0
+        # The kept blocks' finalizes and their waiters (the same order), written by the
+        # flush.
+        self._outcomes: list[Outcome] = []
+        self._waiters: list[Any] = []
         self.active = False
         self.busy = False  # the group's own statements: entering the lock must not flush
         self.in_block = False
@@ -192,6 +195,9 @@ class GroupTx:
         # and when an open block is rolled back by a flush.
         self.on_flushed: Flushed | None = None
         self.spoil: Callable[[], None] | None = None
+        # The time the flush's finalizes write (epoch ms), read once per commit, as the
+        # engine's finalize reads it once per batch.
+        self.now_ms: Callable[[], int] = _now_ms
 
     def begin_block(self) -> sqlite3.Connection:
         """Open the group if it is not (BEGIN IMMEDIATE, the lock held), then a
@@ -247,9 +253,7 @@ class GroupTx:
         fence = (key, outcome.job_id, outcome.worker_id, outcome.attempt)
         return conn.execute(q.FENCE_HOLDS, fence).fetchone() is not None
 
-    def end_block(
-        self, keep: bool, outcome: Outcome | None = None, waiter: Any = None, now_ms: int = 0
-    ) -> bool:
+    def end_block(self, keep: bool, outcome: Outcome | None = None, waiter: Any = None) -> bool:
         """Release the block's savepoint into the group, or roll it back. A kept block's
         `outcome` (its fence checked by `fence_holds`) is finalized by the flush, which
         hands `waiter` its row. Whether the block was kept."""
@@ -263,9 +267,8 @@ class GroupTx:
         finally:
             self.in_block = False
         if keep and outcome is not None:
-            self._pending.append((outcome, waiter))
-            if now_ms > self._now_ms:
-                self._now_ms = now_ms
+            self._outcomes.append(outcome)
+            self._waiters.append(waiter)
         return keep
 
     def flush(self) -> None:
@@ -275,8 +278,9 @@ class GroupTx:
             return
         self.busy = True
         error: BaseException | None = None
-        pending, self._pending = self._pending, []
-        rows: list[JobRow | None] = [None] * len(pending)
+        outcomes, self._outcomes = self._outcomes, []
+        waiters, self._waiters = self._waiters, []
+        rows: list[JobRow | None] = [None] * len(outcomes)
         try:
             if self.in_block:
                 self.end_block(keep=False)
@@ -285,13 +289,12 @@ class GroupTx:
             wtx, self._tx = self._tx, None
             assert wtx is not None
             try:
-                if pending:
-                    now_ms, self._now_ms = self._now_ms, 0
-                    rows = self._finalize(self._conn_of(), [o for o, _ in pending], now_ms)
-                    if any(r is None for r in rows):
-                        raise _fence_moved(pending, rows)
+                if outcomes:
+                    rows = self._finalize(self._conn_of(), outcomes, self.now_ms())
+                    if None in rows:  # rows are tuples or APPLIED: no other == None
+                        raise _fence_moved(outcomes, rows)
             except BaseException as exc:
-                rows = [None] * len(pending)
+                rows = [None] * len(outcomes)
                 wtx.__exit__(type(exc), exc, exc.__traceback__)  # rolls the group back
                 error = exc
                 if isinstance(exc, sqlite3.Error):
@@ -300,10 +303,10 @@ class GroupTx:
                 try:
                     wtx.__exit__(None, None, None)
                 except sqlite3.Error as exc:  # the commit failed: the group was rolled back
-                    rows = [None] * len(pending)
+                    rows = [None] * len(outcomes)
                     error = tx.storage_error(exc, "ctx.transaction (group commit)")
                 except BaseException as exc:
-                    rows = [None] * len(pending)
+                    rows = [None] * len(outcomes)
                     error = exc
         finally:
             self.active = False
@@ -313,17 +316,21 @@ class GroupTx:
             self._lock.release()
         callback = self.on_flushed
         if callback is not None:
-            callback(error, [(w, r) for (_, w), r in zip(pending, rows, strict=True)])
+            callback(error, waiters, rows)
 
     def __repr__(self) -> str:
         state: Any = "open" if self.active else "idle"
         return f"GroupTx({state}, in_block={self.in_block})"
 
 
-def _fence_moved(pending: list[tuple[Outcome, Any]], rows: list[JobRow | None]) -> StorageError:
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _fence_moved(outcomes: list[Outcome], rows: list[JobRow | None]) -> StorageError:
     """The error of a group whose finalize missed a fence `fence_holds` had seen hold:
     a block's own statements changed a job row of the group (nothing else can)."""
-    missed = [o.job_id for (o, _), r in zip(pending, rows, strict=True) if r is None]
+    missed = [o.job_id for o, r in zip(outcomes, rows, strict=True) if r is None]
     return StorageError(
         "ctx.transaction (group commit): the row of job(s) "
         f"{', '.join(missed)} changed inside the group after its block checked the fence "
