@@ -186,18 +186,45 @@ def test_awaiting_inside_a_block_spoils_it_and_commits_nothing_of_it(db_path: st
     assert [a.outcome for a in jobs.attempts(done.id)] == ["retry", "completed"]
 
 
-def test_a_commit_that_fails_fails_every_block_of_it(db_path: str) -> None:
-    """A deferred foreign key makes COMMIT itself fail (a real SQLite refusal): the
-    blocks that shared it are all rolled back and retried; none is half-written. A group
-    commit is SQLite's."""
-    db = db_path
-    jobs = _setup(db)
+def _deferred_foreign_key(jobs: jl.JobManager) -> None:
+    """`child.parent_id` checked only at COMMIT: a block that inserts an orphan child
+    makes its group's COMMIT itself fail (a real SQLite refusal)."""
     with jobs.write_tx() as tx:
         tx.execute("CREATE TABLE parent (id INTEGER PRIMARY KEY)")
         tx.execute(
             "CREATE TABLE child (id INTEGER PRIMARY KEY, parent_id INTEGER "
             "REFERENCES parent(id) DEFERRABLE INITIALLY DEFERRED)"
         )
+
+
+def _assert_the_group_failed_whole(
+    db: str,
+    jobs: jl.JobManager,
+    done: list[jl.JobSnapshot],
+    attempts: dict[int, list[int]],
+    *,
+    moved: int,
+) -> None:
+    """A block's own SQL moved job `moved`'s row inside the group: the flush's fenced
+    finalize caught it, the whole group was rolled back and every job of it retried
+    once, each landing once; the kept counts stay exact."""
+    assert {s.status for s in done} == {jl.JobStatus.COMPLETED}
+    assert _ledger(db) == list(range(len(done)))
+    assert all(t == [0, 1] for t in attempts.values()), attempts
+    first = jobs.attempts(done[moved].id)[0]
+    assert first.outcome == "retry"
+    assert first.error is not None
+    assert "changed inside the group" in first.error.message
+    _assert_exact(db)
+
+
+def test_a_commit_that_fails_fails_every_block_of_it(db_path: str) -> None:
+    """A deferred foreign key makes COMMIT itself fail (a real SQLite refusal): the
+    blocks that shared it are all rolled back and retried; none is half-written. A group
+    commit is SQLite's."""
+    db = db_path
+    jobs = _setup(db)
+    _deferred_foreign_key(jobs)
     sql = _insert(db)
     attempts: dict[int, list[int]] = {}
     release = asyncio.Event()
@@ -345,14 +372,7 @@ def test_a_block_that_moves_another_blocks_row_fails_the_whole_group(db_path: st
     ids.update((i, h.id) for i, h in enumerate(handles))
 
     done = _all_released_at_once(jobs, handles, release)
-    assert {s.status for s in done} == {jl.JobStatus.COMPLETED}
-    assert _ledger(db) == list(range(10))
-    assert all(t == [0, 1] for t in attempts.values()), attempts  # the whole group retried
-    first = jobs.attempts(done[0].id)[0]
-    assert first.outcome == "retry"
-    assert first.error is not None
-    assert "changed inside the group" in first.error.message
-    _assert_exact(db)
+    _assert_the_group_failed_whole(db, jobs, done, attempts, moved=0)
 
 
 def test_a_large_group_with_failing_blocks_keeps_each_blocks_promise(db_path: str) -> None:
@@ -546,14 +566,7 @@ def test_a_block_that_moves_its_own_proven_row_fails_the_whole_group(db_path: st
             return list(await asyncio.gather(*(h.finished for h in handles)))
 
     done = run(main())
-    assert {s.status for s in done} == {jl.JobStatus.COMPLETED}
-    assert _ledger(db) == list(range(10))
-    assert all(t == [0, 1] for t in attempts.values()), attempts  # the whole group retried
-    first = jobs.attempts(done[5].id)[0]
-    assert first.outcome == "retry"
-    assert first.error is not None
-    assert "changed inside the group" in first.error.message
-    _assert_exact(db)
+    _assert_the_group_failed_whole(db, jobs, done, attempts, moved=5)
 
 
 def test_blocks_wait_their_turn_and_a_cancelled_waiter_gives_its_place_up(
@@ -632,12 +645,7 @@ def test_a_block_returns_after_its_commit_on_a_loop_that_runs_the_commit_late(
     and a commit that fails still fails every block of it. SQLite's group only."""
     db = db_path
     jobs = _setup(db)
-    with jobs.write_tx() as tx:
-        tx.execute("CREATE TABLE parent (id INTEGER PRIMARY KEY)")
-        tx.execute(
-            "CREATE TABLE child (id INTEGER PRIMARY KEY, parent_id INTEGER "
-            "REFERENCES parent(id) DEFERRABLE INITIALLY DEFERRED)"
-        )
+    _deferred_foreign_key(jobs)
     sql = _insert(db)
     after: dict[int, list[tuple[str | None, int]]] = {}
 

@@ -163,6 +163,20 @@ def spread_counts_sql(n_queues: int) -> str:
     return f"SELECT ({COUNT_RUNNING}), {each}"
 
 
+def _spread_filters(n_types: int, n_excluded: int) -> tuple[str, str, int]:
+    """The spread statements' type list (?3..) and excluded owners' clause, numbered
+    after ?1 worker and ?2 now, and the number of the next parameter."""
+    types = ",".join(f"?{3 + i}" for i in range(n_types))
+    base = 3 + n_types
+    excluded = (
+        "AND (enqueued_by IS NULL OR enqueued_by NOT IN "
+        f"({','.join(f'?{base + i}' for i in range(n_excluded))})) "
+        if n_excluded
+        else ""
+    )
+    return types, excluded, base + n_excluded
+
+
 @functools.cache
 def spread_heads_sql(n_types: int, n_excluded: int = 0) -> str:
     """Claim the head row of each queue named in a JSON array, in the array's order (the
@@ -177,15 +191,7 @@ def spread_heads_sql(n_types: int, n_excluded: int = 0) -> str:
     against 570 us). Parameters: ?1 worker, ?2 now, then the types, the excluded owners,
     the queues (JSON), the total limit. The outer `+status` is `claim_sql`'s.
     """
-    types = ",".join(f"?{3 + i}" for i in range(n_types))
-    base = 3 + n_types
-    excluded = (
-        "AND (enqueued_by IS NULL OR enqueued_by NOT IN "
-        f"({','.join(f'?{base + i}' for i in range(n_excluded))})) "
-        if n_excluded
-        else ""
-    )
-    names = base + n_excluded
+    types, excluded, names = _spread_filters(n_types, n_excluded)
     return (
         "UPDATE jobs SET status = 'running', worker_id = ?1, started_at = ?2, updated_at = ?2 "
         f"WHERE rowid IN (SELECT head.rowid FROM json_each(?{names}) AS turn "
@@ -209,15 +215,7 @@ def spread_claim_sql(n_queues: int, n_types: int, n_excluded: int = 0) -> str:
     Parameters: ?1 worker, ?2 now, then the types, the excluded owners, the total limit,
     then per queue its name and its limit. The outer `+status` is `claim_sql`'s.
     """
-    types = ",".join(f"?{3 + i}" for i in range(n_types))
-    base = 3 + n_types
-    excluded = (
-        "AND (enqueued_by IS NULL OR enqueued_by NOT IN "
-        f"({','.join(f'?{base + i}' for i in range(n_excluded))})) "
-        if n_excluded
-        else ""
-    )
-    total = base + n_excluded
+    types, excluded, total = _spread_filters(n_types, n_excluded)
     terms = []
     for i in range(n_queues):
         name, limit = total + 1 + 2 * i, total + 2 + 2 * i
