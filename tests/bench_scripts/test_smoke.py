@@ -30,6 +30,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
         ["otel.py", "-n", "100", "--repeat", "1"],
         ["exactly_once.py", "-n", "200", "--repeat", "1"],
         ["cpu.py", "--one", "jobledger", "-n", "100"],
+        ["spread_claim.py", "--queues", "20", "-n", "400", "--take", "10", "--reps", "5"],
     ],
     ids=lambda a: "-".join(a[:3]),
 )
