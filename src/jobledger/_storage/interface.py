@@ -19,6 +19,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, TypeVar
 
+from jobledger._core import ids
 from jobledger._core.search import Search, SearchField
 from jobledger._storage import layout as L
 
@@ -244,6 +245,15 @@ def retry_row(
     # old row's step name, and the store gives it the old row's edges from its ended
     # upstream jobs, so its `ctx.upstream` is the old one's.
     return (*fresh[: L.C_RETRY_OF], old[L.C_ID], None, old[L.C_STEP])
+
+
+def retry_rows(old: Sequence[JobRow], enqueued_by: str, now_ms: int) -> list[JobRow]:
+    """`retry_row` for each of `old` (`retry_many`), with ids of one millisecond in
+    `old`'s order."""
+    return [
+        retry_row(o, i, None, enqueued_by, now_ms)
+        for o, i in zip(old, ids.new_ids(now_ms, len(old)), strict=True)
+    ]
 
 
 @dataclass(frozen=True, slots=True)

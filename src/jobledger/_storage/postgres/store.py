@@ -93,6 +93,7 @@ from jobledger._storage.interface import (
     WorkflowHead,
     latest_versions,
     retry_row,
+    retry_rows,
     successor_key,
 )
 from jobledger._storage.observe import (
@@ -1299,12 +1300,7 @@ class PostgresStore(ScheduleOps, WorkerOps):
             def work(conn: Conn) -> builtins.list[JobRow]:
                 conn.execute(q.ADVISORY_XACT_LOCK, (q.retry_lock_key,))
                 old = conn.execute(sql, (list(flt.status), *params, limit)).fetchall()
-                new_ids = ids.new_ids(now_ms, len(old))
-                rows = [
-                    retry_row(o, i, None, enqueued_by, now_ms)
-                    for o, i in zip(old, new_ids, strict=True)
-                ]
-                return self._insert_retries(conn, rows)
+                return self._insert_retries(conn, retry_rows(old, enqueued_by, now_ms))
 
             return self.write(work, "retry_many")
 

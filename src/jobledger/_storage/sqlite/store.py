@@ -59,6 +59,7 @@ from jobledger._storage.interface import (
     fresh_row,
     latest_versions,
     retry_row,
+    retry_rows,
     successor_key,
 )
 from jobledger._storage.observe import (
@@ -909,12 +910,7 @@ class SqliteStore(ScheduleOps, WorkerOps):
 
         def work(conn: sqlite3.Connection) -> builtins.list[JobRow]:
             old = conn.execute(sql, (*params, limit)).fetchall()
-            new_ids = ids.new_ids(now_ms, len(old))
-            rows = [
-                retry_row(o, i, None, enqueued_by, now_ms)
-                for o, i in zip(old, new_ids, strict=True)
-            ]
-            return self._insert_retries(conn, rows)
+            return self._insert_retries(conn, retry_rows(old, enqueued_by, now_ms))
 
         return self.write(work, "retry_many")
 
