@@ -9,7 +9,10 @@ with an `async def` handler (concurrency 50) or a plain `def` one (concurrency 1
 with one INSERT (`bench/exactly_once.py`'s handler; its count minus `async` is what
 the block costs). `handles` is the async drain as a user awaits it (`bench/handles.py`): the handles
 `enqueue_many` returned, all awaited with `asyncio.gather` of `h.finished`; its count
-minus the `async` one is what awaiting the handles costs.
+minus the `async` one is what awaiting the handles costs. `floor` runs no jobledger at
+all: `n` futures gathered as `handles` gathers, resolved 50 a turn of the loop as a
+finalize batch resolves them; its per-job count is asyncio's own part of awaiting a
+handle, which no queue can take out.
 Callgrind's instruction count is stable on a busy machine, where wall time is not.
 
 `steady` (a third argument) keeps claims as large as they are outside callgrind. The
@@ -38,7 +41,25 @@ import jobledger as jl  # noqa: E402
 HOT = jl.JobType("hot.noop", dict)
 
 
+async def floor(n: int) -> None:
+    loop = asyncio.get_running_loop()
+
+    async def resolve(futures: list[asyncio.Future[int]]) -> None:
+        for start in range(0, n, 50):
+            for fut in futures[start : start + 50]:
+                fut.set_result(start)
+            await asyncio.sleep(0)
+
+    futures: list[asyncio.Future[int]] = [loop.create_future() for _ in range(n)]
+    task = loop.create_task(resolve(futures))
+    await asyncio.gather(*futures)
+    await task
+
+
 async def drain(n: int, kind: str) -> None:
+    if kind == "floor":
+        await floor(n)
+        return
     with tempfile.TemporaryDirectory() as d:
         jobs = jl.JobManager(os.path.join(d, "jobs.db"), startup_delay=0)
         done = asyncio.Event()

@@ -94,3 +94,16 @@ def test_the_peers_bench_runs_its_tiny_mode_for_jobledger(tmp_path: Path) -> Non
     assert summary["bench"] == "peers_summary"
     assert summary["failed"] == [], summary
     assert "| jobledger-sqlite |" in done.stdout
+
+
+@pytest.mark.parametrize("kind", ["handles", "floor"])
+def test_the_callgrind_drain_runs_outside_callgrind(kind: str) -> None:
+    """It prints nothing (valgrind counts); a run that ends is what can be checked."""
+    done = subprocess.run(
+        [sys.executable, "callgrind_drain.py", "200", kind, "steady"],
+        cwd=BENCH,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
 from jobledger._storage import layout as L
 from jobledger._storage.interface import APPLIED, JobRow, NewJob, OutcomeKind
-from tests.conformance import ConformantStore, claim, col, new_job, outcome
+from tests.conformance import Backend, ConformantStore, claim, col, new_job, outcome
 
 
 def _running(store: ConformantStore, job: NewJob | None = None, worker: str = "w1") -> NewJob:
@@ -256,3 +257,85 @@ def test_a_retry_of_a_cancel_requested_row_is_a_cancel(store: ConformantStore) -
         "retryable": False,
         "params": {"reason": "cancel"},
     }
+
+
+def test_an_outcome_with_its_claim_answers_the_row_as_read_back_whole(backend: Backend) -> None:
+    """`Outcome.claimed` lets a store build the terminal row from the claim (SQLite reads
+    back only the columns the claim lacks or that may have moved): the answer must be
+    the stored row, value for value and type for type, whatever moved while it ran."""
+    store = backend.store
+    backend.execute(
+        "INSERT INTO job_schedules (id, type, name, trigger, payload, catch_up, enabled, "
+        "metadata, created_at, updated_at) VALUES ('s-1', 't.a', '', '{}', '{}', '{}', 1, "
+        "'{}', 0, 0)"
+    )
+    parent = new_job()
+    store.enqueue([parent])
+    [first] = claim(store).jobs
+    store.finalize([outcome(first.id, "failed", error='{"code":"E"}')], 11_000)
+    # A re-run (`retry_job`): `retry_of` and another `enqueued_by`.
+    _, rerun = store.retry_job(parent.id, None, enqueued_by="retrier", now_ms=12_000)
+    rerun_id = col(rerun, L.C_ID)
+    keyed = new_job(
+        key="k-1",
+        parent=parent.id,
+        schedule="s-1",
+        priority=-3,
+        timeout_ms=2_500,
+        metadata={"m": 1},
+        payload={"deep": [1, 2.5, None]},
+    )
+    failed, cancelled, progressed, patched, stale, unclaimed = (new_job() for _ in range(6))
+    store.enqueue([keyed, failed, cancelled, progressed, patched, stale, unclaimed])
+    claimed = {c.id: c for c in claim(store, now=13_000).jobs}
+    assert len(claimed) == 8
+    # What moves while the attempts run: progress, metadata, a cancel request, and the
+    # references a deleted parent or schedule leaves (cleared on the rows naming them).
+    assert store.set_progress(progressed.id, "w1", 0, 1 / 3, "a third", 14_000)
+    assert store.patch_metadata(patched.id, "w1", 0, {"set": "in the handler"}, 14_000)
+    store.request_cancel(cancelled.id, "stop", '{"code":"JOB_CANCELLED"}', 14_000)
+    assert store.gc(12_500) == 1  # the parent, failed at 11_000
+    assert store.delete_schedule("s-1", 14_000)
+    # A claim older than the row (a reset and re-claim adopted by the running attempt):
+    # what the row says wins over what the claim said.
+    old = dataclasses.replace(claimed[stale.id], started_at=1, metadata='{"old":1}')
+    answers = store.finalize(
+        [
+            outcome(keyed.id, output='{"ok":true}', claimed=claimed[keyed.id]),
+            outcome(rerun_id, output="2", claimed=claimed[rerun_id]),
+            outcome(failed.id, "failed", error='{"code":"X"}', claimed=claimed[failed.id]),
+            outcome(cancelled.id, "cancelled", error="{}", claimed=claimed[cancelled.id]),
+            outcome(progressed.id, claimed=claimed[progressed.id]),
+            outcome(patched.id, progress=0.5, progress_detail="½", claimed=claimed[patched.id]),
+            outcome(stale.id, claimed=old),
+            outcome(unclaimed.id, output="1"),  # no claim: read back whole
+        ],
+        20_000,
+    )
+    ids = [keyed.id, rerun_id, failed.id, cancelled.id, progressed.id, patched.id, stale.id]
+    for answer, job_id in zip(answers, [*ids, unclaimed.id], strict=True):
+        stored = store.get(job_id)
+        assert answer == stored
+        assert answer is not None
+        assert stored is not None
+        assert [type(v) for v in answer] == [type(v) for v in stored]
+    assert claimed[keyed.id].parent_id == parent.id
+    assert claimed[keyed.id].schedule_id == "s-1"
+    assert (col(answers[0], L.C_PARENT), col(answers[0], L.C_SCHEDULE)) == (None, None)
+    assert col(answers[0], L.C_KEY) == "k-1"
+    assert (col(answers[1], L.C_RETRY_OF), col(answers[1], L.C_ENQUEUED_BY)) == (
+        parent.id,
+        "retrier",
+    )
+    assert col(answers[3], L.C_CANCEL) == 1
+    assert col(answers[4], L.C_PROGRESS) == 1 / 3
+    assert json.loads(col(answers[5], L.C_METADATA)) == {"set": "in the handler"}
+    assert col(answers[6], L.C_STARTED_AT) == 13_000
+    # A claim does not stand in for the fence: another worker's outcome writes nothing.
+    [other] = [new_job()]
+    store.enqueue([other])
+    [c] = claim(store, now=21_000).jobs
+    assert store.finalize([outcome(c.id, worker="w2", claimed=c), outcome(keyed.id)], 22_000) == [
+        None,
+        None,
+    ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import sqlite3
 import threading
 
 import jobledger as jl
@@ -235,3 +236,50 @@ def test_finished_on_a_running_loop_is_a_future_and_without_one_waits_when_await
 
     snap = run(run_it())
     assert (snap.status, snap.output) == ("completed", 7)
+
+
+def test_handles_of_jobs_finalized_together_take_the_row_built_from_their_claims(
+    db: str,
+) -> None:
+    """Outcomes a handle waits on, finalized in one statement, read back only the columns
+    their claims lack (`sqlite/queries.py`, FINISHED_PARTS): seen in the writer's
+    statements, and the snapshots equal `jobs.get`, with what moved while they ran
+    (progress, metadata) included."""
+    jobs = make_manager(db)
+    gate = asyncio.Event()
+    started = 0
+
+    @jobs.handler(ITEM, recovery="retry", concurrency=10)
+    async def work(ctx: jl.JobContext[Item]) -> dict[str, int]:
+        nonlocal started
+        started += 1
+        await ctx.report_progress(ctx.payload.n / 3, f"n={ctx.payload.n}")
+        await ctx.patch_metadata({"seen": ctx.payload.n})
+        if started == 6:
+            gate.set()
+        await gate.wait()  # all six end together: one finalize batch
+        return {"n": ctx.payload.n}
+
+    seen: list[str] = []
+    conn = getattr(jobs._store, "conn", None)  # the SQLite writer (PostgreSQL reads whole)
+    sqlite = isinstance(conn, sqlite3.Connection)
+
+    async def main() -> list[tuple[jl.JobSnapshot, jl.JobSnapshot | None]]:
+        handles = jobs.enqueue_many(ITEM, [Item(n=n) for n in range(6)])
+        async with jobs:
+            if isinstance(conn, sqlite3.Connection):
+                conn.set_trace_callback(seen.append)
+            snaps = await asyncio.gather(*(h.finished for h in handles))
+            if isinstance(conn, sqlite3.Connection):
+                conn.set_trace_callback(None)
+            return [(s, jobs.get(s.id)) for s in snaps]
+
+    pairs = run(main())
+    if sqlite:
+        assert any("RETURNING jobs.id, jobs.idempotency_key" in sql for sql in seen)
+        assert not any(sql.startswith("WITH o (key") and "jobs.payload" in sql for sql in seen)
+    for n, (snap, read) in enumerate(pairs):
+        assert read is not None
+        assert snap == read
+        assert dataclasses.asdict(snap) == dataclasses.asdict(read)
+        assert (snap.progress, snap.metadata) == (n / 3, {"seen": n})

@@ -849,7 +849,9 @@ class Engine:
         now = self.now_ms()
         for outcome, attempt in batch:
             if attempt.committed is None:
-                outcome.want_row = self._wants_row(attempt)
+                # With its claim the store may build the row, reading back a few columns.
+                wanted = outcome.want_row = self._wants_row(attempt)
+                outcome.claimed = attempt.job if wanted else None
         # Jobs a handler's `ctx.transaction()` completed are written already: only their
         # settling (slots, handles, on_settled) happens here, from the committed row.
         outcomes = [o for o, a in batch if a.committed is None]

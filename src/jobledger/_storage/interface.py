@@ -389,6 +389,10 @@ class Outcome:
     # For the attempt's record (`job_attempts`), written with the outcome when it applies.
     started_at: int | None = None
     logs: str | None = None  # JSON [[at_ms, level, message], ...]
+    # The claim this outcome ends, when the runtime has it: a store may build the
+    # terminal row from it and read back only the columns the claim did not return or
+    # that may have moved since (`sqlite/queries.py`, FINISHED_PARTS).
+    claimed: ClaimedJob | None = None
 
 
 @dataclass(frozen=True, slots=True)

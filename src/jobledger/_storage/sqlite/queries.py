@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from jobledger._core import ids
 from jobledger._core.search import Search, SearchField
@@ -257,13 +257,36 @@ FINISH_CHUNK = 50
 _JOBS_COLUMNS = ", ".join(f"jobs.{c}" for c in JOB_COLUMNS.split(", "))
 
 
+# What a fenced finalize returns for an outcome that carries its claim
+# (`Outcome.claimed`), so that the terminal row is built, not read whole
+# (`store.terminal_row`): the columns the claim did not return, and those another
+# writer may move while the job runs (a cancel request, `ctx.patch_metadata`, progress,
+# a deleted parent or schedule, a disown's `enqueued_by`, a reset and re-claim's
+# `started_at`). The rest is the claim's, the outcome's or the finalize's time;
+# tests/unit/test_terminal_row_rule.py fails on a new statement that moves one of
+# those on a running row. Reading a column back costs about 1 us in CPython 3.11's
+# sqlite3 (it releases the GIL around each), so 13 columns instead of 28 is a fifth of
+# what awaiting a handle cost over a plain finalize (docs/benchmarks.md).
+FINISHED_PARTS = (
+    "id", "idempotency_key", "parent_id", "schedule_id", "metadata", "progress",
+    "progress_detail", "cancel_requested", "started_at", "created_at", "enqueued_by",
+    "retry_of", "step",
+)  # fmt: skip
+# The columns `terminal_row` takes from the claim: no statement may change them on a
+# running row (tests/unit/test_terminal_row_rule.py).
+FROM_THE_CLAIM = (
+    "type", "queue", "priority", "payload", "max_attempts", "timeout_ms", "scheduled_at",
+    "workflow_id",
+)  # fmt: skip
+
+
 @functools.cache
-def finish_many_sql(n_rows: int, rows: bool = False) -> str:
+def finish_many_sql(n_rows: int, rows: bool | Literal["parts"] = False) -> str:
     """FINISH_NO_ROW for `n_rows` outcomes in one statement: ?1 is the time, then per
     outcome its key, id, worker_id, attempt, status, output, error, progress and
     progress_detail. RETURNING names the rows whose fence matched; with `rows`, it
     returns those rows whole (FINISH's answer, for outcomes a handle waits on), so a
-    waited-on job costs no statement of its own.
+    waited-on job costs no statement of its own; with "parts", FINISHED_PARTS.
 
     One statement instead of one per job halves the finalize's SQL cost (binding and
     stepping a statement per row is what costs, not the B-tree work); the outcomes are
@@ -281,8 +304,14 @@ def finish_many_sql(n_rows: int, rows: bool = False) -> str:
         "progress_detail = coalesce(o.detail, jobs.progress_detail) FROM o "
         "WHERE jobs.rowid = o.key AND jobs.id = o.id AND jobs.status = 'running' "
         "AND jobs.worker_id = o.worker_id AND jobs.attempt = o.attempt "
-        f"RETURNING {_JOBS_COLUMNS if rows else 'jobs.id'}"
+        f"RETURNING {_returning(rows)}"
     )
+
+
+def _returning(rows: bool | Literal["parts"]) -> str:
+    if rows == "parts":
+        return ", ".join(f"jobs.{c}" for c in FINISHED_PARTS)
+    return _JOBS_COLUMNS if rows else "jobs.id"
 
 
 ATTEMPT_COLUMNS = "attempt, worker_id, started_at, finished_at, outcome, error, logs"

@@ -31,7 +31,7 @@ import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeVar, cast
+from typing import Any, Literal, TypeVar, cast
 
 from jobledger._core import ids
 from jobledger._core.search import SearchField
@@ -664,21 +664,35 @@ class SqliteStore(ScheduleOps, WorkerOps):
         if len(batch) < 2:
             batch = []
         batched = {o.job_id for o in batch}
-        groups = [g for g in ([o for o in batch if not o.want_row],
-                              [o for o in batch if o.want_row]) if g]  # fmt: skip
+        # Three kinds of group: nobody reads the row back; a handle waits and the claim
+        # is known, so the row is built from it and the few columns it lacks
+        # (`terminal_row`); a handle waits on an outcome without its claim: read whole.
+        unread = [o for o in batch if not o.want_row]
+        built = [o for o in batch if o.want_row and o.claimed is not None]
+        whole = [o for o in batch if o.want_row and o.claimed is None]
+        groups = [g for g in (unread, built, whole) if g]
 
         def work(conn: sqlite3.Connection) -> list[JobRow | None]:
             matched: dict[str, JobRow] = {}
             ids = [o.job_id for o in batch]
             keys = dict(zip(ids, keys_of(conn, ids), strict=True)) if batch else {}
             for group in groups:
-                rows = group[0].want_row
+                first = group[0]
+                rows: bool | Literal["parts"] = (
+                    False if not first.want_row else "parts" if first.claimed else True
+                )
                 for start in range(0, len(group), q.FINISH_CHUNK):
+                    chunk = group[start : start + q.FINISH_CHUNK]
                     bound: list[Any] = [now_ms]
-                    for o in group[start : start + q.FINISH_CHUNK]:
+                    for o in chunk:
                         bound += (keys[o.job_id], o.job_id, o.worker_id, o.attempt, o.kind,
                                   o.output, o.error, o.progress, o.progress_detail)  # fmt: skip
-                    sql = q.finish_many_sql((len(bound) - 1) // 9, rows)
+                    sql = q.finish_many_sql(len(chunk), rows)
+                    if rows == "parts":
+                        ended = {o.job_id: o for o in chunk}
+                        for r in conn.execute(sql, bound):
+                            matched[r[0]] = terminal_row(ended[r[0]], r, now_ms)
+                        continue
                     for r in conn.execute(sql, bound):
                         matched[r[0]] = r if rows else APPLIED
             # The row tells the attempt it ended (_storage/attempts.py); only log lines,
@@ -1330,6 +1344,27 @@ def _forked(ref: weakref.ReferenceType[SqliteStore]) -> None:
     store = ref()
     if store is not None:
         store._after_fork()
+
+
+def terminal_row(o: Outcome, parts: Sequence[Any], now_ms: int) -> JobRow:
+    """The row a fenced finalize of `o` left, in JOB_COLUMNS order, from `o.claimed`,
+    the outcome, the finalize's time and `parts` (its RETURNING of q.FINISHED_PARTS).
+
+    Under the matched fence (still `running`, this worker, this attempt) nothing else
+    moved what the claim returned for q.FROM_THE_CLAIM: no statement changes those on a
+    running row (tests/unit/test_terminal_row_rule.py); what can move is read back
+    (tests/conformance/test_finalize.py compares the two, value for value).
+    """
+    job = o.claimed
+    assert job is not None
+    (job_id, key, parent_id, schedule_id, metadata, progress, detail, cancel, started_at,
+     created_at, enqueued_by, retry_of, step) = parts  # fmt: skip
+    return (
+        job_id, job.type, o.kind, job.queue, job.priority, job.payload, o.output, o.error,
+        o.attempt, job.max_attempts, job.timeout_ms, key, parent_id, schedule_id, metadata,
+        progress, detail, cancel, o.worker_id, job.scheduled_at, started_at, now_ms,
+        created_at, now_ms, enqueued_by, retry_of, job.workflow_id, step,
+    )  # fmt: skip
 
 
 def _record(key: int, o: Outcome, outcome: str, now_ms: int) -> tuple[Any, ...]:
