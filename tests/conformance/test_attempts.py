@@ -62,16 +62,44 @@ def test_the_batched_finalize_writes_every_attempt(store: ConformantStore) -> No
     jobs = [new_job() for _ in range(60)]  # more than one statement's chunk on SQLite
     store.enqueue(jobs)
     assert len(claim(store).jobs) == 60
-    outcomes = [outcome(j.id, want_row=False, started_at=CLAIMED_AT) for j in jobs]
+    logs = json.dumps([[15_000, "INFO", "kept"]])
+    error = '{"code":"E"}'
+    # Every third failed, every other with log lines, every fifth read back whole.
+    outcomes = [
+        outcome(
+            j.id,
+            "failed" if i % 3 == 0 else "completed",
+            error=error if i % 3 == 0 else None,
+            want_row=i % 5 == 0,
+            started_at=CLAIMED_AT,
+            logs=logs if i % 2 == 0 else None,
+        )
+        for i, j in enumerate(jobs)
+    ]
     # One stale outcome in the batch: its job was never claimed by "w2".
     outcomes[7] = outcome(jobs[7].id, worker="w2", want_row=False, started_at=CLAIMED_AT)
     results = store.finalize(outcomes, 20_000)
     assert results.count(None) == 1
     for i, j in enumerate(jobs):
+        kind = "failed" if i % 3 == 0 else "completed"
         expected = (
-            [] if i == 7 else [AttemptRow(0, "w1", CLAIMED_AT, 20_000, "completed", None, None)]
+            []
+            if i == 7
+            else [
+                AttemptRow(
+                    0,
+                    "w1",
+                    CLAIMED_AT,
+                    20_000,
+                    kind,
+                    error if i % 3 == 0 else None,
+                    logs if i % 2 == 0 else None,
+                )
+            ]
         )
         assert store.attempts(j.id) == expected
+        if i % 5 == 0:
+            assert results[i] == store.get(j.id)
 
 
 def test_a_stale_outcome_writes_no_attempt(store: ConformantStore) -> None:

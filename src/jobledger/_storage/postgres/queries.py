@@ -350,6 +350,32 @@ class Queries:
         "AND EXISTS (SELECT 1 FROM f))"
         f"{_RECORD_ENDED} SELECT 1 FROM f"
     )
+    # FINISH for many outcomes in one statement (each ends its job and holds no locks):
+    # the outcomes as arrays, one element each, in this order: id, worker_id, attempt,
+    # status, output, error, progress, progress_detail, started_at, logs; then the time.
+    # One statement fires the statement-level count triggers (migration 12) once for the
+    # batch instead of once per job, which is most of what a finalize cost the server.
+    # The same text for any number of outcomes, so it is prepared once. FINISH_MANY
+    # returns the ids whose fence matched, FINISH_MANY_ROWS those rows whole (FINISH's
+    # answer, for outcomes a handle waits on).
+    FINISH_MANY = (
+        "WITH o AS (SELECT * FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::text[], "
+        "%s::text[], %s::text[], %s::float8[], %s::text[], %s::bigint[], %s::text[]) "
+        "AS o (id, worker_id, attempt, status, output, error, progress, detail, started_at, "
+        "logs)), "
+        "f AS (UPDATE {s}.jobs j SET status = o.status, output = o.output, error = o.error, "
+        "finished_at = %s, updated_at = %s, progress = coalesce(o.progress, j.progress), "
+        "progress_detail = coalesce(o.detail, j.progress_detail) FROM o "
+        "WHERE j.id = o.id AND j.status = 'running' AND j.worker_id = o.worker_id "
+        "AND j.attempt = o.attempt RETURNING j.id), "
+        "a AS (INSERT INTO {s}.job_attempts (job_id, n, " + ATTEMPT_COLUMNS + ") "
+        "SELECT o.id, o.attempt, o.attempt, o.worker_id, o.started_at, %s, o.status, o.error, "
+        "o.logs FROM o JOIN f ON f.id = o.id WHERE o.logs IS NOT NULL ON CONFLICT DO NOTHING) "
+        "SELECT * FROM f"
+    )
+    FINISH_MANY_ROWS = FINISH_MANY.replace(
+        "RETURNING j.id)", "RETURNING " + ", ".join(f"j.{c}" for c in JOB_COLUMNS.split(", ")) + ")"
+    )
     RETRY = (
         "WITH f AS (UPDATE {s}.jobs SET status = 'delayed', attempt = attempt + 1, error = %s, "
         "scheduled_at = %s, started_at = NULL, worker_id = NULL, updated_at = %s "

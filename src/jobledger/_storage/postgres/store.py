@@ -1016,9 +1016,34 @@ class PostgresStore(ScheduleOps, WorkerOps):
         """`finalize`'s statements: sent on `conn`, then read by the answer's call."""
         q = self.q
 
+        # Outcomes that end a job and hold no locks (the common case) go in one statement
+        # per group: those nobody reads back, and those a handle waits on (rows whole).
+        # The others one by one, in the same pipeline. (A job listed twice, e.g. a stale
+        # attempt beside its re-claim, goes one by one: RETURNING names rows.)
+        seen = Counter(o.job_id for o in outcomes)
+        batch = [o for o in outcomes if not o.release_locks and seen[o.job_id] == 1
+                 and o.kind in ("completed", "failed", "cancelled")]  # fmt: skip
+        if len(batch) < 2:
+            batch = []
+        batched = {o.job_id for o in batch}
+        groups = [g for g in ([o for o in batch if not o.want_row],
+                              [o for o in batch if o.want_row]) if g]  # fmt: skip
+
         def send(conn: Conn) -> Callable[[], list[JobRow | None]]:
             fetches: list[Callable[[], JobRow | None]] = []
+            matched: dict[str, JobRow] = {}
+            reads: list[Callable[[], None]] = []
+            for group in groups:
+                rows = group[0].want_row
+                cur = conn.execute(
+                    q.FINISH_MANY_ROWS if rows else q.FINISH_MANY,
+                    (*_columns(group), now_ms, now_ms, now_ms),
+                )
+                reads.append(functools.partial(_note_matched, cur, matched, rows))
             for o in outcomes:
+                if o.job_id in batched:
+                    fetches.append(functools.partial(matched.get, o.job_id))
+                    continue
                 locks = (o.release_locks, o.job_id, o.worker_id)
                 fence = (o.job_id, o.worker_id, o.attempt)
                 # What the row cannot tell is stored with it (_storage/attempts.py):
@@ -1066,7 +1091,13 @@ class PostgresStore(ScheduleOps, WorkerOps):
                     fetches.append(functools.partial(_applied, cur))
             if fetches:
                 conn.execute(q.NOTE_CHANGE)
-            return lambda: [fetch() for fetch in fetches]
+
+            def answer() -> list[JobRow | None]:
+                for read in reads:
+                    read()
+                return [fetch() for fetch in fetches]
+
+            return answer
 
         return send
 
@@ -1749,6 +1780,28 @@ def _first_row(*cursors: psycopg.Cursor[Any]) -> JobRow | None:
 
 def _applied(cur: psycopg.Cursor[Any]) -> JobRow | None:
     return None if cur.fetchone() is None else APPLIED
+
+
+def _columns(outcomes: Sequence[Outcome]) -> tuple[list[Any], ...]:
+    """FINISH_MANY's arrays: one per column, one element per outcome."""
+    return (
+        [o.job_id for o in outcomes],
+        [o.worker_id for o in outcomes],
+        [o.attempt for o in outcomes],
+        [o.kind for o in outcomes],
+        [o.output for o in outcomes],
+        [o.error for o in outcomes],
+        [o.progress for o in outcomes],
+        [o.progress_detail for o in outcomes],
+        [o.started_at for o in outcomes],
+        [o.logs for o in outcomes],
+    )
+
+
+def _note_matched(cur: psycopg.Cursor[Any], matched: dict[str, JobRow], rows: bool) -> None:
+    """The batch's answer: each row whose fence matched, whole or as APPLIED."""
+    for row in cur.fetchall():
+        matched[row[0]] = tuple(row) if rows else APPLIED
 
 
 def _row_or_none(row: Any) -> JobRow | None:
