@@ -321,20 +321,21 @@ def pg_sampler(dsn: str, schema: str) -> Any:
     import psycopg
 
     conn = psycopg.connect(dsn, autocommit=True)
-    running_sql = (
-        f"SELECT queue, count(*) FROM \"{schema}\".jobs WHERE status = 'running' GROUP BY queue"
-    )
-    left_sql = (
-        f"SELECT EXISTS (SELECT 1 FROM \"{schema}\".jobs WHERE status = 'pending') "
-        f"OR EXISTS (SELECT 1 FROM \"{schema}\".jobs WHERE status = 'running')"
+    # One statement, so one snapshot under READ COMMITTED and one round trip a sample:
+    # the sampler shares the cores with the workers and the server it measures. The
+    # last row (queue NULL) says whether anything is left.
+    sql = (
+        f"SELECT queue, count(*) FROM \"{schema}\".jobs WHERE status = 'running' "
+        "GROUP BY queue UNION ALL "
+        f"SELECT NULL, (EXISTS (SELECT 1 FROM \"{schema}\".jobs WHERE status = 'pending') "
+        f"OR EXISTS (SELECT 1 FROM \"{schema}\".jobs WHERE status = 'running'))::int"
     )
 
     def sample() -> tuple[dict[str, int], bool]:
-        with conn.transaction():  # READ COMMITTED: one snapshot per statement, so the
-            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")  # one for both
-            running = {str(q): int(c) for q, c in conn.execute(running_sql).fetchall()}
-            row = conn.execute(left_sql).fetchone()
-        return running, bool(row[0]) if row else False
+        rows = conn.execute(sql).fetchall()
+        running = {str(q): int(c) for q, c in rows if q is not None}
+        left = any(q is None and c for q, c in rows)
+        return running, left
 
     return sample
 

@@ -1037,7 +1037,7 @@ class PostgresStore(ScheduleOps, WorkerOps):
                 rows = group[0].want_row
                 cur = conn.execute(
                     q.FINISH_MANY_ROWS if rows else q.FINISH_MANY,
-                    (*_columns(group), now_ms, now_ms, now_ms),
+                    (_outcomes_json(group), now_ms, now_ms, now_ms),
                 )
                 reads.append(functools.partial(_note_matched, cur, matched, rows))
             for o in outcomes:
@@ -1782,19 +1782,26 @@ def _applied(cur: psycopg.Cursor[Any]) -> JobRow | None:
     return None if cur.fetchone() is None else APPLIED
 
 
-def _columns(outcomes: Sequence[Outcome]) -> tuple[list[Any], ...]:
-    """FINISH_MANY's arrays: one per column, one element per outcome."""
-    return (
-        [o.job_id for o in outcomes],
-        [o.worker_id for o in outcomes],
-        [o.attempt for o in outcomes],
-        [o.kind for o in outcomes],
-        [o.output for o in outcomes],
-        [o.error for o in outcomes],
-        [o.progress for o in outcomes],
-        [o.progress_detail for o in outcomes],
-        [o.started_at for o in outcomes],
-        [o.logs for o in outcomes],
+def _outcomes_json(outcomes: Sequence[Outcome]) -> str:
+    """FINISH_MANY's outcomes: a JSON array of one array each (its column order)."""
+    return json.dumps(
+        [
+            (
+                o.job_id,
+                o.worker_id,
+                o.attempt,
+                o.kind,
+                o.output,
+                o.error,
+                o.progress,
+                o.progress_detail,
+                o.started_at,
+                o.logs,
+            )
+            for o in outcomes
+        ],
+        separators=(",", ":"),
+        allow_nan=False,  # progress is checked finite when reported (`check_progress`)
     )
 
 
