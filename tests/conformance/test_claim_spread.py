@@ -37,6 +37,25 @@ def test_rows_go_one_per_queue_in_turn_order_before_a_second(store: ConformantSt
     assert got.free == {"a": 5, "b": 5, "c": 5}
 
 
+def test_a_limit_below_the_queues_with_rows_takes_the_first_in_turn(
+    store: ConformantStore,
+) -> None:
+    """Fewer slots than asked queues with rows: the heads of the first queues in turn,
+    whatever their names' order, also when some have settings of their own (a cap that
+    overrides the asked one, a paused queue, which gives nothing and keeps its place)."""
+    names = ["q7", "q2", "q9", "q0", "q5", "q3", "q8", "q1"]
+    jobs = {q: new_job(queue=q) for q in names}
+    store.enqueue(list(jobs.values()))
+    store.update_queue_settings("q2", {"concurrency": 2}, 9_000)
+    store.update_queue_settings("q9", {"paused": True}, 9_000)
+    got = spread(store, [(q, 5) for q in names], limit=3)
+    assert sorted(j.id for j in got.jobs) == sorted(jobs[q].id for q in ("q7", "q2", "q0"))
+    assert got.free is not None
+    assert got.free["q2"] == 2
+    got = spread(store, [(q, 5) for q in names], limit=2, global_cap=5)
+    assert sorted(j.id for j in got.jobs) == sorted(jobs[q].id for q in ("q5", "q3"))
+
+
 def test_each_queue_takes_its_head_rows_in_claim_order(store: ConformantStore) -> None:
     low, high = new_job(queue="a", priority=5), new_job(queue="a", priority=1)
     store.enqueue([low, high, new_job(queue="b")])

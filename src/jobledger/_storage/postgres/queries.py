@@ -228,14 +228,21 @@ class Queries:
     # LIMIT of its free slots each asked queue locked up to a cap's worth of rows, five
     # times what the claim took at 1,000 queues (`bench/spread_claim.py --backend
     # postgres`, 50 rows over 66 queues: 618 WAL records and 2.3 ms that way, 354 and
-    # 1.9 ms this way).
+    # 1.9 ms this way). `heads` stops at the rows the claim may take: the engine asks
+    # 16 queues more than that (`SPREAD_SLACK`) for those that turn out dry or locked,
+    # and each head it locks beyond them was a lock and a WAL record for nothing. It
+    # stops at the first queues in turn because `cand` keeps the turn order: a nested
+    # loop over the unnest, each queue's settings looked up on its own (`OFFSET 0` keeps
+    # the planner from hashing them, which gave the rows in hash order;
+    # tests/conformance/test_claim_spread.py checks the order under a limit).
     CLAIM_SPREAD = (
         "WITH cand AS (SELECT c.queue, CASE WHEN qs.paused OR qs.rate_limit IS NOT NULL "
         "THEN -1000000000 ELSE coalesce(qs.concurrency, c.cap) END AS cap, c.ord, "
         "coalesce(qs.concurrency, c.cap) AS shown, coalesce(qs.paused, false) AS paused, "
         "qs.rate_limit AS rl FROM unnest(%(names)s::text[], "
         "%(caps)s::int[]) WITH ORDINALITY AS c(queue, cap, ord) "
-        "LEFT JOIN {s}.queue_settings qs ON qs.queue = c.queue), "
+        "LEFT JOIN LATERAL (SELECT * FROM {s}.queue_settings s WHERE s.queue = c.queue "
+        "OFFSET 0) qs ON true), "
         "total AS (SELECT count(*) AS n FROM {s}.jobs WHERE status = 'running'), "
         "free AS (SELECT c.ord, c.queue, c.shown, c.paused, c.rl, c.cap - (SELECT count(*) "
         "FROM {s}.jobs WHERE status = 'running' AND queue = c.queue) AS free FROM cand c), "
@@ -245,7 +252,7 @@ class Queries:
         "AND cancel_requested = 0 AND queue = f.queue AND scheduled_at <= %(now)s "
         "AND type = ANY(%(types)s) ORDER BY priority, scheduled_at, id "
         "LIMIT least(1, greatest(0, least(f.free, (SELECT n FROM allow)))) "
-        "FOR UPDATE SKIP LOCKED) h), "
+        "FOR UPDATE SKIP LOCKED) h LIMIT (SELECT n FROM allow)), "
         "rest AS (SELECT p.id, h.ord, 1 + row_number() OVER (PARTITION BY h.ord "
         "ORDER BY p.priority, p.scheduled_at, p.id) AS rn FROM heads h CROSS JOIN LATERAL ("
         "SELECT id, priority, scheduled_at FROM {s}.jobs WHERE status = 'pending' "
