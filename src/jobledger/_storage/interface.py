@@ -14,6 +14,7 @@ A second backend (PostgreSQL) implements the same protocol and passes the same s
 from __future__ import annotations
 
 import builtins
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -67,6 +68,7 @@ __all__ = [
     "RetryFilter",
     "SpreadRequest",
     "Store",
+    "batchable",
     "fresh_row",
     "latest_versions",
     "new_row",
@@ -393,6 +395,20 @@ class Outcome:
     # terminal row from it and read back only the columns the claim did not return or
     # that may have moved since (`sqlite/queries.py`, FINISHED_PARTS).
     claimed: ClaimedJob | None = None
+
+
+def batchable(outcomes: Sequence[Outcome]) -> list[Outcome]:
+    """The outcomes a store may write in one statement for many: each ends its job
+    (no retry, no requeue), holds no locks, and names a job no other outcome of the
+    call names (RETURNING names rows, not outcomes: a stale attempt beside its
+    re-claim goes one by one). Fewer than two: none, the single statement is cheaper."""
+    seen = Counter(o.job_id for o in outcomes)
+    batch = [
+        o
+        for o in outcomes
+        if not o.release_locks and o.kind not in ("retry", "requeue") and seen[o.job_id] == 1
+    ]
+    return batch if len(batch) >= 2 else []
 
 
 @dataclass(frozen=True, slots=True)

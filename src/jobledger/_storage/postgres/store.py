@@ -91,6 +91,7 @@ from jobledger._storage.interface import (
     RetryFilter,
     SpreadRequest,
     WorkflowHead,
+    batchable,
     latest_versions,
     retry_row,
     retry_rows,
@@ -1020,11 +1021,7 @@ class PostgresStore(ScheduleOps, WorkerOps):
         # per group: those nobody reads back, and those a handle waits on (rows whole).
         # The others one by one, in the same pipeline. (A job listed twice, e.g. a stale
         # attempt beside its re-claim, goes one by one: RETURNING names rows.)
-        seen = Counter(o.job_id for o in outcomes)
-        batch = [o for o in outcomes if not o.release_locks and seen[o.job_id] == 1
-                 and o.kind in ("completed", "failed", "cancelled")]  # fmt: skip
-        if len(batch) < 2:
-            batch = []
+        batch = batchable(outcomes)
         batched = {o.job_id for o in batch}
         groups = [g for g in ([o for o in batch if not o.want_row],
                               [o for o in batch if o.want_row]) if g]  # fmt: skip

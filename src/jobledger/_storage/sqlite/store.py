@@ -56,6 +56,7 @@ from jobledger._storage.interface import (
     RetryFilter,
     SpreadRequest,
     WorkflowHead,
+    batchable,
     fresh_row,
     latest_versions,
     retry_row,
@@ -655,32 +656,22 @@ class SqliteStore(ScheduleOps, WorkerOps):
         # handle waits on (their rows returned whole); the others one by one, in the same
         # transaction. (A job listed twice, e.g. a stale attempt beside its re-claim, goes
         # one by one: RETURNING names rows, not outcomes.)
-        seen = Counter(o.job_id for o in outcomes)
-        batch = [
-            o
-            for o in outcomes
-            if not o.release_locks and o.kind not in ("retry", "requeue") and seen[o.job_id] == 1
-        ]
-        if len(batch) < 2:
-            batch = []
+        batch = batchable(outcomes)
         batched = {o.job_id for o in batch}
         # Three kinds of group: nobody reads the row back; a handle waits and the claim
         # is known, so the row is built from it and the few columns it lacks
         # (`terminal_row`); a handle waits on an outcome without its claim: read whole.
-        unread = [o for o in batch if not o.want_row]
-        built = [o for o in batch if o.want_row and o.claimed is not None]
-        whole = [o for o in batch if o.want_row and o.claimed is None]
-        groups = [g for g in (unread, built, whole) if g]
+        modes: list[tuple[bool | Literal["parts"], list[Outcome]]] = [
+            (False, [o for o in batch if not o.want_row]),
+            ("parts", [o for o in batch if o.want_row and o.claimed is not None]),
+            (True, [o for o in batch if o.want_row and o.claimed is None]),
+        ]
 
         def work(conn: sqlite3.Connection) -> list[JobRow | None]:
             matched: dict[str, JobRow] = {}
             ids = [o.job_id for o in batch]
             keys = dict(zip(ids, keys_of(conn, ids), strict=True)) if batch else {}
-            for group in groups:
-                first = group[0]
-                rows: bool | Literal["parts"] = (
-                    False if not first.want_row else "parts" if first.claimed else True
-                )
+            for rows, group in modes:
                 for start in range(0, len(group), q.FINISH_CHUNK):
                     chunk = group[start : start + q.FINISH_CHUNK]
                     bound: list[Any] = [now_ms]
