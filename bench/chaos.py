@@ -144,6 +144,7 @@ async def _worker(cfg: dict[str, Any]) -> int:
                 mark(ctx, "raise")
                 raise RuntimeError("chaos: a flaky job's first attempt")
             if ledger is not None:
+                ended = False
                 try:
                     async with ctx.transaction() as tx:  # SQLite: the group commit
                         tx.execute(ledger, (ctx.job_id, ctx.payload.n, pid))
@@ -151,8 +152,17 @@ async def _worker(cfg: dict[str, Any]) -> int:
                         # Before the commit: the commit frees the job's slot, and the
                         # cap checks read this record as the end of the execution.
                         mark(ctx, "end")
+                        ended = True
                 except jl.JobClaimLost:
-                    mark(ctx, "lost")  # a later record: it overrides the "end"
+                    mark(ctx, "lost")  # a later record: it overrides the "end"'s outcome
+                    raise
+                except BaseException as exc:
+                    # The block failed before its body ran (its group's BEGIN met a
+                    # write lock held past the busy timeout): the attempt ends here.
+                    # Without a record the cap checks would count it running until its
+                    # process ends.
+                    if not ended:
+                        mark(ctx, "abort" if isinstance(exc, asyncio.CancelledError) else "raise")
                     raise
                 return ctx.payload.n
             mark(ctx, "end")
@@ -677,6 +687,7 @@ class Execution:
 def read_executions(workdir: str) -> list[Execution]:
     out: list[Execution] = []
     open_: dict[tuple[int, str, int], Execution] = {}
+    ended: dict[tuple[int, str, int], Execution] = {}
     for name in sorted(os.listdir(workdir)):
         if not name.startswith("exec."):
             continue
@@ -694,6 +705,9 @@ def read_executions(workdir: str) -> list[Execution]:
                 elif key in open_:
                     ex = open_.pop(key)
                     ex.end, ex.outcome = int(ns), what
+                    ended[key] = ex
+                elif what == "lost" and key in ended:
+                    ended[key].outcome = what  # its commit found the claim gone
     return out
 
 
