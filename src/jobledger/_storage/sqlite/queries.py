@@ -262,11 +262,12 @@ _JOBS_COLUMNS = ", ".join(f"jobs.{c}" for c in JOB_COLUMNS.split(", "))
 # (`store.terminal_row`): the columns the claim did not return, and those another
 # writer may move while the job runs (a cancel request, `ctx.patch_metadata`, progress,
 # a deleted parent or schedule, a disown's `enqueued_by`, a reset and re-claim's
-# `started_at`). The rest is the claim's, the outcome's or the finalize's time;
-# tests/unit/test_terminal_row_rule.py fails on a new statement that moves one of
-# those on a running row. Reading a column back costs about 1 us in CPython 3.11's
-# sqlite3 (it releases the GIL around each), so 13 columns instead of 28 is a fifth of
-# what awaiting a handle cost over a plain finalize (docs/benchmarks.md).
+# `started_at`). The rest is the claim's (FROM_THE_CLAIM), the outcome's or the
+# finalize's time; tests/unit/test_terminal_row_rule.py fails on a new statement that
+# moves a claim's column on a running row. Reading a column back costs about 1,100
+# instructions in CPython 3.11's sqlite3 (it releases and retakes the GIL around each),
+# so 13 columns instead of 28 took a sixth off what awaiting a handle cost over a plain
+# finalize (docs/benchmarks.md, seventeenth round).
 FINISHED_PARTS = (
     "id", "idempotency_key", "parent_id", "schedule_id", "metadata", "progress",
     "progress_detail", "cancel_requested", "started_at", "created_at", "enqueued_by",
