@@ -332,10 +332,10 @@ def test_an_outcome_with_its_claim_answers_the_row_as_read_back_whole(backend: B
     assert json.loads(col(answers[5], L.C_METADATA)) == {"set": "in the handler"}
     assert col(answers[6], L.C_STARTED_AT) == 13_000
     # A claim does not stand in for the fence: another worker's outcome writes nothing.
-    [other] = [new_job()]
-    store.enqueue([other])
+    store.enqueue([new_job()])
     [c] = claim(store, now=21_000).jobs
-    assert store.finalize([outcome(c.id, worker="w2", claimed=c), outcome(keyed.id)], 22_000) == [
-        None,
-        None,
+    fenced_out = [
+        outcome(c.id, worker="w2", claimed=c),
+        outcome(keyed.id, claimed=claimed[keyed.id]),
     ]
+    assert store.finalize(fenced_out, 22_000) == [None, None]

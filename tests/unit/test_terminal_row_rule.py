@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from jobledger._storage.layout import JOB_COLUMNS
 from jobledger._storage.sqlite import queries as q
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "jobledger" / "_storage"
@@ -69,8 +70,6 @@ def test_no_statement_moves_a_column_taken_from_the_claim_on_a_running_row() -> 
 
 
 def test_the_claim_and_the_read_back_cover_every_column_once() -> None:
-    from jobledger._storage.layout import JOB_COLUMNS
-
     # The finalize's own writes and the fence's columns, neither claimed nor read back.
     own = {"status", "output", "error", "attempt", "worker_id", "finished_at", "updated_at"}
     columns = JOB_COLUMNS.split(", ")

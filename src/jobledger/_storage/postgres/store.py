@@ -1017,10 +1017,9 @@ class PostgresStore(ScheduleOps, WorkerOps):
         """`finalize`'s statements: sent on `conn`, then read by the answer's call."""
         q = self.q
 
-        # Outcomes that end a job and hold no locks (the common case) go in one statement
-        # per group: those nobody reads back, and those a handle waits on (rows whole).
-        # The others one by one, in the same pipeline. (A job listed twice, e.g. a stale
-        # attempt beside its re-claim, goes one by one: RETURNING names rows.)
+        # The outcomes `batchable` admits go in one statement per group: those nobody
+        # reads back, and those a handle waits on (rows whole). The others one by one,
+        # in the same pipeline.
         batch = batchable(outcomes)
         batched = {o.job_id for o in batch}
         groups = [g for g in ([o for o in batch if not o.want_row],
