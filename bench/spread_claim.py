@@ -19,7 +19,13 @@ queue's jobs together; `interleaved`: job i to queue i % Q). Then, SQLite:
   queues do not).
 
 PostgreSQL: the spread claim statement (`CLAIM_SPREAD`) under EXPLAIN (ANALYZE, WAL),
-rolled back: its execution time and the WAL records it writes (row locks included).
+rolled back: its execution time (its triggers included) and the WAL records its plan
+writes (row locks included, the triggers' not). Then `cycle`: through the store, a claim of
+`--take` rows and their finalize, round after round, over the queues in turn and over a
+second schema with every job in one queue (`cycle_1q`): the median claim and finalize
+(wall, us) and, per job, the wall time and the writer's server process CPU (from
+`/proc/<pid>/schedstat`, Linux; the server on this machine). `--no-count-triggers`
+disables the kept counts' triggers on `jobs` (a diagnosis: what they cost).
 Medians of `--reps` runs; JSON lines, then a table.
 """
 
@@ -51,6 +57,7 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=200)
     p.add_argument("--arrival", choices=("grouped", "interleaved"), default="grouped")
     p.add_argument("--dsn", default="postgresql://postgres@127.0.0.1:5432/test")
+    p.add_argument("--no-count-triggers", action="store_true", help="PostgreSQL: a diagnosis")
     args = p.parse_args()
     if args.backend == "sqlite":
         with fresh_dir() as d:
@@ -199,15 +206,100 @@ def postgres_case(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
             times.append(float(plan[0]["Execution Time"]))
             wal.append(int(plan[0]["Plan"].get("WAL Records", 0)))
         conn.close()
+        many = pg_cycle(schema, args, args.queues)
     finally:
         with psycopg.connect(args.dsn, autocommit=True) as admin:
             admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
+    one = pg_one_queue(args)
     return {
         "claim_statement": {
             "ms": round(statistics.median(times), 3),
             "wal_records": int(statistics.median(wal)),
-        }
+        },
+        "cycle": many,
+        "cycle_1q": one,
     }
+
+
+def pg_one_queue(args: argparse.Namespace) -> dict[str, Any]:
+    import psycopg
+
+    schema = f"jlsc_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(args.dsn, autocommit=True) as admin:
+        admin.execute(f'CREATE SCHEMA "{schema}"')
+    try:
+        sep = "&" if "?" in args.dsn else "?"
+        fill(
+            f"{args.dsn}{sep}schema={schema}",
+            argparse.Namespace(queues=1, n=args.n, arrival="grouped"),
+        )
+        return pg_cycle(schema, args, 1)
+    finally:
+        with psycopg.connect(args.dsn, autocommit=True) as admin:
+            admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+def pg_cycle(schema: str, args: argparse.Namespace, queues: int) -> dict[str, Any]:
+    """Claim `take` rows and finalize them through the store, round after round; the
+    queues in turn as the engine's spread claims take them (one queue: its own claim)."""
+    from jobledger._storage.interface import Outcome
+    from jobledger._storage.postgres.store import PostgresStore
+
+    store = PostgresStore(args.dsn, schema=schema, listen=False)
+    try:
+        conn = store.conn
+        if args.no_count_triggers:
+            for trigger in ("jobs_count_insert", "jobs_count_update", "jobs_count_delete"):
+                conn.execute(f'ALTER TABLE "{schema}".jobs DISABLE TRIGGER {trigger}')
+        conn.execute(f'ANALYZE "{schema}".jobs')
+        pid = int(conn.execute("SELECT pg_backend_pid()").fetchone()[0])  # type: ignore[index]
+        conn.commit()
+        names = [f"kb.{i}" for i in range(queues)]
+        claims: list[float] = []
+        finals: list[float] = []
+        at = 0
+        rounds = min(args.reps, args.n // args.take - 1)
+        cpu0, wall0 = _cpu(pid), time.perf_counter()
+        for _ in range(rounds):
+            now = int(time.time() * 1000)
+            started = time.perf_counter()
+            if queues == 1:
+                result = store.claim(names[0], queue_cap=args.take, global_cap=10**6,
+                                     limit=args.take, now_ms=now, worker_id="bench",
+                                     types=(NOOP.name,))  # fmt: skip
+            else:
+                turn = (names[at:] + names[:at])[: args.take + SLACK]
+                at = (at + args.take) % queues
+                asked = tuple((name, FREE) for name in turn)
+                request = SpreadRequest(asked, 10**6, args.take, "bench", (NOOP.name,))
+                result = store.claim_spread(request, now)
+            claimed = time.perf_counter()
+            store.finalize(
+                [Outcome(j.id, "bench", j.attempt, "completed", want_row=False)
+                 for j in result.jobs],
+                now + 5,
+            )  # fmt: skip
+            claims.append(claimed - started)
+            finals.append(time.perf_counter() - claimed)
+        wall, cpu = time.perf_counter() - wall0, _cpu(pid) - cpu0
+        jobs = rounds * args.take
+        return {
+            "claim_us": round(statistics.median(claims) * 1e6),
+            "finalize_us": round(statistics.median(finals) * 1e6),
+            "wall_us_per_job": round(wall / jobs * 1e6, 1),
+            "server_cpu_us_per_job": round(cpu / jobs * 1e6, 1),
+        }
+    finally:
+        store.close()
+
+
+def _cpu(pid: int) -> float:
+    """A local server process's CPU seconds (Linux), 0.0 where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/schedstat") as f:
+            return int(f.read().split()[0]) / 1e9
+    except OSError:
+        return 0.0
 
 
 if __name__ == "__main__":

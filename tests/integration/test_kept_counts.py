@@ -1,5 +1,6 @@
-"""The kept counts (`job_counts`, `job_minutes`: SQLite migration 16, PostgreSQL 12)
-against the table itself, after real workloads, on both backends.
+"""The kept counts (`job_counts`, `job_minutes`: SQLite migration 16, PostgreSQL 12; on
+PostgreSQL read through `job_counts_now`, migration 14) against the table itself, after
+real workloads, on both backends.
 
 The reference is worked out here in Python from every row (`_expected`), independently
 of the triggers and of the read model: per (queue, status, run bucket, latency bucket)
@@ -81,7 +82,9 @@ def _kept(db: str) -> tuple[dict[Key, Sums], dict[int, tuple[int, int]]]:
         for q, s, rb, lb, a, b, c, d, e in db_rows(
             db,
             "SELECT queue, status, rb, lb, sum(jobs), sum(started), sum(retried), "
-            "sum(run_ms), sum(latency_ms) FROM job_counts GROUP BY queue, status, rb, lb",
+            "sum(run_ms), sum(latency_ms) "
+            f"FROM {'job_counts_now' if is_postgres(db) else 'job_counts'} "
+            "GROUP BY queue, status, rb, lb",
         )
     }
     minutes = {
@@ -397,6 +400,92 @@ def test_the_migration_counts_the_rows_already_stored_postgres(
             assert pg_migrate.migrate(conn, schema) == everything[-1].number
         _assert_exact(postgres_url(schema))
     finally:
+        with psycopg.connect(PG_DSN, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def test_the_open_counts_migration_recounts_what_the_old_triggers_kept_postgres(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Migration 14 on a schema whose counts migration 12's triggers kept, in two
+    sessions' slots, with rows pending, running and ended: still exact after it."""
+    import psycopg
+
+    from jobledger._storage.postgres import migrate as pg_migrate
+    from tests.conformance.conftest import PG_DSN, new_schema_name, require_postgres
+    from tests.conftest import postgres_url
+
+    require_postgres()
+    schema = new_schema_name()
+    everything = pg_migrate.load_migrations()
+    older = everything[: [m.name for m in everything].index("open_counts")]
+    try:
+        with psycopg.connect(PG_DSN, autocommit=True) as conn, monkeypatch.context() as patch:
+            patch.setattr(pg_migrate, "load_migrations", lambda: tuple(older))
+            assert pg_migrate.migrate(conn, schema) == older[-1].number
+        for half in (0, 1):  # two sessions: two slots of every key
+            with psycopg.connect(PG_DSN, autocommit=True) as conn:
+                conn.execute(f'SET search_path TO "{schema}"')
+                for row in _old_rows()[half::2]:
+                    conn.execute(_INSERT_OLD.replace("?", "%s"), row)
+                conn.execute(
+                    "UPDATE jobs SET status = 'running', started_at = 5000 + attempt "
+                    "WHERE status = 'pending' AND queue = %s",
+                    (f"q{half}",),
+                )
+        url = postgres_url(schema)
+        before, _ = _expected(url)
+        assert {k[1] for k in before} >= {"pending", "running"}
+        with psycopg.connect(PG_DSN, autocommit=True) as conn:
+            assert pg_migrate.migrate(conn, schema) == everything[-1].number
+        _assert_exact(url)
+        assert not db_rows(url, "SELECT 1 FROM job_counts WHERE status IN ('pending', 'running')")
+    finally:
+        with psycopg.connect(PG_DSN, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def test_a_claim_writes_no_counter_rows_and_the_counts_show_it_postgres() -> None:
+    """PostgreSQL keeps pending and running rows under one key (migration 14): a claim
+    over many queues leaves `job_counts` as it was, and the counts read through
+    `job_counts_now` move the claimed rows from pending to running all the same."""
+    import psycopg
+
+    from jobledger._storage.interface import SpreadRequest
+    from tests.conformance.conftest import PG_DSN, new_schema_name, require_postgres
+    from tests.conftest import postgres_url
+
+    require_postgres()
+    schema = new_schema_name()
+    url = postgres_url(schema)
+    store = open_store(url)
+    jobs = jl.JobManager(url)
+    try:
+        for i in range(12):
+            jobs.enqueue_many(OK, [i, i], queue=f"c.{i}")
+        table = (
+            "SELECT queue, status, rb, lb, slot, jobs, started FROM job_counts ORDER BY 1, 2, 3, 4"
+        )
+        kept = db_rows(url, table)
+        asked = tuple((f"c.{i}", 5) for i in range(12))
+        result = store.claim_spread(
+            SpreadRequest(asked, 100, 12, "w-1", (OK.name,)), int(time.time() * 1000)
+        )
+        assert len(result.jobs) == 12
+        assert db_rows(url, table) == kept
+        statuses = Counter(
+            {
+                str(s): int(n)
+                for s, n in db_rows(
+                    url, "SELECT status, sum(jobs) FROM job_counts_now GROUP BY status"
+                )
+            }
+        )
+        assert +statuses == Counter({"pending": 12, "running": 12})
+        _assert_exact(url)
+    finally:
+        arun(jobs.stop)
+        store.close()
         with psycopg.connect(PG_DSN, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 

@@ -5,7 +5,7 @@ nothing of the process's default registry leaks in).
 Every number is read from the tables at scrape time, so several processes sharing one
 database report one consistent picture and nothing is kept in memory. A scrape costs
 O(queues), not O(rows): the counts, sums and histogram buckets per (queue, state) are
-kept current by the write path (`job_counts`, SQLite migration 16 / PostgreSQL 12), with
+kept current by the write path (`job_counts`, SQLite migration 16 / PostgreSQL 12, 14), with
 the same meaning as the pass over `jobs` they replace (a database no worker has migrated
 yet is still read by that pass). The `_total`
 counters are monotonic: they add what GC has collected (the `job_totals` table, kept by

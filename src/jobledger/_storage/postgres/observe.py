@@ -7,8 +7,11 @@ schema name. Sums of bigints come back as `Decimal`; everything is turned into `
 
 From schema 12 the queue counts, `/metrics` and the throughput chart read the kept
 counts (`migrations/0012_job_counts.sql`), summed over their per-session slots; a schema
-older than that is read by the passes over `jobs`, as before. The oldest pending row per
-queue is a loose scan of `jobs_claim_idx` (`sqlite/observe.OLDEST_PENDING` says how).
+older than that is read by the passes over `jobs`, as before. From schema 14 the counts
+are read through `job_counts_now` (`migrations/0014_open_counts.sql`): the table keeps
+pending and running rows under one key, and the view adds the running rows read live.
+The oldest pending row per queue is a loose scan of `jobs_claim_idx`
+(`sqlite/observe.OLDEST_PENDING` says how).
 """
 
 from __future__ import annotations
@@ -93,14 +96,15 @@ def metrics_scan(s: str, bounds_ms: tuple[int, ...]) -> str:
 
 
 @functools.cache
-def _kept_sql(s: str) -> tuple[str, str, str]:
+def _kept_sql(s: str, counts: str) -> tuple[str, str, str]:
+    """`counts`: the relation the kept counts are read from (`_counts`)."""
     queue_counts = (
-        f"SELECT queue, status, sum(jobs) FROM {s}.job_counts GROUP BY queue, status "
+        f"SELECT queue, status, sum(jobs) FROM {counts} GROUP BY queue, status "
         "HAVING sum(jobs) <> 0"
     )
     groups = (
         "SELECT queue, status, rb, lb, sum(jobs), sum(started), sum(retried), sum(run_ms), "
-        f"sum(latency_ms) FROM {s}.job_counts GROUP BY queue, status, rb, lb "
+        f"sum(latency_ms) FROM {counts} GROUP BY queue, status, rb, lb "
         "HAVING sum(jobs) <> 0"
     )
     # `sqlite/observe.OLDEST_PENDING` for every queue asked for (a text[]) in one
@@ -134,16 +138,23 @@ def _throughput_sql(s: str, kept: bool) -> str:
     )
 
 
-def _kept(conn: Conn, s: str) -> bool:
-    found = conn.execute("SELECT to_regclass(%s)", (f"{s}.job_counts",)).fetchone()
-    return found is not None and found[0] is not None
+def _counts(conn: Conn, s: str) -> str | None:
+    """Where the kept counts are read: the view of schema 14 on, the table of schemas 12
+    and 13; None before (the readers scan `jobs`)."""
+    found = conn.execute(
+        "SELECT to_regclass(%s), to_regclass(%s)", (f"{s}.job_counts_now", f"{s}.job_counts")
+    ).fetchone()
+    if found is None or found[1] is None:
+        return None
+    return f"{s}.job_counts_now" if found[0] is not None else f"{s}.job_counts"
 
 
 def kept_count(conn: Conn, s: str, statuses: Sequence[str], queue: str | None) -> int | None:
     """`sqlite/observe.kept_count` in this dialect (summed over the slots)."""
-    if not _kept(conn, s):
+    counts = _counts(conn, s)
+    if counts is None:
         return None
-    sql = f"SELECT coalesce(sum(jobs), 0) FROM {s}.job_counts"
+    sql = f"SELECT coalesce(sum(jobs), 0) FROM {counts}"
     parts: list[str] = []
     params: list[Any] = []
     if statuses:
@@ -161,7 +172,7 @@ def kept_count(conn: Conn, s: str, statuses: Sequence[str], queue: str | None) -
 def _oldest_pending(conn: Conn, s: str, queues: list[str]) -> dict[str, int]:
     if not queues:
         return {}
-    rows = conn.execute(_kept_sql(s)[2], (queues,)).fetchall()
+    rows = conn.execute(_kept_sql(s, "")[2], (queues,)).fetchall()
     return {str(q): int(at) for q, at in rows if at is not None}
 
 
@@ -199,10 +210,11 @@ def queue_counts(conn: Conn, s: str) -> list[QueueCounts]:
         for r in conn.execute(f"SELECT name, type FROM {s}.queues ORDER BY name").fetchall()
     }
     scanned: dict[str, tuple[int | None, tuple[int, ...]]] = {}
-    if _kept(conn, s):
+    source = _counts(conn, s)
+    if source is not None:
         index = {status: i for i, status in enumerate(STATUSES)}
         kept: dict[str, list[int]] = {}
-        for name, status, n in conn.execute(_kept_sql(s)[0]).fetchall():
+        for name, status, n in conn.execute(_kept_sql(s, source)[0]).fetchall():
             if status in index:
                 kept.setdefault(str(name), [0] * len(STATUSES))[index[status]] = _int(n)
         at = _oldest_pending(conn, s, [q for q, c in kept.items() if c[index["pending"]]])
@@ -256,7 +268,8 @@ def _collected_totals(conn: Conn, s: str) -> list[CollectedTotal]:
 
 
 def job_metrics(conn: Conn, s: str, bounds_ms: tuple[int, ...]) -> JobMetrics:
-    kept = bounds_ms == KEPT_BOUNDS_MS and _kept(conn, s)
+    counts = _counts(conn, s) if bounds_ms == KEPT_BOUNDS_MS else None
+    kept = counts is not None
     groups = [
         MetricGroup(
             str(queue),
@@ -270,7 +283,7 @@ def job_metrics(conn: Conn, s: str, bounds_ms: tuple[int, ...]) -> JobMetrics:
             _int(latency_ms),
         )
         for queue, status, rb, lb, n, started, retried, run_ms, latency_ms in conn.execute(
-            _kept_sql(s)[1] if kept else metrics_scan(s, bounds_ms)
+            _kept_sql(s, counts)[1] if counts is not None else metrics_scan(s, bounds_ms)
         ).fetchall()
     ]
     queues = [str(r[0]) for r in conn.execute(f"SELECT name FROM {s}.queues").fetchall()]
