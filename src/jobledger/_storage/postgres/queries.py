@@ -513,7 +513,7 @@ class Queries:
     # until COMMIT, and nothing else changes a terminal row.
     RETRY_SOURCE = f"SELECT {JOB_COLUMNS} FROM {{s}}.jobs WHERE id = %s FOR KEY SHARE"
     RETRY_MATCHING = (
-        f"SELECT {JOB_COLUMNS} FROM {{s}}.jobs j WHERE status = ANY(%s){{where}} "
+        f"SELECT {JOB_COLUMNS} FROM {{s}}.jobs j WHERE {{status}}{{where}} "
         "AND NOT EXISTS (SELECT 1 FROM {s}.jobs r WHERE r.retry_of = j.id) "
         "ORDER BY created_at, id LIMIT %s FOR KEY SHARE"
     )

@@ -99,6 +99,7 @@ from jobledger._storage.interface import (
 )
 from jobledger._storage.observe import (
     MINUTES_KEPT,
+    STATUSES,
     AuditRecord,
     JobMetrics,
     LeaderLease,
@@ -1322,11 +1323,13 @@ class PostgresStore(ScheduleOps, WorkerOps):
                 term, term_params = _search_where(flt.search, self._ident, safe)
                 where = f"{where} AND {term}" if where else term
                 params = (*params, *term_params)
-            sql = q.RETRY_MATCHING.replace("{where}", f" AND {where}" if where else "")
+            status, status_params = _status_in(flt.status)
+            sql = q.RETRY_MATCHING.replace("{status}", status)
+            sql = sql.replace("{where}", f" AND {where}" if where else "")
 
             def work(conn: Conn) -> builtins.list[JobRow]:
                 conn.execute(q.ADVISORY_XACT_LOCK, (q.retry_lock_key,))
-                old = conn.execute(sql, (list(flt.status), *params, limit)).fetchall()
+                old = conn.execute(sql, (*status_params, *params, limit)).fetchall()
                 return self._insert_retries(conn, retry_rows(old, enqueued_by, now_ms))
 
             return self.write(work, "retry_many")
@@ -1861,13 +1864,27 @@ def _where_queue_type(queue: str | None, type_name: str | None) -> tuple[str, tu
     return equal_to((("queue", queue), ("type", type_name)), "%s")
 
 
+_KNOWN_STATUSES = frozenset(STATUSES)
+
+
+def _status_in(statuses: Sequence[str]) -> tuple[str, tuple[Any, ...]]:
+    """`status` among `statuses`, known ones as literals: a partial index by status
+    (migration 15) serves only a condition that names its status, which a parameter
+    does not in a prepared (generic) plan."""
+    if _KNOWN_STATUSES.issuperset(statuses):
+        named = ", ".join(sorted("'" + x + "'" for x in set(statuses)))
+        return f"status IN ({named})", ()
+    return "status = ANY(%s)", (list(statuses),)
+
+
 def _where(flt: JobFilter, s: str, safe: bool = False) -> tuple[str, tuple[Any, ...]]:
     """The WHERE of a listing; `s` is the quoted schema (for its functions)."""
     parts: list[str] = []
     params: list[Any] = []
     if flt.status:
-        parts.append("status = ANY(%s)")
-        params.append(list(flt.status))
+        status, status_params = _status_in(flt.status)
+        parts.append(status)
+        params += status_params
     for column, value in (
         ("queue", flt.queue),
         ("type", flt.type),
