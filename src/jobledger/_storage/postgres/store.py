@@ -151,6 +151,10 @@ _RETRY_BUDGET = 1.0
 _TERMINAL_CHUNK = 1000
 _BEGIN = b"BEGIN"
 _COMMIT = b"COMMIT"
+# Around the claim that rides in a finalize's transaction (`finalize_and_claim`).
+_SAVEPOINT = b"SAVEPOINT refill"
+_RELEASE = b"RELEASE SAVEPOINT refill"
+_ROLLBACK_TO = b"ROLLBACK TO SAVEPOINT refill"
 # Raised by `<schema>.enqueue_missed()` inside the one-round-trip enqueue when an entry
 # neither inserted nor found a live row (a missing parent, or a key race): the whole
 # transaction is rolled back and the batch is redone on the careful path.
@@ -738,30 +742,44 @@ class PostgresStore(ScheduleOps, WorkerOps):
             rate,
             rate_keyed,
         )
-        if rate is not None or queue in self._rated:
+        parts = self._claim_parts(req, now_ms)
+        if parts is None:
             return self._claim_rated(req, now_ms)
+        send, answer = parts
+        return answer(self._tx_then(send, "claim"))
+
+    def _claim_parts(self, req: ClaimRequest, now_ms: int) -> _ClaimParts | None:
+        """`claim`'s statements (sent on a connection inside a transaction) and how to
+        read their rows once it committed; None when the claim counts a rate window
+        (`_claim_rated`, statements that read before they write)."""
+        if req.rate is not None or req.queue in self._rated:
+            return None
         sql = self._claim_sql(req, raw=False)
+        q = self.q
 
         def send(conn: Conn) -> Callable[[], list[Any]]:
-            conn.execute(self.q.ADVISORY_XACT_LOCK, (self.q.queue_claim_key(queue),))
+            conn.execute(q.ADVISORY_XACT_LOCK, (q.queue_claim_key(req.queue),))
             if self.exact_global_cap:
-                conn.execute(self.q.ADVISORY_XACT_LOCK, (self.q.global_claim_key,))
-            cur = conn.execute(sql, _claim_params(req, queue_cap, limit, now_ms))
+                conn.execute(q.ADVISORY_XACT_LOCK, (q.global_claim_key,))
+            cur = conn.execute(sql, _claim_params(req, req.queue_cap, req.limit, now_ms))
             return cur.fetchall
 
-        rows = self._tx_then(send, "claim")
-        in_queue, running = int(rows[0][0]), int(rows[0][1])
-        s_cap, paused, s_rate = rows[0][2], bool(rows[0][3]), rows[0][4]
-        if running < 0:
-            return ClaimResult([], False, unregistered=True)
-        if paused:
-            return ClaimResult([], False)  # claims wait for resume_queue
-        if s_rate is not None:
-            # A rate limit set for the queue: nothing was taken; claim it counting the window.
-            self._rated.add(queue)
-            return self._claim_rated(req, now_ms)
-        cap = queue_cap if s_cap is None else int(s_cap)
-        return _claim_answer(rows, cap, in_queue, running, global_cap, limit, None)
+        def answer(rows: list[Any]) -> ClaimResult:
+            in_queue, running = int(rows[0][0]), int(rows[0][1])
+            s_cap, paused, s_rate = rows[0][2], bool(rows[0][3]), rows[0][4]
+            if running < 0:
+                return ClaimResult([], False, unregistered=True)
+            if paused:
+                return ClaimResult([], False)  # claims wait for resume_queue
+            if s_rate is not None:
+                # A rate limit set for the queue: nothing was taken; claim it counting
+                # the window.
+                self._rated.add(req.queue)
+                return self._claim_rated(req, now_ms)
+            cap = req.queue_cap if s_cap is None else int(s_cap)
+            return _claim_answer(rows, cap, in_queue, running, req.global_cap, req.limit, None)
+
+        return send, answer
 
     def _claim_sql(self, req: ClaimRequest, *, raw: bool) -> str:
         q = self.q
@@ -876,9 +894,17 @@ class PostgresStore(ScheduleOps, WorkerOps):
         )
 
     def claim_spread(self, request: SpreadRequest, now_ms: int) -> ClaimResult:
+        parts = self._spread_parts(request, now_ms)
+        if parts is None:
+            return self._spread_rated(request, now_ms)
+        send, answer = parts
+        return answer(self._tx_then(send, "claim"))
+
+    def _spread_parts(self, request: SpreadRequest, now_ms: int) -> _ClaimParts | None:
+        """`claim_spread`'s statements and how to read their rows, as `_claim_parts`."""
         names = [name for name, _ in request.queues]
         if request.rates or self._rated.intersection(names):
-            return self._spread_rated(request, now_ms)
+            return None
         sql = self._spread_sql(request, raw=False)
         caps = [cap for _, cap in request.queues]
 
@@ -887,16 +913,18 @@ class PostgresStore(ScheduleOps, WorkerOps):
             cur = conn.execute(sql, _spread_params(request, names, caps, now_ms))
             return cur.fetchall
 
-        rows = self._tx_then(send, "claim")
-        result = _spread_answer(rows, request.global_cap)
-        for r in rows:
-            if r[5] is not None:  # a rate limit set for the queue: its claims count it
-                self._rated.add(str(r[1]))
-        if result.rate_waits:
-            # Nothing taken there; kicked again at once, its claim goes the rate path.
-            for name in result.rate_waits:
-                result.rate_waits[name] = now_ms + 1
-        return result
+        def answer(rows: list[Any]) -> ClaimResult:
+            result = _spread_answer(rows, request.global_cap)
+            for r in rows:
+                if r[5] is not None:  # a rate limit set for the queue: its claims count it
+                    self._rated.add(str(r[1]))
+            if result.rate_waits:
+                # Nothing taken there; kicked again at once, its claim goes the rate path.
+                for name in result.rate_waits:
+                    result.rate_waits[name] = now_ms + 1
+            return result
+
+        return send, answer
 
     def _spread_sql(self, request: SpreadRequest, *, raw: bool) -> str:
         q = self.q
@@ -971,9 +999,31 @@ class PostgresStore(ScheduleOps, WorkerOps):
     def finalize_and_claim(
         self, outcomes: Sequence[Outcome], now_ms: int, claim: ClaimRequest | SpreadRequest
     ) -> tuple[list[JobRow | None], ClaimResult | None]:
-        """Two transactions here: the claim's advisory locks would otherwise be taken
-        while this one holds the finished rows. A failed claim answers None; the
-        outcomes are committed all the same."""
+        """The outcomes, then the claim of the slots they free, in one transaction and one
+        round trip, as on SQLite: one commit a flush, not two. The claim runs under a
+        savepoint: when it fails, the outcomes still commit and the claim answers None.
+        Its advisory locks are taken while the finished rows are locked, which cannot
+        close a cycle: a claim never waits for a row lock (it reads its rows SKIP
+        LOCKED) and takes its advisory keys in one order. A claim that counts a rate
+        window reads before it writes: it goes in a transaction of its own after the
+        outcomes'."""
+        parts = (
+            self._spread_parts(claim, now_ms)
+            if isinstance(claim, SpreadRequest)
+            else self._claim_parts(claim, now_ms)
+        )
+        if parts is not None and outcomes:
+            claim_send, answer = parts
+            rows, claimed = self._finalize_then_claim(
+                self._finalize_send(outcomes, now_ms), claim_send
+            )
+            if claimed is None:
+                return rows, None
+            try:
+                return rows, answer(claimed)
+            except Exception:  # a rate limit found there: its own claim failed
+                log.warning("claim after a finalize failed; retrying shortly", exc_info=True)
+                return rows, None
         rows = self.finalize(outcomes, now_ms)
         if isinstance(claim, SpreadRequest):
             try:
@@ -999,6 +1049,45 @@ class PostgresStore(ScheduleOps, WorkerOps):
             log.warning("claim on queue %r failed; retrying shortly", claim.queue, exc_info=True)
             return rows, None
         return rows, taken
+
+    def _finalize_then_claim(
+        self,
+        finalize_send: Callable[[Conn], Callable[[], list[JobRow | None]]],
+        claim_send: Callable[[Conn], Callable[[], list[Any]]],
+    ) -> tuple[list[JobRow | None], list[Any] | None]:
+        """One pipelined transaction: the outcomes, then the claim under a savepoint.
+        The claim's rows are None when it failed and the outcomes committed without it
+        (the savepoint's own statement completed, so the failure came after it)."""
+
+        def once(conn: Conn) -> tuple[list[JobRow | None], list[Any] | None]:
+            mark: psycopg.Cursor[Any] | None = None
+            try:
+                with conn.pipeline():
+                    conn.execute(_BEGIN)
+                    written = finalize_send(conn)
+                    mark = conn.execute(_SAVEPOINT)
+                    taken = claim_send(conn)
+                    conn.execute(_RELEASE)
+                    conn.execute(_COMMIT)
+            except psycopg.Error:
+                kept = mark is not None and mark.statusmessage == "SAVEPOINT"
+                if not kept or _tx_status(conn) != TransactionStatus.INERROR:
+                    _rollback(conn)
+                    raise
+                log.warning("claim after a finalize failed; retrying shortly", exc_info=True)
+                try:
+                    conn.execute(_ROLLBACK_TO)
+                    conn.execute(_COMMIT)
+                except BaseException:
+                    _rollback(conn)
+                    raise
+                return written(), None
+            except BaseException:
+                _rollback(conn)
+                raise
+            return written(), taken()
+
+        return self._with_retry(once, "finalize")
 
     def finalize(
         self, outcomes: Sequence[Outcome], now_ms: int, *, label: str = "finalize"
@@ -1963,6 +2052,11 @@ def _claim_answer(
     jobs.sort(key=lambda j: (j.priority, j.scheduled_at, j.id))
     limited_by_global = global_free < min(free, limit)
     return ClaimResult(jobs, limited_by_global and len(jobs) == n, rate_wait=wait, cap=cap)
+
+
+# A claim's statements, sent inside a transaction (they answer how to fetch their rows),
+# and how to read those rows once it committed.
+_ClaimParts = tuple[Callable[[Conn], Callable[[], list[Any]]], Callable[[list[Any]], ClaimResult]]
 
 
 def _spread_params(
