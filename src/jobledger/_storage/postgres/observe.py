@@ -96,8 +96,8 @@ def metrics_scan(s: str, bounds_ms: tuple[int, ...]) -> str:
 
 
 @functools.cache
-def _kept_sql(s: str, counts: str) -> tuple[str, str, str]:
-    """`counts`: the relation the kept counts are read from (`_counts`)."""
+def _kept_sql(counts: str) -> tuple[str, str]:
+    """The queue counts and the metrics' groups, read from `counts` (`_counts`)."""
     queue_counts = (
         f"SELECT queue, status, sum(jobs) FROM {counts} GROUP BY queue, status "
         "HAVING sum(jobs) <> 0"
@@ -107,10 +107,15 @@ def _kept_sql(s: str, counts: str) -> tuple[str, str, str]:
         f"sum(latency_ms) FROM {counts} GROUP BY queue, status, rb, lb "
         "HAVING sum(jobs) <> 0"
     )
-    # `sqlite/observe.OLDEST_PENDING` for every queue asked for (a text[]) in one
-    # statement: one recursion per queue along jobs_claim_idx.
+    return queue_counts, groups
+
+
+@functools.cache
+def _oldest_sql(s: str) -> str:
+    """`sqlite/observe.OLDEST_PENDING` for every queue asked for (a text[]) in one
+    statement: one recursion per queue along jobs_claim_idx."""
     pending = f"FROM {s}.jobs j WHERE j.status = 'pending' AND j.cancel_requested = 0"
-    oldest = (
+    return (
         "WITH RECURSIVE p(queue, pr) AS ("
         f"SELECT q.name, (SELECT j.priority {pending} AND j.queue = q.name "
         'ORDER BY j.priority LIMIT 1) FROM (SELECT unnest(%s::text[]) COLLATE "C" AS name) q '
@@ -120,7 +125,6 @@ def _kept_sql(s: str, counts: str) -> tuple[str, str, str]:
         "AND j.priority = p.pr ORDER BY j.scheduled_at LIMIT 1)) FROM p "
         "WHERE p.pr IS NOT NULL GROUP BY queue"
     )
-    return queue_counts, groups, oldest
 
 
 @functools.cache
@@ -172,7 +176,7 @@ def kept_count(conn: Conn, s: str, statuses: Sequence[str], queue: str | None) -
 def _oldest_pending(conn: Conn, s: str, queues: list[str]) -> dict[str, int]:
     if not queues:
         return {}
-    rows = conn.execute(_kept_sql(s, "")[2], (queues,)).fetchall()
+    rows = conn.execute(_oldest_sql(s), (queues,)).fetchall()
     return {str(q): int(at) for q, at in rows if at is not None}
 
 
@@ -214,7 +218,7 @@ def queue_counts(conn: Conn, s: str) -> list[QueueCounts]:
     if source is not None:
         index = {status: i for i, status in enumerate(STATUSES)}
         kept: dict[str, list[int]] = {}
-        for name, status, n in conn.execute(_kept_sql(s, source)[0]).fetchall():
+        for name, status, n in conn.execute(_kept_sql(source)[0]).fetchall():
             if status in index:
                 kept.setdefault(str(name), [0] * len(STATUSES))[index[status]] = _int(n)
         at = _oldest_pending(conn, s, [q for q, c in kept.items() if c[index["pending"]]])
@@ -283,7 +287,7 @@ def job_metrics(conn: Conn, s: str, bounds_ms: tuple[int, ...]) -> JobMetrics:
             _int(latency_ms),
         )
         for queue, status, rb, lb, n, started, retried, run_ms, latency_ms in conn.execute(
-            _kept_sql(s, counts)[1] if counts is not None else metrics_scan(s, bounds_ms)
+            _kept_sql(counts)[1] if counts is not None else metrics_scan(s, bounds_ms)
         ).fetchall()
     ]
     queues = [str(r[0]) for r in conn.execute(f"SELECT name FROM {s}.queues").fetchall()]

@@ -1012,43 +1012,26 @@ class PostgresStore(ScheduleOps, WorkerOps):
             if isinstance(claim, SpreadRequest)
             else self._claim_parts(claim, now_ms)
         )
-        if parts is not None and outcomes:
+        if parts is None:
+            rows = self.finalize(outcomes, now_ms)
+            claimed = None
+        else:
             claim_send, answer = parts
             rows, claimed = self._finalize_then_claim(
                 self._finalize_send(outcomes, now_ms), claim_send
             )
             if claimed is None:
-                return rows, None
-            try:
-                return rows, answer(claimed)
-            except Exception:  # a rate limit found there: its own claim failed
-                log.warning("claim after a finalize failed; retrying shortly", exc_info=True)
-                return rows, None
-        rows = self.finalize(outcomes, now_ms)
-        if isinstance(claim, SpreadRequest):
-            try:
-                return rows, self.claim_spread(claim, now_ms)
-            except Exception:
-                log.warning("claim on several queues failed; retrying shortly", exc_info=True)
-                return rows, None
+                return rows, None  # the claim failed; the outcomes committed
         try:
-            taken = self.claim(
-                claim.queue,
-                queue_cap=claim.queue_cap,
-                global_cap=claim.global_cap,
-                limit=claim.limit,
-                now_ms=now_ms,
-                worker_id=claim.worker_id,
-                types=claim.types,
-                exclude_owners=claim.exclude_owners,
-                registered=claim.registered,
-                rate=claim.rate,
-                rate_keyed=claim.rate_keyed,
-            )
+            if claimed is not None:
+                return rows, answer(claimed)  # a rate limit found there claims on its own
+            if isinstance(claim, SpreadRequest):
+                return rows, self._spread_rated(claim, now_ms)
+            return rows, self._claim_rated(claim, now_ms)
         except Exception:
-            log.warning("claim on queue %r failed; retrying shortly", claim.queue, exc_info=True)
+            what = "several queues" if isinstance(claim, SpreadRequest) else repr(claim.queue)
+            log.warning("claim on %s failed; retrying shortly", what, exc_info=True)
             return rows, None
-        return rows, taken
 
     def _finalize_then_claim(
         self,

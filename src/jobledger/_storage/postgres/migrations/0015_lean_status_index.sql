@@ -2,8 +2,8 @@
 -- migration 2 did. Every claim and finalize changes `status`, so no update of a job is
 -- HOT and each adds an entry to every index of `jobs`; this one's entries go where the
 -- row's creation time falls, so a claim or finalize over many queues dirtied a leaf page
--- of it per queue (`docs/benchmarks.md`, nineteenth round: 6-8% of the claim-and-finalize
--- cycle at 1,000 queues).
+-- of it per queue (`docs/benchmarks.md`, nineteenth round: at 1,000 queues about 5% of
+-- the claim-and-finalize cycle's time and 6% of the server's CPU).
 --
 -- What it served: a listing by status, newest first. The statuses that are few and old
 -- among many rows get partial indexes in the listing's order; `pending` is read through
