@@ -29,14 +29,20 @@ from jobledger._storage.observe import ReadOnlyStoreError
 from jobledger._storage.open import redact
 from jobledger._storage.postgres.migrate import SCHEMA_VERSION, schema_version
 from jobledger._storage.postgres.queries import Queries, check_schema_name
-from jobledger._storage.postgres.store import Conn, PostgresStore, _storage_error, rate_sql
+from jobledger._storage.postgres.store import (
+    _NO_JIT,
+    Conn,
+    PostgresStore,
+    _storage_error,
+    rate_sql,
+)
 from jobledger._storage.records import AttemptRow
 from jobledger.errors import SchemaError
 
 __all__ = ["ReadOnlyPostgresStore"]
 
 T = TypeVar("T")
-_READ_ONLY = "SET default_transaction_read_only = on"
+_READ_ONLY = "SELECT set_config('default_transaction_read_only', 'on', false), " + _NO_JIT
 _HAS_ATTEMPTS = (
     "SELECT 1 FROM information_schema.tables WHERE table_schema = %s "
     "AND table_name = 'job_attempts'"

@@ -139,6 +139,13 @@ Conn = psycopg.Connection[Any]
 # flush (an fsync) that dominates every write's latency.
 SynchronousCommit = Literal["on", "off", "local", "remote_write", "remote_apply"]
 _SYNC_COMMIT = frozenset({"on", "off", "local", "remote_write", "remote_apply"})
+# Every session of ours runs without JIT compilation. The planner's row estimates for the
+# spread claim over one deep queue reach a cost past the server's `jit_above_cost`
+# (100,000 by default), and compiling the statement then took 40-55 ms of a claim that
+# runs in 2: a process whose own limit binds below its queue's cap claimed at that pace
+# (about 150 jobs/s where it drains 2,000; docs/benchmarks.md, twenty-first round).
+# Nothing jobledger runs is long enough to win the compile back.
+_NO_JIT = "set_config('jit', 'off', false)"
 
 # SQLSTATEs: whole-transaction retry, then DB_BUSY.
 _RETRY_STATES = frozenset({"40001", "40P01"})  # serialization_failure, deadlock_detected
@@ -247,7 +254,7 @@ class PostgresStore(ScheduleOps, WorkerOps):
 
     def _configure_writer(self, conn: Conn) -> None:
         ms = max(1, int(self._busy_timeout * 1000))
-        conn.execute("SELECT set_config('lock_timeout', %s, false)", (f"{ms}ms",))
+        conn.execute("SELECT set_config('lock_timeout', %s, false), " + _NO_JIT, (f"{ms}ms",))
         if self._synchronous_commit is not None:
             conn.execute(
                 "SELECT set_config('synchronous_commit', %s, false)", (self._synchronous_commit,)
@@ -274,6 +281,7 @@ class PostgresStore(ScheduleOps, WorkerOps):
 
     def _configure_reader(self, conn: Conn) -> None:
         """A new reader connection's session setup (the read-only store's refuses writes)."""
+        conn.execute("SELECT " + _NO_JIT)
 
     def _readers(self) -> ConnectionPool[Conn]:
         pool = self._pool
