@@ -67,6 +67,56 @@ def test_each_next_batch_is_claimed_with_the_last_ones_outcomes(db_path: str) ->
     assert len(alone) == 1
 
 
+def test_outcomes_of_several_queues_claim_each_ones_next_jobs_in_their_transaction(
+    db_path: str,
+) -> None:
+    # Three queues of cap 2 (6 slots, under the global cap of 50): the no-op jobs of a
+    # batch end together, so a finalize holds outcomes of all three queues. Each of its
+    # queues claims its next jobs in that transaction (`Engine._mixed_refill`), where it
+    # used to claim on its own after the commit, a transaction per queue.
+    jobs = make_manager(db_path)
+    names = ("mixed.a", "mixed.b", "mixed.c")
+    gauges = {name: Gauge() for name in names}
+    ran: list[tuple[str, int]] = []
+
+    @jobs.handler(ITEM, recovery="retry", concurrency=2)
+    async def work(ctx: jl.JobContext[Item]) -> None:
+        gauge = gauges[ctx.queue]
+        gauge.enter()
+        ran.append((ctx.queue, ctx.payload.n))
+        await asyncio.sleep(0)
+        gauge.exit()
+
+    for name in names:
+        jobs.enqueue_many(ITEM, [Item(n=i) for i in range(20)], queue=name)
+    seen: list[str] = []
+    conn: sqlite3.Connection = jobs._store.conn  # type: ignore[attr-defined]
+
+    async def main() -> None:
+        conn.set_trace_callback(seen.append)
+        await jobs.start()
+        await wait_until(lambda: jobs.count(status="completed") == 60, what="the drain")
+        conn.set_trace_callback(None)
+        await jobs.stop()
+
+    run(main())
+    assert sorted(ran) == sorted((name, i) for name in names for i in range(20))
+    # In queue order within each queue.
+    for name in names:
+        assert [n for q, n in ran if q == name] == list(range(20))
+    assert {name: g.peak for name, g in gauges.items()} == dict.fromkeys(names, 2)
+    claiming = [tx for tx in _transactions(seen) if any(s.startswith(CLAIM) for s in tx)]
+    alone = [tx for tx in claiming if not any(s.startswith(FINISH) for s in tx)]
+    # Each queue's first claim alone; then 54 jobs in batches of up to 6, each claimed
+    # with the outcomes of the batch before (30 claims alone without it). The slack
+    # allows a claim cut short by the claim-ahead budget on a slow machine, whose queue
+    # is then kicked and claims alone.
+    assert len(alone) <= 5
+    assert len(claiming) >= 12
+    with_others = [tx for tx in claiming if tx not in alone and "json_each" in " ".join(tx)]
+    assert with_others, "no finalize claimed across its queues"
+
+
 def test_a_refill_that_fails_leaves_the_outcomes_committed(
     db_path: str, caplog: pytest.LogCaptureFixture
 ) -> None:

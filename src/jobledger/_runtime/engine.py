@@ -13,12 +13,14 @@ With several processes on one queue, its cap is usually held by one of them. Whe
 outcome of a finalize batch is of one queue (and the global cap turned no queue away),
 the queue's next claim rides in the finalize's transaction (`Store.finalize_and_claim`,
 the "refill"): the slots never look free to the other processes, and a batch costs one
-commit instead of two. Otherwise (mixed queues, or PostgreSQL, where the two are separate
-transactions) the busy process finalizes and claims right after, and between those two
-commits the slots look free. A process that holds nothing in the queue and whose last
-claim there was refused by the queue's cap (`ClaimResult.queue_full`) therefore confirms
-what it sees: its next claim waits `CONFIRM_DELAY` first, by which time the busy process
-has claimed again if it was going to. Without it, idle processes woken by every commit
+commit instead of two. A batch of several queues claims each one's freed slots in one
+claim across them, in the same transaction (`_mixed_refill`). Otherwise (a refill claim
+that failed, or was cut short by this process's limits) the busy process finalizes and
+claims right after, and between those two commits the slots look free. A process that
+holds nothing in the queue and whose last claim there was refused by the queue's cap
+(`ClaimResult.queue_full`) therefore confirms what it sees: its next claim waits
+`CONFIRM_DELAY` first, by which time the busy process has claimed again if it was going
+to. Without it, idle processes woken by every commit
 elsewhere kept taking the batch over in those gaps (four processes drained slower than
 one). A global-cap refusal is never delayed (another queue holds the slots; this one
 must get its turn), nor is an empty queue's next claim, nor a kick from a local enqueue.
@@ -857,10 +859,14 @@ class Engine:
         outcomes = [o for o, a in batch if a.committed is None]
         spread: SpreadRequest | None = None
         refill: tuple[DispatchQueue, ClaimRequest] | None = None
+        mixed = False
         if self.global_blocked:
             spread = self._spread_refill(batch)
         else:
             refill = self._refill(batch)
+            if refill is None:
+                spread = self._mixed_refill(batch)
+                mixed = spread is not None
         claimed: ClaimResult | None = None
         try:
             written, claimed = self._write_outcomes(outcomes, now, refill, spread)
@@ -918,6 +924,9 @@ class Engine:
                 # The rows are committed; another process's watcher, or the next look,
                 # finds the released jobs.
                 log.exception("following workflow(s) %s after a finalize failed", workflows)
+        if mixed and spread is not None:
+            self._take_mixed(spread, claimed, kicks)
+            return
         if spread is not None:
             if claimed is not None:
                 self._take_spread(spread, claimed)
@@ -1058,6 +1067,86 @@ class Engine:
             qu.keyed,
         )
         return qu, request
+
+    def _mixed_refill(self, batch: list[tuple[Outcome, Attempt]]) -> SpreadRequest | None:
+        """The claim that rides in the finalize's transaction when its outcomes are of
+        several queues and the global cap turned none away: the slots the batch frees in
+        each of those queues, in one statement across them (the spread claim's), where a
+        claim per queue used to follow the commit, each a transaction of its own. None
+        when the batch is of one queue (`_refill`), or a queue in it is claimed alone (a
+        keyed rate limit)."""
+        if self.global_blocked or self._gate_closed() or self._unconfirmed:
+            return None
+        released = Counter(a.queue for _, a in batch)
+        if len(released) < 2:
+            return None
+        picked: list[DispatchQueue] = []
+        room = 0
+        for name, n in released.items():
+            qu = self.queues.get(name)
+            if qu is None or qu.keyed:
+                return None
+            free = qu.concurrency - qu.running + n
+            if free > 0:
+                picked.append(qu)
+                room += free
+        if not picked:
+            return None
+        mine = [a for _, a in batch if self.inflight.get(a.job_id) is a]
+        limit = min(room, self._own_free(len(mine)), self.claim_batch)
+        sync_free = (
+            self._workers_free(False) + sum(1 for a in mine if _in_thread(a.spec)),
+            self._workers_free(True) + sum(1 for a in mine if a.spec.is_process),
+        )
+        for proc in (False, True):
+            if any(qu.sync and qu.proc is proc for qu in picked):
+                limit = min(limit, sync_free[proc])
+        if limit <= 0:
+            return None
+        return SpreadRequest(
+            tuple((qu.name, qu.cap) for qu in picked),
+            self.global_max,
+            limit,
+            self.worker_id,
+            tuple(self.handlers),
+            self.exclude_owners,
+            True,
+            tuple((qu.name, *qu.rate) for qu in picked if qu.rate is not None),
+        )
+
+    def _take_mixed(
+        self, request: SpreadRequest, result: ClaimResult | None, kicks: set[str]
+    ) -> None:
+        """After a finalize that carried `_mixed_refill`'s claim: start what it took, and
+        kick the batch's queues that may take more (as `_take` kicks a queue whose claim
+        filled its limit), or every one of them if the claim did not run."""
+        if result is None:
+            for name in kicks:
+                self.kick(name)
+            return
+        if result.unregistered or result.free is None or result.global_blocked:
+            # The global cap binds after all: the batch's queues join the turns, and the
+            # claim is read as the spread refill it then is.
+            for name in kicks:
+                self._turns.setdefault(name)
+            self._take_spread(request, result)
+            return
+        asked = {name for name, _ in request.queues}
+        self._start_spread(result)
+        cut = len(result.jobs) >= request.limit
+        taken = Counter(job.queue for job in result.jobs)
+        free = result.free
+        for name in kicks:
+            qu = self.queues.get(name)
+            if qu is None:
+                continue
+            if name not in asked:
+                self.kick(name)
+                continue
+            room = free.get(name, 0)
+            qu.turned_away = room <= 0 and qu.running == 0
+            if cut and taken.get(name, 0) < room:
+                self.kick(name)  # it may have more: claimed on its own, as after `_take`
 
     def _own_free(self, released: int = 0) -> int:
         """Jobs this process may still claim: what it may run at once beyond what it runs
@@ -1202,14 +1291,6 @@ class Engine:
             else:  # the global cap was full before anything was counted per queue
                 self.global_blocked = True
             return
-        for name, cap in (result.caps or {}).items():
-            qu = self.queues.get(name)
-            if qu is not None:
-                qu.concurrency = cap
-        for name, at_ms in (result.rate_waits or {}).items():
-            qu = self.queues.get(name)
-            if qu is not None:
-                self._arm_rate(qu, at_ms)
         # Cut: the claim took every slot it was allowed (the global cap's free slots or
         # this process's), so queues not reached keep their place at the head.
         cut = result.global_blocked or len(result.jobs) >= request.limit
@@ -1224,6 +1305,25 @@ class Engine:
                 turns[name] = None  # served, and may have more: to the end
             # Otherwise full (back when one of its jobs ends, or with the next change
             # another process commits) or run dry (back when a job is enqueued).
+        self._start_spread(result)
+        if cut:
+            self.global_blocked = True
+        elif turns:
+            self.global_blocked = True
+            self._schedule_spread()  # slots are left: the next queues in turn
+        else:
+            self.global_blocked = False
+
+    def _start_spread(self, result: ClaimResult) -> None:
+        """What a claim across queues learnt of their settings, and its jobs started."""
+        for name, cap in (result.caps or {}).items():
+            qu = self.queues.get(name)
+            if qu is not None:
+                qu.concurrency = cap
+        for name, at_ms in (result.rate_waits or {}).items():
+            qu = self.queues.get(name)
+            if qu is not None:
+                self._arm_rate(qu, at_ms)
         stale = (
             None
             if self.stale_after_ms is None or not result.jobs
@@ -1233,13 +1333,6 @@ class Engine:
             qu = self.queues.get(job.queue)
             if qu is not None:
                 self._start(qu, job, stale, result.mark)
-        if cut:
-            self.global_blocked = True
-        elif turns:
-            self.global_blocked = True
-            self._schedule_spread()  # slots are left: the next queues in turn
-        else:
-            self.global_blocked = False
 
     def _wants_row(self, attempt: Attempt) -> bool:
         """Does anything here need the terminal row (a waiter, a listener, a hook)?"""
