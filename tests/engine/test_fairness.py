@@ -8,10 +8,11 @@ first ("passing the turn").
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 
 import jobledger as jl
-from tests.conftest import run
+from tests.conftest import run, wait_until
 from tests.engine import ITEM, Item, make_manager
 
 QUEUES = 6
@@ -94,3 +95,35 @@ def test_queues_take_turns_while_the_global_cap_binds(db: str) -> None:
         seen[q] += 1
         counts = [seen[f"q{i}"] for i in range(QUEUES)]
         assert max(counts) - min(counts) <= 2, order
+
+
+def test_a_worker_that_runs_nothing_takes_its_share_in_one_claim_across_queues(db: str) -> None:
+    # Thirty queues of cap 5 under a global cap of 10, written by another manager (so
+    # nothing local kicks a queue first). A worker that runs nothing claims across the
+    # queues at once, a row from each of the first ten, in one transaction: several
+    # workers started together no longer take the cap five slots at a time, queue by
+    # queue, each keeping the share it got (docs/benchmarks.md, twenty-first round).
+    producer = make_manager(db)
+    for q in range(30):
+        producer.enqueue_many(ITEM, [Item(n=q)] * 5, queue=f"q{q:02d}")
+    run(producer.stop())
+    jobs = make_manager(db, global_max_concurrency=10)
+    first: list[str] = []
+    go = asyncio.Event()
+
+    @jobs.handler(ITEM, recovery="retry", concurrency=5)
+    async def work(ctx: jl.JobContext[Item]) -> None:
+        if len(first) < 10:
+            first.append(ctx.queue)
+            if len(first) < 10:
+                await go.wait()
+            else:
+                go.set()
+
+    async def main() -> None:
+        async with jobs:
+            await wait_until(lambda: jobs.count(status="completed") == 150, what="the drain")
+
+    run(main())
+    # Queue by queue, the first ten starts were q00 and q01's five each.
+    assert sorted(first) == [f"q{q:02d}" for q in range(10)], first

@@ -322,7 +322,26 @@ class Engine:
                     turns[name] = None
             self._schedule_spread()
             return
-        for name in list(self.queues):
+        queues = self.queues
+        if len(queues) > 1 and not self.inflight:
+            # This process runs nothing: one claim across the queues takes its share of
+            # the slots in one transaction. Claimed queue by queue, several processes
+            # started together took the global cap in turns, five slots each, and kept
+            # those halves (each refills only what it frees): at 1,000 queues two halves
+            # drained slower than one whole, and each process's turns went over the same
+            # queues first (docs/benchmarks.md, twenty-first round).
+            turns = self._turns
+            for name, qu in queues.items():
+                if qu.kick_pending:
+                    continue  # its claim of its own comes first (a local enqueue's)
+                if qu.keyed or qu.turned_away:
+                    self.kick(name)  # claimed alone; or its cap was full: confirm first
+                elif name not in turns:
+                    turns[name] = None
+            if turns:
+                self._schedule_spread()
+            return
+        for name in list(queues):
             self.kick(name)
 
     def kick_threadsafe(self, name: str, type_name: str) -> None:
@@ -1303,11 +1322,17 @@ class Engine:
             turns.pop(name, None)
             if 0 < got < room and cut:
                 turns[name] = None  # served, and may have more: to the end
+            elif room <= 0 and (qu := self.queues.get(name)) is not None and qu.running == 0:
+                qu.turned_away = True  # its cap is held elsewhere, as `_take` notes
             # Otherwise full (back when one of its jobs ends, or with the next change
             # another process commits) or run dry (back when a job is enqueued).
         self._start_spread(result)
         if cut:
             self.global_blocked = True
+            if turns and not result.global_blocked and self._own_free() > 0:
+                # Cut by the claim's batch size, not by a cap: the next queues in turn
+                # claim now, as `_take` kicks a queue whose claim filled its limit.
+                self._schedule_spread()
         elif turns:
             self.global_blocked = True
             self._schedule_spread()  # slots are left: the next queues in turn
