@@ -38,6 +38,23 @@ def _transactions(statements: list[str]) -> list[list[str]]:
     return txs
 
 
+def _traced_drain(jobs: jl.JobManager, total: int) -> list[str]:
+    """Start `jobs`, wait until `total` jobs completed, stop: the statements its writer
+    connection ran meanwhile."""
+    seen: list[str] = []
+    conn: sqlite3.Connection = jobs._store.conn  # type: ignore[attr-defined]
+
+    async def main() -> None:
+        conn.set_trace_callback(seen.append)
+        await jobs.start()
+        await wait_until(lambda: jobs.count(status="completed") == total, what="the drain")
+        conn.set_trace_callback(None)
+        await jobs.stop()
+
+    run(main())
+    return seen
+
+
 def test_each_next_batch_is_claimed_with_the_last_ones_outcomes(db_path: str) -> None:
     jobs = make_manager(db_path)
     ran: list[int] = []
@@ -47,17 +64,7 @@ def test_each_next_batch_is_claimed_with_the_last_ones_outcomes(db_path: str) ->
         ran.append(ctx.payload.n)
 
     jobs.enqueue_many(ITEM, [Item(n=i) for i in range(100)])
-    seen: list[str] = []
-    conn: sqlite3.Connection = jobs._store.conn  # type: ignore[attr-defined]
-
-    async def main() -> None:
-        conn.set_trace_callback(seen.append)
-        await jobs.start()
-        await wait_until(lambda: jobs.count(status="completed") == 100, what="the drain")
-        conn.set_trace_callback(None)
-        await jobs.stop()
-
-    run(main())
+    seen = _traced_drain(jobs, 100)
     assert sorted(ran) == list(range(100))
     claiming = [tx for tx in _transactions(seen) if any(s.startswith(CLAIM) for s in tx)]
     alone = [tx for tx in claiming if not any(s.startswith(FINISH) for s in tx)]
@@ -89,17 +96,7 @@ def test_outcomes_of_several_queues_claim_each_ones_next_jobs_in_their_transacti
 
     for name in names:
         jobs.enqueue_many(ITEM, [Item(n=i) for i in range(20)], queue=name)
-    seen: list[str] = []
-    conn: sqlite3.Connection = jobs._store.conn  # type: ignore[attr-defined]
-
-    async def main() -> None:
-        conn.set_trace_callback(seen.append)
-        await jobs.start()
-        await wait_until(lambda: jobs.count(status="completed") == 60, what="the drain")
-        conn.set_trace_callback(None)
-        await jobs.stop()
-
-    run(main())
+    seen = _traced_drain(jobs, 60)
     assert sorted(ran) == sorted((name, i) for name in names for i in range(20))
     # In queue order within each queue.
     for name in names:

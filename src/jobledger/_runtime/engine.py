@@ -1113,25 +1113,8 @@ class Engine:
             return None
         mine = [a for _, a in batch if self.inflight.get(a.job_id) is a]
         limit = min(room, self._own_free(len(mine)), self.claim_batch)
-        sync_free = (
-            self._workers_free(False) + sum(1 for a in mine if _in_thread(a.spec)),
-            self._workers_free(True) + sum(1 for a in mine if a.spec.is_process),
-        )
-        for proc in (False, True):
-            if any(qu.sync and qu.proc is proc for qu in picked):
-                limit = min(limit, sync_free[proc])
-        if limit <= 0:
-            return None
-        return SpreadRequest(
-            tuple((qu.name, qu.cap) for qu in picked),
-            self.global_max,
-            limit,
-            self.worker_id,
-            tuple(self.handlers),
-            self.exclude_owners,
-            True,
-            tuple((qu.name, *qu.rate) for qu in picked if qu.rate is not None),
-        )
+        request = self._spread_of(picked, limit, self._sync_free(mine))
+        return request if request.limit > 0 else None
 
     def _take_mixed(
         self, request: SpreadRequest, result: ClaimResult | None, kicks: set[str]
@@ -1257,6 +1240,13 @@ class Engine:
             del self._turns[name]
         if not picked:
             return None
+        return self._spread_of(picked, limit, sync_free)
+
+    def _spread_of(
+        self, picked: list[DispatchQueue], limit: int, sync_free: tuple[int, int]
+    ) -> SpreadRequest:
+        """A claim of up to `limit` rows across `picked`, in that order; no more than the
+        free pool threads (or children) when a queue of plain handlers is among them."""
         for proc in (False, True):
             if any(qu.sync and qu.proc is proc for qu in picked):
                 limit = min(limit, sync_free[proc])
@@ -1269,6 +1259,14 @@ class Engine:
             self.exclude_owners,
             True,
             tuple((qu.name, *qu.rate) for qu in picked if qu.rate is not None),
+        )
+
+    def _sync_free(self, mine: list[Attempt]) -> tuple[int, int]:
+        """Free pool threads and child processes once `mine` (jobs of this process that
+        a finalize ends) are released."""
+        return (
+            self._workers_free(False) + sum(1 for a in mine if _in_thread(a.spec)),
+            self._workers_free(True) + sum(1 for a in mine if a.spec.is_process),
         )
 
     def _spread_locks(self, request: SpreadRequest) -> AbstractContextManager[None]:
@@ -1290,11 +1288,9 @@ class Engine:
             return None
         mine = [a for _, a in batch if self.inflight.get(a.job_id) is a]
         own_free = self._own_free(len(mine))
-        sync_free = (
-            self._workers_free(False) + sum(1 for a in mine if _in_thread(a.spec)),
-            self._workers_free(True) + sum(1 for a in mine if a.spec.is_process),
+        return self._spread_request(
+            min(own_free, self.claim_batch), self._sync_free(mine), released
         )
-        return self._spread_request(min(own_free, self.claim_batch), sync_free, released)
 
     def _take_spread(self, request: SpreadRequest, result: ClaimResult) -> None:
         if result.unregistered or result.free is None:
