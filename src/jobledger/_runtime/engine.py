@@ -20,10 +20,10 @@ claims right after, and between those two commits the slots look free. A process
 holds nothing in the queue and whose last claim there was refused by the queue's cap
 (`ClaimResult.queue_full`) therefore confirms what it sees: its next claim waits
 `CONFIRM_DELAY` first, by which time the busy process has claimed again if it was going
-to. Without it, idle processes woken by every commit
-elsewhere kept taking the batch over in those gaps (four processes drained slower than
-one). A global-cap refusal is never delayed (another queue holds the slots; this one
-must get its turn), nor is an empty queue's next claim, nor a kick from a local enqueue.
+to. Without it, idle processes woken by every commit elsewhere kept taking the batch
+over in those gaps (four processes drained slower than one). A global-cap refusal is
+never delayed (another queue holds the slots; this one must get its turn), nor is an
+empty queue's next claim, nor a kick from a local enqueue.
 
 Every claim also stops at what this process may still run: the global cap, or
 `process_max_concurrency` when set. Without it, one process takes every free slot of a
@@ -42,9 +42,12 @@ A finishing job kicks its queue. While the global cap (or this process's limit) 
 dispatch is instead one claim across queues (`Store.claim_spread`): the queues that may
 claim wait in least-recently-served order (`_turns`), a claim asks the head of that
 order, and its rows go one per queue before any queue gets a second (docs/design/
-lock-layers.md, "Dispatch at scale"). Kicking every queue on each freed slot, as before,
-cost a dispatch per queue per finished job, and kicked in a fixed order the first few
-queues would take every freed slot while the others starved.
+lock-layers.md, "Dispatch at scale"). So is a kick of every queue while this process
+runs nothing (`kick_all`: at start, when a pause is released, on another process's
+commit), so that processes started together do not take the cap five slots at a time
+each and keep those shares. Kicking every queue on each freed slot, as before, cost a
+dispatch per queue per finished job, and kicked in a fixed order the first few queues
+would take every freed slot while the others starved.
 
 Claims are synchronous on the loop thread, so between two awaits nothing else can run a
 claim: the layer-1 lock is never contended inside one process, but it keeps the
@@ -1127,8 +1130,8 @@ class Engine:
                 self.kick(name)
             return
         if result.unregistered or result.free is None or result.global_blocked:
-            # The global cap binds after all: the batch's queues join the turns, and the
-            # claim is read as the spread refill it then is.
+            # The global cap binds after all (or the worker row is gone): the batch's
+            # queues join the turns, and the claim is read as the spread refill it is.
             for name in kicks:
                 self._turns.setdefault(name)
             self._take_spread(request, result)
