@@ -333,3 +333,58 @@ def test_a_missing_parent_is_refused_and_a_deleted_one_is_forgotten(db: str) -> 
         conn.execute("DELETE FROM jobs WHERE id = ?", (parent.id,))
     assert jobs.get(child.id).parent_id is None  # type: ignore[union-attr]
     run(jobs.stop())
+
+
+def test_a_finalize_finds_an_old_row_where_its_claim_found_it(db: str) -> None:
+    # An id made before schema 4 names no row key: looked up by id, its row is found
+    # through jobs_legacy_id_idx (`keys.key_of`). The claim returns the rowid it took,
+    # and the finalize writes there, so ending such a job reads no key at all.
+    old = _version_3_file(db)
+    jobs = make_manager(db)
+    ran: list[str] = []
+
+    @jobs.handler(ITEM, recovery="retry")
+    async def work(ctx: jl.JobContext[Item]) -> None:
+        ran.append(ctx.job_id)
+
+    seen: list[str] = []
+    conn: sqlite3.Connection = jobs._store.conn  # type: ignore[attr-defined]
+
+    async def main() -> None:
+        conn.set_trace_callback(seen.append)
+        await drain(jobs, timeout=10)
+        conn.set_trace_callback(None)
+
+    run(main())
+    olds = {old[name] for name in ("child", "pending", "waiting", "running")}
+    assert olds <= set(ran)
+    assert all(_rowid(db, job_id) < 0 for job_id in olds)
+    assert {s.status for s in jobs.list() if s.id in olds} == {"completed"}
+    finishing = [
+        tx
+        for tx in _transactions(seen)
+        if any(
+            sql.startswith(("WITH o", "UPDATE jobs SET status")) and "finished_at" in sql
+            for sql in tx
+        )
+    ]
+    assert finishing
+    legacy = [sql for tx in finishing for sql in tx if "rowid < 0" in sql]
+    assert legacy == []
+    run(jobs.stop())
+
+
+def _transactions(statements: list[str]) -> list[list[str]]:
+    """The statements of each transaction the trace saw, BEGIN to COMMIT or ROLLBACK."""
+    txs: list[list[str]] = []
+    current: list[str] | None = None
+    for sql in statements:
+        word = sql.split()[0].upper()
+        if word == "BEGIN":
+            current = []
+        elif word in ("COMMIT", "ROLLBACK") and current is not None:
+            txs.append(current)
+            current = None
+        elif current is not None:
+            current.append(sql)
+    return txs

@@ -774,6 +774,7 @@ class Engine:
     # -- outcomes -------------------------------------------------------------------
 
     def _outcome(self, attempt: Attempt, kind: Any, **kw: Any) -> tuple[Outcome, Attempt]:
+        job = attempt.job
         return (
             Outcome(
                 job_id=attempt.job_id,
@@ -785,6 +786,7 @@ class Engine:
                 release_locks=bool(attempt.locks),
                 started_at=attempt.started_ms,
                 logs=_logs_json(attempt),
+                key=None if job is None else job.key,
                 **kw,
             ),
             attempt,

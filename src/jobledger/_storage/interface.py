@@ -292,6 +292,10 @@ class ClaimedJob:
     # The job's workflow (None outside one): its finalize releases downstream rows, so
     # the runtime looks downstream after it commits (`Engine.on_workflow_step`).
     workflow_id: str | None = None
+    # Where the claim found the row (SQLite: its rowid; None where the backend has no
+    # such key): the finalize looks the row up by it instead of parsing the id again
+    # (`Outcome.key`). A row keeps its rowid while it runs.
+    key: int | None = None
 
 
 @dataclass(slots=True)
@@ -395,6 +399,8 @@ class Outcome:
     # terminal row from it and read back only the columns the claim did not return or
     # that may have moved since (`sqlite/queries.py`, FINISHED_PARTS).
     claimed: ClaimedJob | None = None
+    # The claim's `ClaimedJob.key`, when it had one: the row to look the fence up at.
+    key: int | None = None
 
 
 def batchable(outcomes: Sequence[Outcome]) -> list[Outcome]:

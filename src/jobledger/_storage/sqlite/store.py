@@ -669,8 +669,7 @@ class SqliteStore(ScheduleOps, WorkerOps):
 
         def work(conn: sqlite3.Connection) -> list[JobRow | None]:
             matched: dict[str, JobRow] = {}
-            ids = [o.job_id for o in batch]
-            keys = dict(zip(ids, keys_of(conn, ids), strict=True)) if batch else {}
+            keys = _outcome_keys(conn, batch)
             for rows, group in modes:
                 for start in range(0, len(group), q.FINISH_CHUNK):
                     chunk = group[start : start + q.FINISH_CHUNK]
@@ -697,7 +696,7 @@ class SqliteStore(ScheduleOps, WorkerOps):
                 if o.job_id in batched:
                     results.append(matched.get(o.job_id))
                     continue
-                key = key_of(conn, o.job_id)
+                key = key_of(conn, o.job_id) if o.key is None else o.key
                 fence = (key, o.job_id, o.worker_id, o.attempt)
                 record: str | None = None  # what to store beyond the row (attempts.py)
                 if o.kind == "retry" or o.kind == "requeue":
@@ -1527,7 +1526,7 @@ def _spread_work(req: SpreadRequest, now_ms: int) -> Callable[[sqlite3.Connectio
             rate.record_spread(_ex(conn), RATE_SQL, plan, Counter(r[3] for r in rows), now_ms)
         # RETURNING order is unspecified: queue by queue in turn order, each in claim order.
         rows.sort(key=lambda r: (turn[r[3]], r[4], r[12], r[0]))
-        jobs = [ClaimedJob(*r[1:]) for r in rows]
+        jobs = _claimed(rows)
         return ClaimResult(
             jobs,
             len(jobs) >= global_free,
@@ -1570,11 +1569,33 @@ def _spread_rows(
     return rows + conn.execute(sql, params).fetchall()
 
 
+def _claimed(rows: list[Any]) -> list[ClaimedJob]:
+    """A claim's rows (RETURNING rowid, then `ClaimedJob`'s columns) as jobs that
+    remember the rowid they were found at (`ClaimedJob.key`)."""
+    jobs = []
+    for r in rows:
+        job = ClaimedJob(*r[1:])
+        job.key = r[0]
+        jobs.append(job)
+    return jobs
+
+
+def _outcome_keys(conn: sqlite3.Connection, outcomes: Sequence[Outcome]) -> dict[str, int]:
+    """Each outcome's row key: the claim's rowid where the runtime kept it (a rowid
+    does not change while the row runs), else `keys_of` its id (a parse, or a read for
+    a row older than schema 4)."""
+    keys = {o.job_id: o.key for o in outcomes if o.key is not None}
+    if len(keys) < len(outcomes):
+        rest = [o.job_id for o in outcomes if o.key is None]
+        keys.update(zip(rest, keys_of(conn, rest), strict=True))
+    return keys
+
+
 def _claim_result(taken: ClaimResult | _Taken) -> ClaimResult:
     if isinstance(taken, ClaimResult):
         return taken
     rows, global_blocked, wait, cap = taken
     # RETURNING order is unspecified; run them in claim order (rowid breaks ties).
     rows.sort(key=lambda r: (r[4], r[12], r[0]))
-    jobs = [ClaimedJob(*r[1:]) for r in rows]
+    jobs = _claimed(rows)
     return ClaimResult(jobs, global_blocked, rate_wait=wait, cap=cap)
