@@ -25,7 +25,10 @@ Reported per case (one JSON line each, then a markdown table):
   over every process, is an exact lower bound on what ran at once). Caps: 50 overall,
   5 per queue (50 for one queue);
 * the spread of per-queue first starts, as fractions of the drain: `first_start_p50` and
-  `first_start_max` (when the last queue to start first started; the target is < 0.1).
+  `first_start_max` (when the last queue to start first started; the target is < 0.1);
+* in each run's line, `per_process` (the jobs each worker ran) and `cpu_per_process`
+  (each worker's CPU seconds from its release until the drain was seen to end): what
+  the processes that hold no slot cost the one that does.
 
 PostgreSQL: `--dsn`, else `$JOBLEDGER_BENCH_PG_DSN`, else `$JOBLEDGER_TEST_PG_DSN`, else
 `postgresql://postgres@127.0.0.1:5432/test`; every case runs in a fresh schema, dropped
@@ -200,10 +203,12 @@ def drive(
         finish.set()
         spans: list[tuple[int, float, float]] = []
         handled: list[int] = []
+        cpu: list[float] = []
         for _ in workers:
             got = results.get(timeout=120)
             spans.extend(got["spans"])
             handled.append(len(got["spans"]))
+            cpu.append(round(got["cpu"], 3))
         for w in workers:
             w.join(60)
     timed_out = seconds is None
@@ -217,6 +222,7 @@ def drive(
         "rate": rate(done, seconds),
         "timed_out": timed_out,
         "per_process": handled,
+        "cpu_per_process": cpu,
         "max_running_table": max_total,
         "max_in_queue_table": max_queue,
         **handler_view(spans, started, seconds),
@@ -278,12 +284,15 @@ def worker(
         await jobs.start()
         ready.wait(120)
         hold.dispose()
+        cpu[0] = time.process_time()
         while not finish.is_set():
             await asyncio.sleep(0.01)
+        cpu[0] = time.process_time() - cpu[0]
         await jobs.stop()
 
+    cpu = [0.0]
     asyncio.run(run())
-    results.put({"spans": spans})
+    results.put({"spans": spans, "cpu": cpu[0]})
 
 
 # -- sampling the table ---------------------------------------------------------------
