@@ -1,5 +1,5 @@
-"""The kept counts (`job_counts`, `job_minutes`: SQLite migration 16, PostgreSQL 12; on
-PostgreSQL read through `job_counts_now`, migration 14) against the table itself, after
+"""The kept counts (`job_counts`, `job_minutes`: SQLite migration 16, PostgreSQL 12; read
+through `job_counts_now`, SQLite migration 18, PostgreSQL 14) against the table itself, after
 real workloads, on both backends.
 
 The reference is worked out here in Python from every row (`_expected`), independently
@@ -83,7 +83,7 @@ def _kept(db: str) -> tuple[dict[Key, Sums], dict[int, tuple[int, int]]]:
             db,
             "SELECT queue, status, rb, lb, sum(jobs), sum(started), sum(retried), "
             "sum(run_ms), sum(latency_ms) "
-            f"FROM {'job_counts_now' if is_postgres(db) else 'job_counts'} "
+            "FROM job_counts_now "
             "GROUP BY queue, status, rb, lb",
         )
     }
@@ -488,6 +488,82 @@ def test_a_claim_writes_no_counter_rows_and_the_counts_show_it_postgres() -> Non
         store.close()
         with psycopg.connect(PG_DSN, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def test_the_open_counts_migration_recounts_what_the_old_triggers_kept_sqlite(
+    tmp_path: Path,
+) -> None:
+    """Migration 18 on a file whose counts migration 16's triggers kept, with rows
+    pending, running and ended: still exact after it, and no counter row left under a
+    pending or running key."""
+    import sqlite3
+
+    from jobledger._storage.sqlite import migrate as sqlite_migrate
+
+    path = str(tmp_path / "old.db")
+    conn = sqlite3.connect(path, isolation_level=None)
+    everything = sqlite_migrate.load_migrations()
+    names = [m.name for m in everything]
+    for m in everything[: names.index("open_counts")]:
+        for statement in sqlite_migrate.split_statements(m.sql):
+            conn.execute(statement)
+        conn.execute(f"PRAGMA user_version = {m.number}")
+    for row in _old_rows():
+        conn.execute(_INSERT_OLD_KEYED, (ids.row_key(row[0]), *row))
+    conn.execute(
+        "UPDATE jobs SET status = 'running', started_at = 5000 + attempt "
+        "WHERE status = 'pending' AND queue = 'q0'"
+    )
+    kept = {str(r[0]) for r in conn.execute("SELECT DISTINCT status FROM job_counts")}
+    assert kept >= {"pending", "running"}
+    sqlite_migrate.migrate_connection(conn)
+    assert not conn.execute(
+        "SELECT 1 FROM job_counts WHERE status IN ('pending', 'running')"
+    ).fetchall()
+    conn.close()
+    _assert_exact(path)
+
+
+def test_a_claim_writes_no_counter_rows_and_the_counts_show_it_sqlite(tmp_path: Path) -> None:
+    """SQLite keeps pending and running rows under one key too (migration 18): a claim
+    over many queues, and a claim from one, leave `job_counts` as it was, and the counts
+    read through `job_counts_now` move the claimed rows from pending to running."""
+    from jobledger._storage.interface import SpreadRequest
+
+    path = str(tmp_path / "claims.db")
+    store = open_store(path)
+    jobs = jl.JobManager(path)
+    try:
+        for i in range(12):
+            jobs.enqueue_many(OK, [i, i], queue=f"c.{i}")
+        jobs.enqueue_many(OK, [1, 2, 3], queue="one")
+        table = "SELECT queue, status, rb, lb, jobs, started FROM job_counts ORDER BY 1, 2, 3, 4"
+        kept = db_rows(path, table)
+        now = int(time.time() * 1000)
+        asked = tuple((f"c.{i}", 5) for i in range(12))
+        result = store.claim_spread(SpreadRequest(asked, 100, 12, "w-1", (OK.name,)), now)
+        assert len(result.jobs) == 12
+        one = store.claim(
+            "one", queue_cap=5, global_cap=100, limit=2, now_ms=now, worker_id="w-1",
+            types=(OK.name,),
+        )  # fmt: skip
+        assert len(one.jobs) == 2
+        assert db_rows(path, table) == kept
+        statuses = Counter(
+            {
+                str(s): int(n)
+                for s, n in db_rows(
+                    path, "SELECT status, sum(jobs) FROM job_counts_now GROUP BY status"
+                )
+            }
+        )
+        assert +statuses == Counter({"pending": 13, "running": 14})
+        assert jobs.count(status="running") == 14
+        assert jobs.count(status="pending") == 13
+        _assert_exact(path)
+    finally:
+        arun(jobs.stop)
+        store.close()
 
 
 def test_kept_counts_follow_any_write_even_one_by_hand(db: str) -> None:

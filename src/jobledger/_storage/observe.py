@@ -13,7 +13,7 @@ keeps `job_totals`: per (queue, status), what the collected terminal rows contri
 migrations that create it say how). A counter is what the surviving rows hold plus that.
 
 The overview's counts, `/metrics` and the throughput chart read what the write path keeps
-(`job_counts`, `job_minutes`; SQLite migration 16, PostgreSQL 12 and 14, which say how),
+(`job_counts`, `job_minutes`; SQLite migrations 16 and 18, PostgreSQL 12 and 14, which say how),
 so they cost O(queues + running rows) and O(minutes) whatever the size of `jobs`.
 """
 

@@ -10,8 +10,11 @@ later migration added (`job_totals`) may be missing, and is then read as empty.
 
 From schema 16 the overview's counts, `/metrics` and the throughput chart read the tables
 the triggers of `migrations/0016_job_counts.sql` keep (`job_counts`, `job_minutes`):
-O(queues x buckets) and O(minutes) rows, whatever the size of `jobs`. A file older than
-that is read by the passes over `jobs` below, as before. The oldest pending row of each
+O(queues x buckets) and O(minutes) rows, whatever the size of `jobs`. From schema 18
+(`migrations/0018_open_counts.sql`) pending and running rows share a key, and the counts
+are read through the view `job_counts_now`, which adds the running rows (bounded by the
+caps) back from `jobs_running_idx`. A file older than schema 16 is read by the passes
+over `jobs` below, as before. The oldest pending row of each
 queue is read from the head of `jobs_claim_idx`, one seek per (queue, priority) present
 (`OLDEST_PENDING`), so it counts the claimable rows (`cancel_requested = 0`); a pending
 row whose cancel was requested is cancelled in the same transaction.
@@ -94,13 +97,15 @@ QUEUE_STATS_SCAN = (
 )
 
 
-# The kept counts (schema 16): per queue and status, and whole rows for `/metrics`.
+# The kept counts (schema 16): per queue and status, and whole rows for `/metrics`, from
+# `_counts_source`. The view repeats a key (each running row takes its part out of the
+# pending one), so rows are summed per key.
 _KEPT_QUEUE_COUNTS = (
-    "SELECT queue, status, sum(jobs) FROM job_counts GROUP BY queue, status HAVING sum(jobs) <> 0"
+    "SELECT queue, status, sum(jobs) FROM {counts} GROUP BY queue, status HAVING sum(jobs) <> 0"
 )
 _KEPT_GROUPS = (
-    "SELECT queue, status, rb, lb, jobs, started, retried, run_ms, latency_ms FROM job_counts "
-    "WHERE jobs <> 0"
+    "SELECT queue, status, rb, lb, sum(jobs), sum(started), sum(retried), sum(run_ms), "
+    "sum(latency_ms) FROM {counts} GROUP BY queue, status, rb, lb HAVING sum(jobs) <> 0"
 )
 # The oldest claimable pending row of queue ?1: a loose scan of jobs_claim_idx (queue,
 # priority, scheduled_at), one seek to each next priority present and one to its first
@@ -181,15 +186,30 @@ def get_by_id(conn: sqlite3.Connection, job_id: str) -> tuple[object, ...] | Non
 
 
 def _kept(conn: sqlite3.Connection) -> bool:
-    return _has_table(conn, "job_counts")
+    return _counts_source(conn) is not None
+
+
+def _counts_source(conn: sqlite3.Connection) -> str | None:
+    """What the kept counts are read from: `job_counts_now` from schema 18, the table
+    itself at schemas 16 and 17, None before (no kept counts)."""
+    names = {
+        str(r[0])
+        for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE name IN ('job_counts', 'job_counts_now')"
+        )
+    }
+    if "job_counts_now" in names:
+        return "job_counts_now"
+    return "job_counts" if "job_counts" in names else None
 
 
 def kept_count(conn: sqlite3.Connection, statuses: Sequence[str], queue: str | None) -> int | None:
     """Rows in any of `statuses` (all when empty) of `queue` (any when None), from the
     kept counts; None on a file without them."""
-    if not _kept(conn):
+    counts = _counts_source(conn)
+    if counts is None:
         return None
-    sql = "SELECT coalesce(sum(jobs), 0) FROM job_counts"
+    sql = f"SELECT coalesce(sum(jobs), 0) FROM {counts}"
     parts: list[str] = []
     params: list[str] = []
     if statuses:
@@ -217,7 +237,8 @@ def kept_counts(conn: sqlite3.Connection) -> dict[str, tuple[int | None, tuple[i
     (`STATUSES` order), from the kept counts; only queues with rows."""
     counts: dict[str, list[int]] = {}
     index = {status: i for i, status in enumerate(STATUSES)}
-    for name, status, n in conn.execute(_KEPT_QUEUE_COUNTS).fetchall():
+    source = _counts_source(conn) or "job_counts"
+    for name, status, n in conn.execute(_KEPT_QUEUE_COUNTS.format(counts=source)).fetchall():
         if status in index:
             counts.setdefault(str(name), [0] * len(STATUSES))[index[status]] = int(n)
     pending = index["pending"]
@@ -279,7 +300,8 @@ def collected_totals(conn: sqlite3.Connection) -> list[CollectedTotal]:
 
 
 def job_metrics(conn: sqlite3.Connection, bounds_ms: tuple[int, ...]) -> JobMetrics:
-    kept = bounds_ms == KEPT_BOUNDS_MS and _kept(conn)
+    source = _counts_source(conn) if bounds_ms == KEPT_BOUNDS_MS else None
+    kept = source is not None
     groups = [
         MetricGroup(
             queue,
@@ -293,7 +315,7 @@ def job_metrics(conn: sqlite3.Connection, bounds_ms: tuple[int, ...]) -> JobMetr
             int(latency_ms or 0),
         )
         for queue, status, rb, lb, n, started, retried, run_ms, latency_ms in conn.execute(
-            _KEPT_GROUPS if kept else metrics_scan(bounds_ms)
+            _KEPT_GROUPS.format(counts=source) if kept else metrics_scan(bounds_ms)
         ).fetchall()
     ]
     if kept:  # the kept table says "not covered" with -1, the scan with NULL

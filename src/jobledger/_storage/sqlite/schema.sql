@@ -2,7 +2,7 @@
 -- After adding a migration, regenerate it from the repository root with
 --   python -m jobledger._storage.sqlite.migrate \
 --       > src/jobledger/_storage/sqlite/schema.sql
--- user_version = 17
+-- user_version = 18
 
 CREATE INDEX audit_log_action_idx ON audit_log (action, id);
 
@@ -319,15 +319,15 @@ END;
 CREATE TRIGGER jobs_count_delete AFTER DELETE ON jobs
 BEGIN
     INSERT INTO job_counts (queue, status, rb, lb, jobs, started, retried, run_ms, latency_ms)
-    VALUES (old.queue, old.status,
+    VALUES (old.queue, CASE WHEN old.status = 'pending' OR old.status = 'running' THEN 'open' ELSE old.status END,
         CASE WHEN (old.status = 'completed' OR old.status = 'failed') AND old.started_at IS NOT NULL AND old.finished_at IS NOT NULL
             THEN CASE WHEN old.finished_at - old.started_at <= 2500 THEN CASE WHEN old.finished_at - old.started_at <= 100 THEN CASE WHEN old.finished_at - old.started_at <= 25 THEN CASE WHEN old.finished_at - old.started_at <= 10 THEN CASE WHEN old.finished_at - old.started_at <= 5 THEN 0 ELSE 1 END ELSE 2 END ELSE CASE WHEN old.finished_at - old.started_at <= 50 THEN 3 ELSE 4 END END ELSE CASE WHEN old.finished_at - old.started_at <= 500 THEN CASE WHEN old.finished_at - old.started_at <= 250 THEN 5 ELSE 6 END ELSE CASE WHEN old.finished_at - old.started_at <= 1000 THEN 7 ELSE 8 END END END ELSE CASE WHEN old.finished_at - old.started_at <= 60000 THEN CASE WHEN old.finished_at - old.started_at <= 10000 THEN CASE WHEN old.finished_at - old.started_at <= 5000 THEN 9 ELSE 10 END ELSE CASE WHEN old.finished_at - old.started_at <= 30000 THEN 11 ELSE 12 END END ELSE CASE WHEN old.finished_at - old.started_at <= 900000 THEN CASE WHEN old.finished_at - old.started_at <= 300000 THEN 13 ELSE 14 END ELSE CASE WHEN old.finished_at - old.started_at <= 3600000 THEN 15 ELSE 16 END END END END
             ELSE -1 END,
-        CASE WHEN old.started_at IS NULL THEN -1
+        CASE WHEN old.started_at IS NULL OR old.status = 'running' THEN -1
             ELSE CASE WHEN old.started_at - old.scheduled_at <= 2500 THEN CASE WHEN old.started_at - old.scheduled_at <= 100 THEN CASE WHEN old.started_at - old.scheduled_at <= 25 THEN CASE WHEN old.started_at - old.scheduled_at <= 10 THEN CASE WHEN old.started_at - old.scheduled_at <= 5 THEN 0 ELSE 1 END ELSE 2 END ELSE CASE WHEN old.started_at - old.scheduled_at <= 50 THEN 3 ELSE 4 END END ELSE CASE WHEN old.started_at - old.scheduled_at <= 500 THEN CASE WHEN old.started_at - old.scheduled_at <= 250 THEN 5 ELSE 6 END ELSE CASE WHEN old.started_at - old.scheduled_at <= 1000 THEN 7 ELSE 8 END END END ELSE CASE WHEN old.started_at - old.scheduled_at <= 60000 THEN CASE WHEN old.started_at - old.scheduled_at <= 10000 THEN CASE WHEN old.started_at - old.scheduled_at <= 5000 THEN 9 ELSE 10 END ELSE CASE WHEN old.started_at - old.scheduled_at <= 30000 THEN 11 ELSE 12 END END ELSE CASE WHEN old.started_at - old.scheduled_at <= 900000 THEN CASE WHEN old.started_at - old.scheduled_at <= 300000 THEN 13 ELSE 14 END ELSE CASE WHEN old.started_at - old.scheduled_at <= 3600000 THEN 15 ELSE 16 END END END END END,
-        -1, -(old.attempt + (old.started_at IS NOT NULL)), -old.attempt,
+        -1, -(old.attempt + (old.started_at IS NOT NULL AND old.status <> 'running')), -old.attempt,
         -(CASE WHEN (old.status = 'completed' OR old.status = 'failed') AND old.started_at IS NOT NULL AND old.finished_at IS NOT NULL THEN old.finished_at - old.started_at ELSE 0 END),
-        -(CASE WHEN old.started_at IS NULL THEN 0 ELSE max(0, old.started_at - old.scheduled_at) END))
+        -(CASE WHEN old.started_at IS NULL OR old.status = 'running' THEN 0 ELSE max(0, old.started_at - old.scheduled_at) END))
     ON CONFLICT (queue, status, rb, lb) DO UPDATE SET jobs = jobs + excluded.jobs,
         started = started + excluded.started, retried = retried + excluded.retried,
         run_ms = run_ms + excluded.run_ms, latency_ms = latency_ms + excluded.latency_ms;
@@ -336,15 +336,15 @@ END;
 CREATE TRIGGER jobs_count_insert AFTER INSERT ON jobs
 BEGIN
     INSERT INTO job_counts (queue, status, rb, lb, jobs, started, retried, run_ms, latency_ms)
-    VALUES (new.queue, new.status,
+    VALUES (new.queue, CASE WHEN new.status = 'pending' OR new.status = 'running' THEN 'open' ELSE new.status END,
         CASE WHEN (new.status = 'completed' OR new.status = 'failed') AND new.started_at IS NOT NULL AND new.finished_at IS NOT NULL
             THEN CASE WHEN new.finished_at - new.started_at <= 2500 THEN CASE WHEN new.finished_at - new.started_at <= 100 THEN CASE WHEN new.finished_at - new.started_at <= 25 THEN CASE WHEN new.finished_at - new.started_at <= 10 THEN CASE WHEN new.finished_at - new.started_at <= 5 THEN 0 ELSE 1 END ELSE 2 END ELSE CASE WHEN new.finished_at - new.started_at <= 50 THEN 3 ELSE 4 END END ELSE CASE WHEN new.finished_at - new.started_at <= 500 THEN CASE WHEN new.finished_at - new.started_at <= 250 THEN 5 ELSE 6 END ELSE CASE WHEN new.finished_at - new.started_at <= 1000 THEN 7 ELSE 8 END END END ELSE CASE WHEN new.finished_at - new.started_at <= 60000 THEN CASE WHEN new.finished_at - new.started_at <= 10000 THEN CASE WHEN new.finished_at - new.started_at <= 5000 THEN 9 ELSE 10 END ELSE CASE WHEN new.finished_at - new.started_at <= 30000 THEN 11 ELSE 12 END END ELSE CASE WHEN new.finished_at - new.started_at <= 900000 THEN CASE WHEN new.finished_at - new.started_at <= 300000 THEN 13 ELSE 14 END ELSE CASE WHEN new.finished_at - new.started_at <= 3600000 THEN 15 ELSE 16 END END END END
             ELSE -1 END,
-        CASE WHEN new.started_at IS NULL THEN -1
+        CASE WHEN new.started_at IS NULL OR new.status = 'running' THEN -1
             ELSE CASE WHEN new.started_at - new.scheduled_at <= 2500 THEN CASE WHEN new.started_at - new.scheduled_at <= 100 THEN CASE WHEN new.started_at - new.scheduled_at <= 25 THEN CASE WHEN new.started_at - new.scheduled_at <= 10 THEN CASE WHEN new.started_at - new.scheduled_at <= 5 THEN 0 ELSE 1 END ELSE 2 END ELSE CASE WHEN new.started_at - new.scheduled_at <= 50 THEN 3 ELSE 4 END END ELSE CASE WHEN new.started_at - new.scheduled_at <= 500 THEN CASE WHEN new.started_at - new.scheduled_at <= 250 THEN 5 ELSE 6 END ELSE CASE WHEN new.started_at - new.scheduled_at <= 1000 THEN 7 ELSE 8 END END END ELSE CASE WHEN new.started_at - new.scheduled_at <= 60000 THEN CASE WHEN new.started_at - new.scheduled_at <= 10000 THEN CASE WHEN new.started_at - new.scheduled_at <= 5000 THEN 9 ELSE 10 END ELSE CASE WHEN new.started_at - new.scheduled_at <= 30000 THEN 11 ELSE 12 END END ELSE CASE WHEN new.started_at - new.scheduled_at <= 900000 THEN CASE WHEN new.started_at - new.scheduled_at <= 300000 THEN 13 ELSE 14 END ELSE CASE WHEN new.started_at - new.scheduled_at <= 3600000 THEN 15 ELSE 16 END END END END END,
-        1, (new.attempt + (new.started_at IS NOT NULL)), new.attempt,
+        1, (new.attempt + (new.started_at IS NOT NULL AND new.status <> 'running')), new.attempt,
         (CASE WHEN (new.status = 'completed' OR new.status = 'failed') AND new.started_at IS NOT NULL AND new.finished_at IS NOT NULL THEN new.finished_at - new.started_at ELSE 0 END),
-        (CASE WHEN new.started_at IS NULL THEN 0 ELSE max(0, new.started_at - new.scheduled_at) END))
+        (CASE WHEN new.started_at IS NULL OR new.status = 'running' THEN 0 ELSE max(0, new.started_at - new.scheduled_at) END))
     ON CONFLICT (queue, status, rb, lb) DO UPDATE SET jobs = jobs + excluded.jobs,
         started = started + excluded.started, retried = retried + excluded.retried,
         run_ms = run_ms + excluded.run_ms, latency_ms = latency_ms + excluded.latency_ms;
@@ -357,29 +357,37 @@ END;
 
 CREATE TRIGGER jobs_count_update AFTER UPDATE OF status, queue, attempt, started_at, finished_at,
     scheduled_at ON jobs
-WHEN old.status IS NOT new.status OR old.queue IS NOT new.queue OR old.attempt IS NOT new.attempt
+WHEN (old.status IS NOT new.status OR old.queue IS NOT new.queue OR old.attempt IS NOT new.attempt
     OR old.started_at IS NOT new.started_at OR old.finished_at IS NOT new.finished_at
-    OR (old.scheduled_at IS NOT new.scheduled_at AND new.started_at IS NOT NULL)
+    OR (old.scheduled_at IS NOT new.scheduled_at AND new.started_at IS NOT NULL))
+    -- A move that leaves the row's contribution as it was (a claim, pending to running,
+    -- or a reset or a requeue, running to pending) writes nothing: the condition is
+    -- cheap where the body's upserts are not.
+    AND NOT ((old.status = 'pending' OR old.status = 'running')
+        AND (new.status = 'pending' OR new.status = 'running')
+        AND old.queue IS new.queue AND old.attempt IS new.attempt
+        AND (old.started_at IS NULL OR old.status = 'running')
+        AND (new.started_at IS NULL OR new.status = 'running'))
 BEGIN
     INSERT INTO job_counts (queue, status, rb, lb, jobs, started, retried, run_ms, latency_ms)
-    VALUES (old.queue, old.status,
+    VALUES (old.queue, CASE WHEN old.status = 'pending' OR old.status = 'running' THEN 'open' ELSE old.status END,
         CASE WHEN (old.status = 'completed' OR old.status = 'failed') AND old.started_at IS NOT NULL AND old.finished_at IS NOT NULL
             THEN CASE WHEN old.finished_at - old.started_at <= 2500 THEN CASE WHEN old.finished_at - old.started_at <= 100 THEN CASE WHEN old.finished_at - old.started_at <= 25 THEN CASE WHEN old.finished_at - old.started_at <= 10 THEN CASE WHEN old.finished_at - old.started_at <= 5 THEN 0 ELSE 1 END ELSE 2 END ELSE CASE WHEN old.finished_at - old.started_at <= 50 THEN 3 ELSE 4 END END ELSE CASE WHEN old.finished_at - old.started_at <= 500 THEN CASE WHEN old.finished_at - old.started_at <= 250 THEN 5 ELSE 6 END ELSE CASE WHEN old.finished_at - old.started_at <= 1000 THEN 7 ELSE 8 END END END ELSE CASE WHEN old.finished_at - old.started_at <= 60000 THEN CASE WHEN old.finished_at - old.started_at <= 10000 THEN CASE WHEN old.finished_at - old.started_at <= 5000 THEN 9 ELSE 10 END ELSE CASE WHEN old.finished_at - old.started_at <= 30000 THEN 11 ELSE 12 END END ELSE CASE WHEN old.finished_at - old.started_at <= 900000 THEN CASE WHEN old.finished_at - old.started_at <= 300000 THEN 13 ELSE 14 END ELSE CASE WHEN old.finished_at - old.started_at <= 3600000 THEN 15 ELSE 16 END END END END
             ELSE -1 END,
-        CASE WHEN old.started_at IS NULL THEN -1
+        CASE WHEN old.started_at IS NULL OR old.status = 'running' THEN -1
             ELSE CASE WHEN old.started_at - old.scheduled_at <= 2500 THEN CASE WHEN old.started_at - old.scheduled_at <= 100 THEN CASE WHEN old.started_at - old.scheduled_at <= 25 THEN CASE WHEN old.started_at - old.scheduled_at <= 10 THEN CASE WHEN old.started_at - old.scheduled_at <= 5 THEN 0 ELSE 1 END ELSE 2 END ELSE CASE WHEN old.started_at - old.scheduled_at <= 50 THEN 3 ELSE 4 END END ELSE CASE WHEN old.started_at - old.scheduled_at <= 500 THEN CASE WHEN old.started_at - old.scheduled_at <= 250 THEN 5 ELSE 6 END ELSE CASE WHEN old.started_at - old.scheduled_at <= 1000 THEN 7 ELSE 8 END END END ELSE CASE WHEN old.started_at - old.scheduled_at <= 60000 THEN CASE WHEN old.started_at - old.scheduled_at <= 10000 THEN CASE WHEN old.started_at - old.scheduled_at <= 5000 THEN 9 ELSE 10 END ELSE CASE WHEN old.started_at - old.scheduled_at <= 30000 THEN 11 ELSE 12 END END ELSE CASE WHEN old.started_at - old.scheduled_at <= 900000 THEN CASE WHEN old.started_at - old.scheduled_at <= 300000 THEN 13 ELSE 14 END ELSE CASE WHEN old.started_at - old.scheduled_at <= 3600000 THEN 15 ELSE 16 END END END END END,
-        -1, -(old.attempt + (old.started_at IS NOT NULL)), -old.attempt,
+        -1, -(old.attempt + (old.started_at IS NOT NULL AND old.status <> 'running')), -old.attempt,
         -(CASE WHEN (old.status = 'completed' OR old.status = 'failed') AND old.started_at IS NOT NULL AND old.finished_at IS NOT NULL THEN old.finished_at - old.started_at ELSE 0 END),
-        -(CASE WHEN old.started_at IS NULL THEN 0 ELSE max(0, old.started_at - old.scheduled_at) END)),
-    (new.queue, new.status,
+        -(CASE WHEN old.started_at IS NULL OR old.status = 'running' THEN 0 ELSE max(0, old.started_at - old.scheduled_at) END)),
+    (new.queue, CASE WHEN new.status = 'pending' OR new.status = 'running' THEN 'open' ELSE new.status END,
         CASE WHEN (new.status = 'completed' OR new.status = 'failed') AND new.started_at IS NOT NULL AND new.finished_at IS NOT NULL
             THEN CASE WHEN new.finished_at - new.started_at <= 2500 THEN CASE WHEN new.finished_at - new.started_at <= 100 THEN CASE WHEN new.finished_at - new.started_at <= 25 THEN CASE WHEN new.finished_at - new.started_at <= 10 THEN CASE WHEN new.finished_at - new.started_at <= 5 THEN 0 ELSE 1 END ELSE 2 END ELSE CASE WHEN new.finished_at - new.started_at <= 50 THEN 3 ELSE 4 END END ELSE CASE WHEN new.finished_at - new.started_at <= 500 THEN CASE WHEN new.finished_at - new.started_at <= 250 THEN 5 ELSE 6 END ELSE CASE WHEN new.finished_at - new.started_at <= 1000 THEN 7 ELSE 8 END END END ELSE CASE WHEN new.finished_at - new.started_at <= 60000 THEN CASE WHEN new.finished_at - new.started_at <= 10000 THEN CASE WHEN new.finished_at - new.started_at <= 5000 THEN 9 ELSE 10 END ELSE CASE WHEN new.finished_at - new.started_at <= 30000 THEN 11 ELSE 12 END END ELSE CASE WHEN new.finished_at - new.started_at <= 900000 THEN CASE WHEN new.finished_at - new.started_at <= 300000 THEN 13 ELSE 14 END ELSE CASE WHEN new.finished_at - new.started_at <= 3600000 THEN 15 ELSE 16 END END END END
             ELSE -1 END,
-        CASE WHEN new.started_at IS NULL THEN -1
+        CASE WHEN new.started_at IS NULL OR new.status = 'running' THEN -1
             ELSE CASE WHEN new.started_at - new.scheduled_at <= 2500 THEN CASE WHEN new.started_at - new.scheduled_at <= 100 THEN CASE WHEN new.started_at - new.scheduled_at <= 25 THEN CASE WHEN new.started_at - new.scheduled_at <= 10 THEN CASE WHEN new.started_at - new.scheduled_at <= 5 THEN 0 ELSE 1 END ELSE 2 END ELSE CASE WHEN new.started_at - new.scheduled_at <= 50 THEN 3 ELSE 4 END END ELSE CASE WHEN new.started_at - new.scheduled_at <= 500 THEN CASE WHEN new.started_at - new.scheduled_at <= 250 THEN 5 ELSE 6 END ELSE CASE WHEN new.started_at - new.scheduled_at <= 1000 THEN 7 ELSE 8 END END END ELSE CASE WHEN new.started_at - new.scheduled_at <= 60000 THEN CASE WHEN new.started_at - new.scheduled_at <= 10000 THEN CASE WHEN new.started_at - new.scheduled_at <= 5000 THEN 9 ELSE 10 END ELSE CASE WHEN new.started_at - new.scheduled_at <= 30000 THEN 11 ELSE 12 END END ELSE CASE WHEN new.started_at - new.scheduled_at <= 900000 THEN CASE WHEN new.started_at - new.scheduled_at <= 300000 THEN 13 ELSE 14 END ELSE CASE WHEN new.started_at - new.scheduled_at <= 3600000 THEN 15 ELSE 16 END END END END END,
-        1, (new.attempt + (new.started_at IS NOT NULL)), new.attempt,
+        1, (new.attempt + (new.started_at IS NOT NULL AND new.status <> 'running')), new.attempt,
         (CASE WHEN (new.status = 'completed' OR new.status = 'failed') AND new.started_at IS NOT NULL AND new.finished_at IS NOT NULL THEN new.finished_at - new.started_at ELSE 0 END),
-        (CASE WHEN new.started_at IS NULL THEN 0 ELSE max(0, new.started_at - new.scheduled_at) END))
+        (CASE WHEN new.started_at IS NULL OR new.status = 'running' THEN 0 ELSE max(0, new.started_at - new.scheduled_at) END))
     ON CONFLICT (queue, status, rb, lb) DO UPDATE SET jobs = jobs + excluded.jobs,
         started = started + excluded.started, retried = retried + excluded.retried,
         run_ms = run_ms + excluded.run_ms, latency_ms = latency_ms + excluded.latency_ms;
@@ -440,3 +448,19 @@ BEGIN
     WHERE rowid IN (SELECT d.job_key FROM job_deps d WHERE d.upstream_key = new.rowid)
         AND status = 'waiting';
 END;
+
+CREATE VIEW job_counts_now AS
+SELECT queue, status, rb, lb, jobs, started, retried, run_ms, latency_ms
+FROM job_counts WHERE status <> 'open'
+UNION ALL
+SELECT queue, 'pending', rb, lb, jobs, started, retried, run_ms, latency_ms
+FROM job_counts WHERE status = 'open'
+UNION ALL
+SELECT queue, 'running', -1,
+    CASE WHEN started_at IS NULL THEN -1 ELSE CASE WHEN started_at - scheduled_at <= 2500 THEN CASE WHEN started_at - scheduled_at <= 100 THEN CASE WHEN started_at - scheduled_at <= 25 THEN CASE WHEN started_at - scheduled_at <= 10 THEN CASE WHEN started_at - scheduled_at <= 5 THEN 0 ELSE 1 END ELSE 2 END ELSE CASE WHEN started_at - scheduled_at <= 50 THEN 3 ELSE 4 END END ELSE CASE WHEN started_at - scheduled_at <= 500 THEN CASE WHEN started_at - scheduled_at <= 250 THEN 5 ELSE 6 END ELSE CASE WHEN started_at - scheduled_at <= 1000 THEN 7 ELSE 8 END END END ELSE CASE WHEN started_at - scheduled_at <= 60000 THEN CASE WHEN started_at - scheduled_at <= 10000 THEN CASE WHEN started_at - scheduled_at <= 5000 THEN 9 ELSE 10 END ELSE CASE WHEN started_at - scheduled_at <= 30000 THEN 11 ELSE 12 END END ELSE CASE WHEN started_at - scheduled_at <= 900000 THEN CASE WHEN started_at - scheduled_at <= 300000 THEN 13 ELSE 14 END ELSE CASE WHEN started_at - scheduled_at <= 3600000 THEN 15 ELSE 16 END END END END END,
+    1, attempt + (started_at IS NOT NULL), attempt, 0,
+    CASE WHEN started_at IS NULL THEN 0 ELSE max(0, started_at - scheduled_at) END
+FROM jobs WHERE status = 'running'
+UNION ALL
+SELECT queue, 'pending', -1, -1, -1, -attempt, -attempt, 0, 0
+FROM jobs WHERE status = 'running';
