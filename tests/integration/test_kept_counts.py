@@ -566,6 +566,67 @@ def test_a_claim_writes_no_counter_rows_and_the_counts_show_it_sqlite(tmp_path: 
         store.close()
 
 
+def test_a_finalize_counts_the_ends_it_writes_itself_and_leaves_moved_rows_to_the_trigger(
+    tmp_path: Path,
+) -> None:
+    """SQLite migration 19: a batched finalize counts the rows it ends from the claim's
+    shape (their `tally` moves to 1 or 2, never to what it was) and the count trigger
+    the others (a row moved by hand while it ran keeps `tally` 0). Exact either way,
+    also for a row ended twice (set running again by hand in between)."""
+    from jobledger._storage.interface import ClaimedJob, Outcome
+
+    path = str(tmp_path / "ends.db")
+    store = open_store(path)
+    jobs = jl.JobManager(path)
+    try:
+        jobs.enqueue_many(OK, [1, 2, 3], queue="a")
+        jobs.enqueue_many(OK, [4, 5], queue="b")
+        now = int(time.time() * 1000)
+        claimed = [
+            job
+            for queue in ("a", "b")
+            for job in store.claim(
+                queue, queue_cap=5, global_cap=100, limit=5, now_ms=now, worker_id="w-1",
+                types=(OK.name,),
+            ).jobs
+        ]  # fmt: skip
+        assert len(claimed) == 5
+        moved = claimed[0].id
+        db_rows(path, "UPDATE jobs SET queue = 'moved' WHERE id = ?", (moved,))
+
+        def end(ending: list[ClaimedJob], kinds: list[str], at: int) -> None:
+            outcomes = [
+                Outcome(
+                    job.id, "w-1", job.attempt, kind,  # type: ignore[arg-type]
+                    output="1" if kind == "completed" else None,
+                    error=None if kind == "completed" else '{"code": "X"}',
+                    want_row=False, queue=job.queue, scheduled_at=job.scheduled_at,
+                )
+                for job, kind in zip(ending, kinds, strict=True)
+            ]  # fmt: skip
+            assert all(r is not None for r in store.finalize(outcomes, at))
+
+        end(claimed, ["completed", "completed", "failed", "cancelled", "completed"], now + 7)
+        tally = {str(i): int(t) for i, t in db_rows(path, "SELECT id, tally FROM jobs")}
+        assert tally[moved] == 0
+        assert {tally[job.id] for job in claimed[1:]} == {1}
+        _assert_exact(path)
+        # Ended again: running again by hand (the trigger counts that), then finalized.
+        db_rows(
+            path,
+            "UPDATE jobs SET status = 'running', finished_at = NULL, worker_id = 'w-1' "
+            "WHERE queue <> 'moved'",
+        )
+        _assert_exact(path)
+        end(claimed[1:], ["completed"] * 4, now + 60_000 * 3)
+        tally = {str(i): int(t) for i, t in db_rows(path, "SELECT id, tally FROM jobs")}
+        assert {tally[job.id] for job in claimed[1:]} == {2}
+        _assert_exact(path)
+    finally:
+        arun(jobs.stop)
+        store.close()
+
+
 def test_kept_counts_follow_any_write_even_one_by_hand(db: str) -> None:
     """Every column the counts read changed at random, row by row and in bulk, on
     rows in every status (terminal rows moved too, which only a hand-made write does)."""

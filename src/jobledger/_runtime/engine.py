@@ -787,6 +787,8 @@ class Engine:
                 started_at=attempt.started_ms,
                 logs=_logs_json(attempt),
                 key=None if job is None else job.key,
+                queue=None if job is None else job.queue,
+                scheduled_at=None if job is None else job.scheduled_at,
                 **kw,
             ),
             attempt,

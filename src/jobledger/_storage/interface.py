@@ -401,6 +401,11 @@ class Outcome:
     claimed: ClaimedJob | None = None
     # The claim's `ClaimedJob.key`, when it had one: the row to look the fence up at.
     key: int | None = None
+    # The claim's queue and scheduled_at, when the runtime has them: a store that keeps
+    # counts may count the row's end itself while the row still has them (`sqlite/
+    # counts.py`); None leaves it to the store's general path.
+    queue: str | None = None
+    scheduled_at: int | None = None
 
 
 def batchable(outcomes: Sequence[Outcome]) -> list[Outcome]:

@@ -247,7 +247,7 @@ FINISH = f"{FINISH_NO_ROW} RETURNING {JOB_COLUMNS}"
 # Whether FINISH's fence holds now: a group commit's block reads it under the write lock
 # its group holds until the commit, which then writes the finalize (`sqlite/group.py`).
 FENCE_HOLDS = f"SELECT 1 FROM jobs {_FENCE}"
-# Outcomes per `finish_many_sql` statement: 1 + 9 * 50 parameters, within SQLite's oldest
+# Outcomes per `finish_many_sql` statement: 1 + 11 * 50 parameters, within SQLite's oldest
 # bound-parameter limit (999).
 FINISH_CHUNK = 50
 
@@ -284,10 +284,14 @@ FROM_THE_CLAIM = (
 @functools.cache
 def finish_many_sql(n_rows: int, rows: bool | Literal["parts"] = False) -> str:
     """FINISH_NO_ROW for `n_rows` outcomes in one statement: ?1 is the time, then per
-    outcome its key, id, worker_id, attempt, status, output, error, progress and
-    progress_detail. RETURNING names the rows whose fence matched; with `rows`, it
-    returns those rows whole (FINISH's answer, for outcomes a handle waits on), so a
-    waited-on job costs no statement of its own; with "parts", FINISHED_PARTS.
+    outcome its key, id, worker_id, attempt, status, output, error, progress,
+    progress_detail, and the claim's queue and scheduled_at (NULL when unknown).
+    RETURNING names the rows whose fence matched; with `rows`, it returns those rows
+    whole (FINISH's answer, for outcomes a handle waits on), so a waited-on job costs no
+    statement of its own; with "parts", FINISHED_PARTS. Its last column is the row's
+    `started_at` where the statement counts the row itself (`sqlite/counts.py`: the row
+    had the shape the claim left, so `tally` moved to 1 or 2 and the count trigger's body
+    did not run), else NULL (`tally` 0: the trigger counted it).
 
     One statement instead of one per job halves the finalize's SQL cost (binding and
     stepping a statement per row is what costs, not the B-tree work); the outcomes are
@@ -295,18 +299,27 @@ def finish_many_sql(n_rows: int, rows: bool | Literal["parts"] = False) -> str:
     `json_extract` parses again.
     """
     values = ", ".join(
-        "(" + ", ".join(f"?{2 + 9 * i + j}" for j in range(9)) + ")" for i in range(n_rows)
+        "(" + ", ".join(f"?{2 + FINISH_VALUES * i + j}" for j in range(FINISH_VALUES)) + ")"
+        for i in range(n_rows)
     )
     return (
-        "WITH o (key, id, worker_id, attempt, status, output, error, progress, detail) "
-        f"AS NOT MATERIALIZED (VALUES {values}) "
+        "WITH o (key, id, worker_id, attempt, status, output, error, progress, detail, "
+        f"queue, scheduled_at) AS NOT MATERIALIZED (VALUES {values}) "
         "UPDATE jobs SET status = o.status, output = o.output, error = o.error, "
         "finished_at = ?1, updated_at = ?1, progress = coalesce(o.progress, jobs.progress), "
-        "progress_detail = coalesce(o.detail, jobs.progress_detail) FROM o "
+        "progress_detail = coalesce(o.detail, jobs.progress_detail), "
+        "tally = CASE WHEN jobs.finished_at IS NULL AND jobs.started_at IS NOT NULL "
+        "AND jobs.queue IS o.queue AND jobs.scheduled_at IS o.scheduled_at "
+        "THEN CASE WHEN jobs.tally = 1 THEN 2 ELSE 1 END ELSE 0 END FROM o "
         "WHERE jobs.rowid = o.key AND jobs.id = o.id AND jobs.status = 'running' "
         "AND jobs.worker_id = o.worker_id AND jobs.attempt = o.attempt "
-        f"RETURNING {_returning(rows)}"
+        f"RETURNING {_returning(rows)}, "
+        "CASE WHEN jobs.tally = 0 THEN NULL ELSE jobs.started_at END"
     )
+
+
+# Bound values per outcome in `finish_many_sql`.
+FINISH_VALUES = 11
 
 
 def _returning(rows: bool | Literal["parts"]) -> str:

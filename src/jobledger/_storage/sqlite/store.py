@@ -86,6 +86,7 @@ from jobledger._storage.sqlite.connections import (
     open_reader,
     open_writer,
 )
+from jobledger._storage.sqlite.counts import EndCounts
 from jobledger._storage.sqlite.files import FileIdentity
 from jobledger._storage.sqlite.group import EPOCHS, GroupTx, WriterLock
 from jobledger._storage.sqlite.keys import key_of, keys_of
@@ -670,21 +671,28 @@ class SqliteStore(ScheduleOps, WorkerOps):
         def work(conn: sqlite3.Connection) -> list[JobRow | None]:
             matched: dict[str, JobRow] = {}
             keys = _outcome_keys(conn, batch)
+            counts = EndCounts()
             for rows, group in modes:
                 for start in range(0, len(group), q.FINISH_CHUNK):
                     chunk = group[start : start + q.FINISH_CHUNK]
                     bound: list[Any] = [now_ms]
                     for o in chunk:
                         bound += (keys[o.job_id], o.job_id, o.worker_id, o.attempt, o.kind,
-                                  o.output, o.error, o.progress, o.progress_detail)  # fmt: skip
+                                  o.output, o.error, o.progress, o.progress_detail, o.queue,
+                                  o.scheduled_at)  # fmt: skip
                     sql = q.finish_many_sql(len(chunk), rows)
-                    if rows == "parts":
-                        ended = {o.job_id: o for o in chunk}
-                        for r in conn.execute(sql, bound):
-                            matched[r[0]] = terminal_row(ended[r[0]], r, now_ms)
-                        continue
+                    ended = {o.job_id: o for o in chunk}
+                    # Each row's last column: its started_at where this statement counts
+                    # the row's end itself (`sqlite/counts.py`), else NULL.
                     for r in conn.execute(sql, bound):
-                        matched[r[0]] = r if rows else APPLIED
+                        o = ended[r[0]]
+                        if r[-1] is not None:
+                            counts.ended(o, r[-1], now_ms)
+                        if rows == "parts":
+                            matched[r[0]] = terminal_row(o, r[:-1], now_ms)
+                        else:
+                            matched[r[0]] = r[:-1] if rows else APPLIED
+            counts.write(conn)
             # The row tells the attempt it ended (_storage/attempts.py); only log lines,
             # which it does not hold, make a record (where the fence matched).
             for o in batch:
