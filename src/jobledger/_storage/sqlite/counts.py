@@ -6,9 +6,10 @@ formulas of `migrations/0018_open_counts.sql`). The update trigger keeps that fo
 every write but one: a row that `queries.finish_many_sql` ends from the exact shape a
 claim left it in (running under the outcome's fence, `started_at` set, `finished_at`
 unset, its queue and `scheduled_at` the claim's), whose `tally` the statement moves to
-1 or 2. The trigger's condition is false for such a row, its body does not run, and
-the statement returns the row's `started_at`; every other row it ends keeps `tally` at
-0 and the trigger counts it as before. `EndCounts` adds what the skipped bodies would
+1 or 2 (from whatever it was: NULL, never written, or the other one). The trigger's
+condition is false for such a row, its body does not run, and the statement returns
+the row's `started_at`; every other row it ends gets `tally` 0, and the trigger counts
+it as before, as it does every other write. `EndCounts` adds what the skipped bodies would
 have: per ended row, its `open` key less the row as it ran, its ended key plus the row
 as it ended, and its minute, summed per key and written in one statement each, in the
 finalize's transaction. A row trigger's body cost about 25,000 instructions a row

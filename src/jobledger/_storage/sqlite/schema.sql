@@ -160,7 +160,7 @@ CREATE TABLE "jobs" (
     workflow_id      TEXT,
     step             TEXT,
     upstream_left    INTEGER
-, tally INTEGER NOT NULL DEFAULT 0);
+, tally INTEGER);
 
 CREATE TABLE leader (
     id          INTEGER PRIMARY KEY CHECK (id = 1),
