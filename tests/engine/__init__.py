@@ -16,7 +16,7 @@ import pydantic
 import jobledger as jl
 from tests.conftest import db_one, db_rows
 
-__all__ = ["ITEM", "Item", "fast_retry", "make_manager", "sql_one", "statuses"]
+__all__ = ["ITEM", "Item", "fast_retry", "make_manager", "sql_one", "statuses", "transactions"]
 
 
 class Item(pydantic.BaseModel):
@@ -45,3 +45,20 @@ def sql_one(db: str, sql: str, params: tuple[Any, ...] = ()) -> Any:
 def statuses(db: str) -> dict[str, str]:
     """Every job's status, by id, straight from the table."""
     return {r[0]: r[1] for r in db_rows(db, "SELECT id, status FROM jobs")}
+
+
+def transactions(statements: list[str]) -> list[list[str]]:
+    """The statements of each transaction a SQLite trace callback saw (the writer's
+    `set_trace_callback`), BEGIN to COMMIT or ROLLBACK, in order."""
+    txs: list[list[str]] = []
+    current: list[str] | None = None
+    for sql in statements:
+        word = sql.split()[0].upper()
+        if word == "BEGIN":
+            current = []
+        elif word in ("COMMIT", "ROLLBACK") and current is not None:
+            txs.append(current)
+            current = None
+        elif current is not None:
+            current.append(sql)
+    return txs

@@ -16,26 +16,11 @@ import pytest
 
 import jobledger as jl
 from tests.conftest import run, wait_until
-from tests.engine import ITEM, Item, make_manager
+from tests.engine import ITEM, Item, make_manager, transactions
 from tests.engine.test_caps import Gauge
 
 CLAIM = "UPDATE jobs SET status = 'running'"
 FINISH = ("WITH o (key", "UPDATE jobs SET status = ?, output")
-
-
-def _transactions(statements: list[str]) -> list[list[str]]:
-    txs: list[list[str]] = []
-    current: list[str] | None = None
-    for sql in statements:
-        word = sql.split()[0].upper()
-        if word == "BEGIN":
-            current = []
-        elif word in ("COMMIT", "ROLLBACK") and current is not None:
-            txs.append(current)
-            current = None
-        elif current is not None:
-            current.append(sql)
-    return txs
 
 
 def _traced_drain(jobs: jl.JobManager, total: int) -> list[str]:
@@ -66,7 +51,7 @@ def test_each_next_batch_is_claimed_with_the_last_ones_outcomes(db_path: str) ->
     jobs.enqueue_many(ITEM, [Item(n=i) for i in range(100)])
     seen = _traced_drain(jobs, 100)
     assert sorted(ran) == list(range(100))
-    claiming = [tx for tx in _transactions(seen) if any(s.startswith(CLAIM) for s in tx)]
+    claiming = [tx for tx in transactions(seen) if any(s.startswith(CLAIM) for s in tx)]
     alone = [tx for tx in claiming if not any(s.startswith(FINISH) for s in tx)]
     # Ten batches of ten: the first claim alone, the nine others each with the outcomes
     # of the batch before (ten claims alone without the refill).
@@ -102,7 +87,7 @@ def test_outcomes_of_several_queues_claim_each_ones_next_jobs_in_their_transacti
     for name in names:
         assert [n for q, n in ran if q == name] == list(range(20))
     assert {name: g.peak for name, g in gauges.items()} == dict.fromkeys(names, 2)
-    claiming = [tx for tx in _transactions(seen) if any(s.startswith(CLAIM) for s in tx)]
+    claiming = [tx for tx in transactions(seen) if any(s.startswith(CLAIM) for s in tx)]
     alone = [tx for tx in claiming if not any(s.startswith(FINISH) for s in tx)]
     # Each queue's first claim alone; then 54 jobs in batches of up to 6, each claimed
     # with the outcomes of the batch before (30 claims alone without it). The slack

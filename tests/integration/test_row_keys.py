@@ -28,7 +28,7 @@ from jobledger._storage.sqlite.migrate import load_migrations
 from jobledger._storage.sqlite.store import SqliteStore
 from jobledger.testing import FakeClock, drain
 from tests.conftest import run
-from tests.engine import ITEM, Item, make_manager
+from tests.engine import ITEM, Item, make_manager, transactions
 from tests.integration import _procs, v7_id
 
 NOW_MS = 1_700_000_000_000
@@ -362,7 +362,7 @@ def test_a_finalize_finds_an_old_row_where_its_claim_found_it(db: str) -> None:
     assert {s.status for s in jobs.list() if s.id in olds} == {"completed"}
     finishing = [
         tx
-        for tx in _transactions(seen)
+        for tx in transactions(seen)
         if any(
             sql.startswith(("WITH o", "UPDATE jobs SET status")) and "finished_at" in sql
             for sql in tx
@@ -372,19 +372,3 @@ def test_a_finalize_finds_an_old_row_where_its_claim_found_it(db: str) -> None:
     legacy = [sql for tx in finishing for sql in tx if "rowid < 0" in sql]
     assert legacy == []
     run(jobs.stop())
-
-
-def _transactions(statements: list[str]) -> list[list[str]]:
-    """The statements of each transaction the trace saw, BEGIN to COMMIT or ROLLBACK."""
-    txs: list[list[str]] = []
-    current: list[str] | None = None
-    for sql in statements:
-        word = sql.split()[0].upper()
-        if word == "BEGIN":
-            current = []
-        elif word in ("COMMIT", "ROLLBACK") and current is not None:
-            txs.append(current)
-            current = None
-        elif current is not None:
-            current.append(sql)
-    return txs
