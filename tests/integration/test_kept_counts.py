@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import sqlite3
 import time
 from collections import Counter
 from datetime import UTC, datetime
@@ -362,21 +363,27 @@ _INSERT_OLD = (
 _INSERT_OLD_KEYED = _INSERT_OLD.replace("(id,", "(rowid, id,").replace("(?,", "(?, ?,")
 
 
-def test_the_migration_counts_the_rows_already_stored_sqlite(tmp_path: Path) -> None:
-    import sqlite3
-
+def _sqlite_file_before(path: str, migration: str) -> sqlite3.Connection:
+    """A SQLite file at the schema before `migration` (its name), holding `_old_rows()`."""
     from jobledger._storage.sqlite import migrate as sqlite_migrate
 
-    path = str(tmp_path / "old.db")
     conn = sqlite3.connect(path, isolation_level=None)
     everything = sqlite_migrate.load_migrations()
     names = [m.name for m in everything]
-    for m in everything[: names.index("job_counts")]:
+    for m in everything[: names.index(migration)]:
         for statement in sqlite_migrate.split_statements(m.sql):
             conn.execute(statement)
         conn.execute(f"PRAGMA user_version = {m.number}")
     for row in _old_rows():
         conn.execute(_INSERT_OLD_KEYED, (ids.row_key(row[0]), *row))
+    return conn
+
+
+def test_the_migration_counts_the_rows_already_stored_sqlite(tmp_path: Path) -> None:
+    from jobledger._storage.sqlite import migrate as sqlite_migrate
+
+    path = str(tmp_path / "old.db")
+    conn = _sqlite_file_before(path, "job_counts")
     sqlite_migrate.migrate_connection(conn)
     conn.close()
     _assert_exact(path)
@@ -494,20 +501,10 @@ def test_the_open_counts_migration_recounts_what_the_old_triggers_kept_sqlite(
     """Migration 18 on a file whose counts migration 16's triggers kept, with rows
     pending, running and ended: still exact after it, and no counter row left under a
     pending or running key."""
-    import sqlite3
-
     from jobledger._storage.sqlite import migrate as sqlite_migrate
 
     path = str(tmp_path / "old.db")
-    conn = sqlite3.connect(path, isolation_level=None)
-    everything = sqlite_migrate.load_migrations()
-    names = [m.name for m in everything]
-    for m in everything[: names.index("open_counts")]:
-        for statement in sqlite_migrate.split_statements(m.sql):
-            conn.execute(statement)
-        conn.execute(f"PRAGMA user_version = {m.number}")
-    for row in _old_rows():
-        conn.execute(_INSERT_OLD_KEYED, (ids.row_key(row[0]), *row))
+    conn = _sqlite_file_before(path, "open_counts")
     conn.execute(
         "UPDATE jobs SET status = 'running', started_at = 5000 + attempt "
         "WHERE status = 'pending' AND queue = 'q0'"
