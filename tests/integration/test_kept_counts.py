@@ -614,6 +614,56 @@ def test_a_finalize_counts_the_ends_it_writes_itself_and_leaves_moved_rows_to_th
         store.close()
 
 
+def test_a_finalize_counts_every_run_and_latency_bucket_as_the_trigger_does(
+    tmp_path: Path,
+) -> None:
+    """`sqlite/counts.py` works out the buckets in Python (`bisect` over KEPT_BOUNDS_MS)
+    where the trigger has its CASE chains: ends with run and latency times on both sides
+    of every bound, negative ones included, ended in pairs through the batched finalize,
+    are counted exactly as the rows say."""
+    from jobledger._storage.interface import Outcome
+
+    path = str(tmp_path / "buckets.db")
+    store = open_store(path)
+    jobs = jl.JobManager(path)
+    try:
+        edges = sorted({v for b in KEPT_BOUNDS_MS for v in (b, b + 1)} | {-3, 0, 4_000_000})
+        rng = random.Random(7)
+        times = [(run, rng.choice(edges)) for run in edges] + [
+            (rng.choice(edges), latency) for latency in edges
+        ]
+        handles = jobs.enqueue_many(OK, list(range(len(times) + len(times) % 2)), queue="b")
+        base = 1_800_000_000_000
+        kinds = ("completed", "failed", "cancelled")
+        for i in range(0, len(handles), 2):
+            at = base + i * 60_000  # each pair in a minute of its own
+            pair: list[Outcome] = []
+            for j, h in enumerate(handles[i : i + 2]):
+                run, latency = times[(i + j) % len(times)]
+                started, kind = at - run, kinds[(i + j) % 3]
+                db_rows(
+                    path,
+                    "UPDATE jobs SET status = 'running', worker_id = 'w-1', started_at = ?, "
+                    "scheduled_at = ? WHERE id = ?",
+                    (started, started - latency, h.id),
+                )
+                pair.append(
+                    Outcome(
+                        h.id, "w-1", 0, kind,  # type: ignore[arg-type]
+                        output="1" if kind == "completed" else None,
+                        error=None if kind == "completed" else '{"code": "X"}',
+                        want_row=False, queue="b", scheduled_at=started - latency,
+                    )
+                )  # fmt: skip
+            assert all(r is not None for r in store.finalize(pair, at))
+        counted = db_rows(path, "SELECT count(*) FROM jobs WHERE tally IN (1, 2)")
+        assert counted == [(len(handles),)]
+        _assert_exact(path)
+    finally:
+        arun(jobs.stop)
+        store.close()
+
+
 def test_kept_counts_follow_any_write_even_one_by_hand(db: str) -> None:
     """Every column the counts read changed at random, row by row and in bulk, on
     rows in every status (terminal rows moved too, which only a hand-made write does)."""
