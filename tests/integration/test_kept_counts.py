@@ -19,6 +19,7 @@ import random
 import sqlite3
 import time
 from collections import Counter
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -556,7 +557,7 @@ def test_a_claim_writes_no_counter_rows_and_the_counts_show_it_sqlite(tmp_path: 
 def test_a_finalize_counts_the_ends_it_writes_itself_and_leaves_moved_rows_to_the_trigger(
     tmp_path: Path,
 ) -> None:
-    """SQLite migration 19: a batched finalize counts the rows it ends from the claim's
+    """SQLite migration 18: a batched finalize counts the rows it ends from the claim's
     shape (their `tally` moves to 1 or 2, never to what it was) and the count trigger
     the others (a row moved by hand while it ran keeps `tally` 0). Exact either way,
     also for a row ended twice (set running again by hand in between)."""
@@ -587,7 +588,7 @@ def test_a_finalize_counts_the_ends_it_writes_itself_and_leaves_moved_rows_to_th
                     job.id, "w-1", job.attempt, kind,  # type: ignore[arg-type]
                     output="1" if kind == "completed" else None,
                     error=None if kind == "completed" else '{"code": "X"}',
-                    want_row=False, queue=job.queue, scheduled_at=job.scheduled_at,
+                    want_row=False, claimed=job,
                 )
                 for job, kind in zip(ending, kinds, strict=True)
             ]  # fmt: skip
@@ -632,32 +633,35 @@ def test_a_finalize_counts_every_run_and_latency_bucket_as_the_trigger_does(
         times = [(run, rng.choice(edges)) for run in edges] + [
             (rng.choice(edges), latency) for latency in edges
         ]
-        handles = jobs.enqueue_many(OK, list(range(len(times) + len(times) % 2)), queue="b")
+        jobs.enqueue_many(OK, list(range(len(times) + len(times) % 2)), queue="b")
+        claimed = store.claim(
+            "b", queue_cap=1000, global_cap=1000, limit=1000, now_ms=int(time.time() * 1000),
+            worker_id="w-1", types=(OK.name,),
+        ).jobs  # fmt: skip
         base = 1_800_000_000_000
         kinds = ("completed", "failed", "cancelled")
-        for i in range(0, len(handles), 2):
+        for i in range(0, len(claimed), 2):
             at = base + i * 60_000  # each pair in a minute of its own
             pair: list[Outcome] = []
-            for j, h in enumerate(handles[i : i + 2]):
+            for j, job in enumerate(claimed[i : i + 2]):
                 run, latency = times[(i + j) % len(times)]
                 started, kind = at - run, kinds[(i + j) % 3]
                 db_rows(
                     path,
-                    "UPDATE jobs SET status = 'running', worker_id = 'w-1', started_at = ?, "
-                    "scheduled_at = ? WHERE id = ?",
-                    (started, started - latency, h.id),
+                    "UPDATE jobs SET started_at = ?, scheduled_at = ? WHERE id = ?",
+                    (started, started - latency, job.id),
                 )
                 pair.append(
                     Outcome(
-                        h.id, "w-1", 0, kind,  # type: ignore[arg-type]
+                        job.id, "w-1", 0, kind,  # type: ignore[arg-type]
                         output="1" if kind == "completed" else None,
                         error=None if kind == "completed" else '{"code": "X"}',
-                        want_row=False, queue="b", scheduled_at=started - latency,
+                        want_row=False, claimed=replace(job, scheduled_at=started - latency),
                     )
                 )  # fmt: skip
             assert all(r is not None for r in store.finalize(pair, at))
         counted = db_rows(path, "SELECT count(*) FROM jobs WHERE tally IN (1, 2)")
-        assert counted == [(len(handles),)]
+        assert counted == [(len(claimed),)]
         _assert_exact(path)
     finally:
         arun(jobs.stop)

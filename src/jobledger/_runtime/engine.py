@@ -774,7 +774,6 @@ class Engine:
     # -- outcomes -------------------------------------------------------------------
 
     def _outcome(self, attempt: Attempt, kind: Any, **kw: Any) -> tuple[Outcome, Attempt]:
-        job = attempt.job
         return (
             Outcome(
                 job_id=attempt.job_id,
@@ -786,9 +785,7 @@ class Engine:
                 release_locks=bool(attempt.locks),
                 started_at=attempt.started_ms,
                 logs=_logs_json(attempt),
-                key=None if job is None else job.key,
-                queue=None if job is None else job.queue,
-                scheduled_at=None if job is None else job.scheduled_at,
+                claimed=attempt.job,
                 **kw,
             ),
             attempt,
@@ -877,9 +874,9 @@ class Engine:
         now = self.now_ms()
         for outcome, attempt in batch:
             if attempt.committed is None:
-                # With its claim the store may build the row, reading back a few columns.
-                wanted = outcome.want_row = self._wants_row(attempt)
-                outcome.claimed = attempt.job if wanted else None
+                # With its claim (`Outcome.claimed`) the store builds the row, reading
+                # back a few columns.
+                outcome.want_row = self._wants_row(attempt)
         # Jobs a handler's `ctx.transaction()` completed are written already: only their
         # settling (slots, handles, on_settled) happens here, from the committed row.
         outcomes = [o for o, a in batch if a.committed is None]

@@ -294,7 +294,7 @@ class ClaimedJob:
     workflow_id: str | None = None
     # Where the claim found the row (SQLite: its rowid; None where the backend has no
     # such key): the finalize looks the row up by it instead of parsing the id again
-    # (`Outcome.key`). A row keeps its rowid while it runs.
+    # (`Outcome.claimed`). A row keeps its rowid while it runs.
     key: int | None = None
 
 
@@ -395,17 +395,12 @@ class Outcome:
     # For the attempt's record (`job_attempts`), written with the outcome when it applies.
     started_at: int | None = None
     logs: str | None = None  # JSON [[at_ms, level, message], ...]
-    # The claim this outcome ends, when the runtime has it: a store may build the
-    # terminal row from it and read back only the columns the claim did not return or
-    # that may have moved since (`sqlite/queries.py`, FINISHED_PARTS).
+    # The claim this outcome ends, when the runtime has it. A store may look the row up
+    # at its `key`, count the row's end itself while the row still has the claim's queue
+    # and scheduled_at (`sqlite/counts.py`), and, for `want_row`, build the terminal row
+    # from it, reading back only the columns the claim did not return or that may have
+    # moved since (`sqlite/queries.py`, FINISHED_PARTS).
     claimed: ClaimedJob | None = None
-    # The claim's `ClaimedJob.key`, when it had one: the row to look the fence up at.
-    key: int | None = None
-    # The claim's queue and scheduled_at, when the runtime has them: a store that keeps
-    # counts may count the row's end itself while the row still has them (`sqlite/
-    # counts.py`); None leaves it to the store's general path.
-    queue: str | None = None
-    scheduled_at: int | None = None
 
 
 def batchable(outcomes: Sequence[Outcome]) -> list[Outcome]:

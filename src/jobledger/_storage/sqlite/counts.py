@@ -1,6 +1,6 @@
 """The kept counts of a batched finalize, written by the store instead of a row trigger.
 
-Invariant (migrations 16, 18 and 19): at every commit `job_counts` and `job_minutes`
+Invariant (migrations 16 and 18): at every commit `job_counts` and `job_minutes`
 hold, per key, the sum over the rows of `jobs` of what each row contributes (the
 formulas of `migrations/0018_open_counts.sql`). The update trigger keeps that for
 every write but one: a row that `queries.finish_many_sql` ends from the exact shape a
@@ -43,10 +43,11 @@ class EndCounts:
 
     def ended(self, o: Outcome, started_at: int, finished_at: int) -> None:
         """`o` ended its row at `finished_at`, from running since `started_at`."""
-        queue, attempt, scheduled = o.queue, o.attempt, o.scheduled_at
-        # The statement counts a row here only where both matched the row's.
-        assert queue is not None
-        assert scheduled is not None
+        job = o.claimed
+        # The statement counts a row here only where the claim's queue and scheduled_at
+        # matched the row's.
+        assert job is not None
+        queue, attempt, scheduled = job.queue, o.attempt, job.scheduled_at
         keys = self._keys
         # As it ran: under 'open', as the pending row it was (migration 18).
         sums = keys.get((queue, "open", -1, -1))

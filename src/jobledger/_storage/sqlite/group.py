@@ -249,7 +249,10 @@ class GroupTx:
         if mark is not None and mark[0] == self._version and mark[1] == self._lock.epoch:
             return True
         conn = self._conn_of()
-        key = key_of(conn, outcome.job_id) if outcome.key is None else outcome.key
+        claimed = outcome.claimed
+        key = (
+            key_of(conn, outcome.job_id) if claimed is None or claimed.key is None else claimed.key
+        )
         fence = (key, outcome.job_id, outcome.worker_id, outcome.attempt)
         return conn.execute(q.FENCE_HOLDS, fence).fetchone() is not None
 

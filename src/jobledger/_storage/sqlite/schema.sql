@@ -2,7 +2,7 @@
 -- After adding a migration, regenerate it from the repository root with
 --   python -m jobledger._storage.sqlite.migrate \
 --       > src/jobledger/_storage/sqlite/schema.sql
--- user_version = 19
+-- user_version = 18
 
 CREATE INDEX audit_log_action_idx ON audit_log (action, id);
 

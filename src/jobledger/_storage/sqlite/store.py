@@ -677,9 +677,11 @@ class SqliteStore(ScheduleOps, WorkerOps):
                     chunk = group[start : start + q.FINISH_CHUNK]
                     bound: list[Any] = [now_ms]
                     for o in chunk:
+                        c = o.claimed
                         bound += (keys[o.job_id], o.job_id, o.worker_id, o.attempt, o.kind,
-                                  o.output, o.error, o.progress, o.progress_detail, o.queue,
-                                  o.scheduled_at)  # fmt: skip
+                                  o.output, o.error, o.progress, o.progress_detail,
+                                  None if c is None else c.queue,
+                                  None if c is None else c.scheduled_at)  # fmt: skip
                     sql = q.finish_many_sql(len(chunk), rows)
                     ended = {o.job_id: o for o in chunk}
                     # Each row's last column: its started_at where this statement counts
@@ -704,7 +706,7 @@ class SqliteStore(ScheduleOps, WorkerOps):
                 if o.job_id in batched:
                     results.append(matched.get(o.job_id))
                     continue
-                key = key_of(conn, o.job_id) if o.key is None else o.key
+                key = _outcome_key(conn, o)
                 fence = (key, o.job_id, o.worker_id, o.attempt)
                 record: str | None = None  # what to store beyond the row (attempts.py)
                 if o.kind == "retry" or o.kind == "requeue":
@@ -1589,14 +1591,20 @@ def _claimed(rows: list[Any]) -> list[ClaimedJob]:
 
 
 def _outcome_keys(conn: sqlite3.Connection, outcomes: Sequence[Outcome]) -> dict[str, int]:
-    """Each outcome's row key: the claim's rowid where the runtime kept it (a rowid
-    does not change while the row runs), else `keys_of` its id (a parse, or a read for
-    a row older than schema 4)."""
-    keys = {o.job_id: o.key for o in outcomes if o.key is not None}
+    """Each outcome's row key: its claim's rowid where the runtime kept the claim (a
+    rowid does not change while the row runs), else `keys_of` its id (a parse, or a read
+    for a row older than schema 4)."""
+    keys = {o.job_id: k for o in outcomes if o.claimed and (k := o.claimed.key) is not None}
     if len(keys) < len(outcomes):
-        rest = [o.job_id for o in outcomes if o.key is None]
+        rest = [o.job_id for o in outcomes if o.job_id not in keys]
         keys.update(zip(rest, keys_of(conn, rest), strict=True))
     return keys
+
+
+def _outcome_key(conn: sqlite3.Connection, o: Outcome) -> int:
+    """`_outcome_keys` of one outcome."""
+    key = None if o.claimed is None else o.claimed.key
+    return key_of(conn, o.job_id) if key is None else key
 
 
 def _claim_result(taken: ClaimResult | _Taken) -> ClaimResult:
