@@ -28,7 +28,12 @@ Reported per case (one JSON line each, then a markdown table):
   `first_start_max` (when the last queue to start first started; the target is < 0.1);
 * in each run's line, `per_process` (the jobs each worker ran) and `cpu_per_process`
   (each worker's CPU seconds from its release until the drain was seen to end): what
-  the processes that hold no slot cost the one that does.
+  the processes that hold no slot cost the one that does; and the finalize flushes of
+  all workers: `flushes`, `outcomes_per_flush`, `in_waves` (the share of outcomes
+  written in flushes of 40 or more: the slots ended together, in waves) and
+  `flush_ms_p50` (how long a flush held its loop). Each case's summary line carries the
+  runs' `in_waves`, which tells the slower regime from the faster (docs/benchmarks.md,
+  twenty-third round).
 
 PostgreSQL: `--dsn`, else `$JOBLEDGER_BENCH_PG_DSN`, else `$JOBLEDGER_TEST_PG_DSN`, else
 `postgresql://postgres@127.0.0.1:5432/test`; every case runs in a fresh schema, dropped
@@ -204,11 +209,13 @@ def drive(
         spans: list[tuple[int, float, float]] = []
         handled: list[int] = []
         cpu: list[float] = []
+        flushes: list[tuple[int, float]] = []
         for _ in workers:
             got = results.get(timeout=120)
             spans.extend(got["spans"])
             handled.append(len(got["spans"]))
             cpu.append(round(got["cpu"], 3))
+            flushes.extend(got["flushes"])
         for w in workers:
             w.join(60)
     timed_out = seconds is None
@@ -223,9 +230,25 @@ def drive(
         "timed_out": timed_out,
         "per_process": handled,
         "cpu_per_process": cpu,
+        **flush_view(flushes),
         "max_running_table": max_total,
         "max_in_queue_table": max_queue,
         **handler_view(spans, started, seconds),
+    }
+
+
+def flush_view(flushes: list[tuple[int, float]]) -> dict[str, Any]:
+    """The finalize flushes of every worker: how many, their outcomes (mean, and the
+    share written in flushes of 40 or more: waves), and the median time one held the
+    loop."""
+    if not flushes:
+        return {"flushes": 0}
+    outcomes = sum(size for size, _ in flushes)
+    return {
+        "flushes": len(flushes),
+        "outcomes_per_flush": round(outcomes / len(flushes), 1),
+        "in_waves": round(sum(size for size, _ in flushes if size >= 40) / outcomes, 3),
+        "flush_ms_p50": round(statistics.median(t for _, t in flushes) * 1000, 2),
     }
 
 
@@ -279,6 +302,22 @@ def worker(
         await asyncio.sleep(pause)
         spans.append((int(ctx.payload["kb"]), start, time.monotonic()))
 
+    # Each finalize flush's outcomes and its time on the loop (the engine's private
+    # `_flush`, wrapped on this instance): whether a run settled into waves (every slot
+    # ending together, one flush of 50) or staggered groups shows in its line.
+    engine = jobs._engine
+    plain_flush = engine._flush
+    flushes: list[tuple[int, float]] = []
+
+    def flush() -> None:
+        size, began = len(engine._buffer), time.perf_counter()
+        plain_flush()
+        written = size - len(engine._buffer)  # outcomes a failed write kept stay queued
+        if written:
+            flushes.append((written, time.perf_counter() - began))
+
+    engine._flush = flush  # type: ignore[method-assign]
+
     async def run() -> None:
         hold = jobs.pause("bench: until every worker is ready")
         await jobs.start()
@@ -292,7 +331,7 @@ def worker(
 
     cpu = [0.0]
     asyncio.run(run())
-    results.put({"spans": spans, "cpu": cpu[0]})
+    results.put({"spans": spans, "cpu": cpu[0], "flushes": flushes})
 
 
 # -- sampling the table ---------------------------------------------------------------
@@ -406,6 +445,7 @@ def summarize(
                     "max_in_queue_handlers": max(r["max_in_queue_handlers"] for r in mine),
                     "first_start_p50": _median(r["first_start_p50"] for r in mine),
                     "first_start_max": max(r["first_start_max"] or 0 for r in mine),
+                    "in_waves": [r.get("in_waves") for r in mine],
                 }
             )
     return out
