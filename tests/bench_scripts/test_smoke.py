@@ -107,3 +107,43 @@ def test_the_callgrind_drain_runs_outside_callgrind(kind: str) -> None:
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_the_callgrind_queues_script_runs_outside_callgrind() -> None:
+    """It prints nothing (valgrind counts): both of its runs end."""
+    for extra in ([], ["prefill"]):
+        done = subprocess.run(
+            [sys.executable, "callgrind_queues.py", "20", "200", *extra],
+            cwd=BENCH,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+
+
+def test_many_queues_reports_every_outcome_in_its_flushes(tmp_path: Path) -> None:
+    """Each run's line counts the finalize flushes of its workers: together they wrote
+    every job's outcome once."""
+    env = {**os.environ, "BENCH_TMPDIR": str(tmp_path)}
+    args = ["many_queues.py", "--queues", "1,20", "--procs", "1", "-n", "300"]
+    done = subprocess.run(
+        [sys.executable, *args, "--handler-ms", "1", "--sample-ms", "5"],
+        cwd=BENCH,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr
+    runs = [
+        json.loads(line)
+        for line in done.stdout.splitlines()
+        if line.startswith('{"bench": "many_queues",')
+    ]
+    assert [r["queues"] for r in runs] == [1, 20], runs
+    for r in runs:
+        assert r["flushes"] > 0, r
+        assert 0 <= r["in_waves"] <= 1, r
+        # outcomes_per_flush is rounded to 0.1
+        assert abs(r["flushes"] * r["outcomes_per_flush"] - 300) <= r["flushes"] * 0.05, r
