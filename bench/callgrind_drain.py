@@ -9,7 +9,8 @@ with an `async def` handler (concurrency 50) or a plain `def` one (concurrency 1
 with one INSERT (`bench/exactly_once.py`'s handler; its count minus `async` is what
 the block costs). `handles` is the async drain as a user awaits it (`bench/handles.py`): the handles
 `enqueue_many` returned, all awaited with `asyncio.gather` of `h.finished`; its count
-minus the `async` one is what awaiting the handles costs. `floor` runs no jobledger at
+minus the `async` one is what awaiting the handles costs. `timeout` is the async drain with
+`timeout=30` on the handler (each job arms and cancels its timer). `floor` runs no jobledger at
 all: `n` futures gathered as `handles` gathers, resolved 50 a turn of the loop as a
 finalize batch resolves them; its per-job count is asyncio's own part of awaiting a
 handle, which no queue can take out.
@@ -82,9 +83,10 @@ async def drain(n: int, kind: str) -> None:
                     t.execute("INSERT INTO ledger (job_id, n) VALUES (?, ?)", (ctx.job_id, 1))
                 hit()
 
-        elif kind in ("async", "handles"):
+        elif kind in ("async", "handles", "timeout"):
+            timeout = 30.0 if kind == "timeout" else None
 
-            @jobs.handler(HOT, recovery="retry", concurrency=50)
+            @jobs.handler(HOT, recovery="retry", concurrency=50, timeout=timeout)
             async def noop(ctx: jl.JobContext[dict[str, Any]]) -> None:
                 hit()
 

@@ -100,6 +100,7 @@ class Attempt:
         "started_ms",
         "submitted",
         "task",
+        "timing",
         "token",
         "tx_backstop",
         "tx_opened",
@@ -130,6 +131,7 @@ class Attempt:
         self.workflow_id: str | None = None  # set by the engine for a workflow's job
         self.token = CancelToken(engine.loop)
         self.task: asyncio.Future[Any] | None = None
+        self.timing = False  # its handler's timeout is armed (`_runtime/deadlines.py`)
         self.submitted = False
         self.kept = False  # its outcome's first write failed; it is being written again
         # Set once the outcome is committed and on_settled has run (the "executed" signal).
@@ -139,7 +141,7 @@ class Attempt:
         self.progress_dirty = False
         self._last_progress_write = -math.inf
         self._flush_armed = False
-        self.locks: set[str] = set()
+        self.locks: set[str] | None = None  # the durable locks it holds (made on first use)
         self.lock_wait: str | None = None  # the lock `ctx.lock` waits for (`jobs.explain`)
         self._logs: LogBuffer | None = None
         # The row's started_at (epoch ms, written by the claim), for the worker's record.
@@ -156,6 +158,20 @@ class Attempt:
         # it without reading the row, when nothing wrote since (set by the engine too).
         self.fence_mark: Any = None
         self.committed: tuple[Outcome, JobRow] | None = None
+
+    def task_done(self, task: asyncio.Future[Any]) -> None:
+        """The done callback of the attempt's task (`Engine.ensure_outcome`)."""
+        self._engine.ensure_outcome(self)
+
+    def expire(self) -> None:
+        """The handler's timeout (`job.timeout_ms`) passed: the token fires, and an async
+        handler's task is cancelled too (a plain one only sees the token)."""
+        job = self.job
+        assert job is not None  # armed only by `Engine._run`, which set both
+        assert job.timeout_ms is not None
+        fired = self.token.fire("timeout", f"timed out after {job.timeout_ms / 1000:g}s")
+        if fired and self.spec.is_async and self.task is not None:
+            self.task.cancel()
 
     # -- logs -------------------------------------------------------------------------
 
@@ -415,6 +431,8 @@ class Attempt:
     def _try_lock(self, name: str) -> bool:
         engine = self._engine
         if engine.store.try_lock(name, self.job_id, engine.worker_id, engine.now_ms()):
+            if self.locks is None:
+                self.locks = set()
             self.locks.add(name)
             return True
         return False
@@ -450,7 +468,7 @@ class Attempt:
             self.lock_wait = None
 
     def release_lock(self, name: str) -> None:
-        if name in self.locks:
+        if self.locks is not None and name in self.locks:
             self.locks.discard(name)
             engine = self._engine
             engine.store.release_lock(name, self.job_id, engine.worker_id, self.attempt)

@@ -89,6 +89,7 @@ from jobledger._runtime import tracing
 from jobledger._runtime.ahead import ClaimAhead
 from jobledger._runtime.attempt import Attempt
 from jobledger._runtime.context import JobContext
+from jobledger._runtime.deadlines import Deadlines
 from jobledger._runtime.events import EventBus, JobEvent
 from jobledger._runtime.joblog import log_ends, log_raised, log_start, worker_log
 from jobledger._runtime.timers import call_later
@@ -243,6 +244,7 @@ class Engine:
         self.unread: dict[str, None] = {}
         self._buffer: list[tuple[Outcome, Attempt]] = []
         self._flush_scheduled = False
+        self._deadlines: Deadlines | None = None  # made on the first handler timeout
         self._pool_size = thread_pool_size
         self._pool: ThreadPoolExecutor | None = None
         self._proc_size = process_pool_size or os.cpu_count() or 1
@@ -566,17 +568,22 @@ class Engine:
         qu.running += 1
         task = self.loop.create_task(self._run(attempt, job))
         attempt.task = task
+        # Bound methods, not closures, here and for the timeout (`Attempt.expire`): one
+        # object a job instead of a function and its cells, which also start the cyclic
+        # collector's young-generation passes (docs/benchmarks.md, twenty-third round).
+        task.add_done_callback(attempt.task_done)
 
-        def ensure_outcome(t: asyncio.Task[None]) -> None:
-            # A task cancelled before its first step never ran its body: settle it here.
-            if attempt.claimed_at and self.ahead.dropped():
-                self._pass_the_turn()
-            if not attempt.submitted:
-                if not attempt.token.is_set():
-                    attempt.token.fire("shutdown", "the job's task was cancelled")
-                self._submit(self._interrupted(attempt, job))
-
-        task.add_done_callback(ensure_outcome)
+    def ensure_outcome(self, attempt: Attempt) -> None:
+        """After the attempt's task ended: one cancelled before its first step never ran
+        its body, so it is settled here."""
+        if attempt.claimed_at and self.ahead.dropped():
+            self._pass_the_turn()
+        if not attempt.submitted:
+            if not attempt.token.is_set():
+                attempt.token.fire("shutdown", "the job's task was cancelled")
+            job = attempt.job
+            assert job is not None  # set by `_start` before the task exists
+            self._submit(self._interrupted(attempt, job))
 
     async def _run(self, attempt: Attempt, job: ClaimedJob) -> None:
         """One attempt: decode, call the handler, classify, hand the outcome to finalize."""
@@ -599,7 +606,7 @@ class Engine:
         traced = None if inst is None else self._process_span(inst, attempt, job)
         raised: BaseException | None = None
         # Async handlers are also cancelled on timeout; plain ones only see the token.
-        timer = self._arm_timeout(attempt, job.timeout_ms, cancel_task=spec.is_async)
+        timed = self._arm_timeout(attempt, job.timeout_ms)
         try:
             if spec.is_async:
                 result = await spec.execute(ctx)
@@ -630,8 +637,9 @@ class Engine:
             else:
                 outcome = self._completed(attempt, job, result)
         finally:
-            if timer is not None:
-                timer.cancel()
+            deadlines = self._deadlines
+            if timed and deadlines is not None:
+                deadlines.disarm(attempt)
         if traced is not None:
             error = outcome[0].error
             traced.end(outcome[0].kind, None if error is None else json.loads(error), raised)
@@ -748,16 +756,21 @@ class Engine:
             metadata=attempt.metadata,
         )
 
-    def _arm_timeout(self, attempt: Attempt, timeout_ms: int | None, *, cancel_task: bool) -> Any:
+    def _arm_timeout(self, attempt: Attempt, timeout_ms: int | None) -> bool:
         if timeout_ms is None or self.loop is None:
-            return None
+            return False
+        self._deadlines_of().arm(attempt, timeout_ms / 1000)
+        return True
 
-        def expire() -> None:
-            fired = attempt.token.fire("timeout", f"timed out after {timeout_ms / 1000:g}s")
-            if fired and cancel_task and attempt.task is not None:
-                attempt.task.cancel()
-
-        return call_later(self.loop, self.clock, timeout_ms / 1000, expire)
+    def _deadlines_of(self) -> Deadlines:
+        """The handler timeouts of this engine's loop (`_runtime/deadlines.py`)."""
+        deadlines = self._deadlines
+        if deadlines is None or deadlines.loop is not self.loop:
+            assert self.loop is not None
+            if deadlines is not None:
+                deadlines.close()
+            deadlines = self._deadlines = Deadlines(self.loop, self.clock)
+        return deadlines
 
     def abort(self, attempt: Attempt, reason: Any, message: str) -> bool:
         """Fire the token and, for async handlers, cancel the handler's task."""
@@ -1491,6 +1504,9 @@ class Engine:
         self.waiters.clear()
 
     def shutdown_pool(self) -> None:
+        deadlines, self._deadlines = self._deadlines, None
+        if deadlines is not None:
+            deadlines.close()  # its timer, left for an entry at the head (deadlines.py)
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
