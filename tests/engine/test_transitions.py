@@ -223,6 +223,52 @@ def test_timeout_runs_on_the_injected_clock(db: str) -> None:
     assert (snap.finished_at - snap.started_at).total_seconds() == pytest.approx(10.0, abs=0.2)
 
 
+def test_jobs_with_different_timeouts_each_end_at_their_own(db: str) -> None:
+    """One engine times every handler on one heap (`_runtime/deadlines.py`): a later
+    job with an earlier deadline is timed out first, a job that ended before its
+    deadline never is, and a long one still is, at its own."""
+    clock = FakeClock()
+    jobs = make_manager(db, clock=clock, global_max_concurrency=3)
+    entered = {n: asyncio.Event() for n in range(3)}
+    release = asyncio.Event()
+
+    @jobs.handler(ITEM, recovery="retry", concurrency=3)
+    async def hold(ctx: jl.JobContext[Item]) -> str:
+        entered[ctx.payload.n].set()
+        if ctx.payload.n == 0:
+            await release.wait()
+        else:
+            await asyncio.sleep(60)
+        return "done"
+
+    async def main() -> dict[int, jl.JobSnapshot]:
+        async with jobs:
+            quick = jobs.enqueue(ITEM, Item(n=0), timeout=5.0, max_attempts=1)
+            late = jobs.enqueue(ITEM, Item(n=1), timeout=10.0, max_attempts=1)
+            await entered[0].wait()
+            await entered[1].wait()
+            early = jobs.enqueue(ITEM, Item(n=2), timeout=3.0, max_attempts=1)
+            await entered[2].wait()
+            await clock.advance_async(1.0)
+            release.set()
+            done = await quick.finished
+            await clock.advance_async(2.1)  # 3.1 s after the third started
+            first = await early.finished
+            assert jobs.get(late.id).status == "running"  # type: ignore[union-attr]
+            await clock.advance_async(5.0)  # past the first job's 5 s: it had ended
+            assert jobs.get(late.id).status == "running"  # type: ignore[union-attr]
+            await clock.advance_async(2.0)
+            return {0: done, 1: await late.finished, 2: first}
+
+    snaps = run(main())
+    assert snaps[0].status == "completed"
+    for n in (1, 2):
+        error = snaps[n].error
+        assert snaps[n].status == "failed"
+        assert error is not None
+        assert error.code == "JOB_HANDLER_TIMEOUT"
+
+
 # -- cancel ---------------------------------------------------------------------------
 
 
