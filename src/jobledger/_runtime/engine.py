@@ -606,7 +606,7 @@ class Engine:
         traced = None if inst is None else self._process_span(inst, attempt, job)
         raised: BaseException | None = None
         # Async handlers are also cancelled on timeout; plain ones only see the token.
-        timed = self._arm_timeout(attempt, job.timeout_ms)
+        self._arm_timeout(attempt, job.timeout_ms)
         try:
             if spec.is_async:
                 result = await spec.execute(ctx)
@@ -638,7 +638,7 @@ class Engine:
                 outcome = self._completed(attempt, job, result)
         finally:
             deadlines = self._deadlines
-            if timed and deadlines is not None:
+            if attempt.timing and deadlines is not None:  # armed, and has not expired
                 deadlines.disarm(attempt)
         if traced is not None:
             error = outcome[0].error
@@ -756,11 +756,9 @@ class Engine:
             metadata=attempt.metadata,
         )
 
-    def _arm_timeout(self, attempt: Attempt, timeout_ms: int | None) -> bool:
-        if timeout_ms is None or self.loop is None:
-            return False
-        self._deadlines_of().arm(attempt, timeout_ms / 1000)
-        return True
+    def _arm_timeout(self, attempt: Attempt, timeout_ms: int | None) -> None:
+        if timeout_ms is not None and self.loop is not None:
+            self._deadlines_of().arm(attempt, timeout_ms / 1000)
 
     def _deadlines_of(self) -> Deadlines:
         """The handler timeouts of this engine's loop (`_runtime/deadlines.py`)."""
