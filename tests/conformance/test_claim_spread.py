@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 from collections import Counter
 
+import pytest
+
 from jobledger._storage import layout as L
 from jobledger._storage.interface import ClaimResult, JobFilter, SpreadRequest
 from tests.conformance import Backend, ConformantStore, claim, col, new_job, outcome
@@ -64,13 +66,19 @@ def test_each_queue_takes_its_head_rows_in_claim_order(store: ConformantStore) -
     assert high.id in {j.id for j in got.jobs}
 
 
-def test_the_queue_cap_counts_running_rows_of_every_worker(store: ConformantStore) -> None:
+@pytest.mark.parametrize("global_cap", [1_000, 8], ids=["loose-cap", "tight-cap"])
+def test_the_queue_cap_counts_running_rows_of_every_worker(
+    store: ConformantStore, global_cap: int
+) -> None:
+    """Under a tight global cap SQLite counts every queue in one pass over the running
+    rows, under a loose one with a search per queue (`store._running_counts`): the same
+    counts either way."""
     store.enqueue([new_job(queue="a") for _ in range(5)] + [new_job(queue="b")])
     assert len(claim(store, "a", worker="other", limit=2).jobs) == 2
-    got = spread(store, [("a", 3), ("b", 3)])
+    got = spread(store, [("a", 3), ("b", 3)], global_cap=global_cap)
     assert Counter(j.queue for j in got.jobs) == {"a": 1, "b": 1}
     assert got.free == {"a": 1, "b": 3}
-    again = spread(store, [("a", 3)])
+    again = spread(store, [("a", 3)], global_cap=global_cap)
     assert again.jobs == []
     assert again.free == {"a": 0}
     assert not again.global_blocked

@@ -163,6 +163,16 @@ def spread_counts_sql(n_queues: int) -> str:
     return f"SELECT ({COUNT_RUNNING}), {each}"
 
 
+# Every queue's running rows in one pass over the running index (in its order, so no
+# sort): what `spread_counts_sql` counts, for all queues at once. Under a global cap the
+# index holds about that many entries, and stepping through them costs less than one
+# search per queue asked (`SPREAD_SCAN_PER_QUEUE`).
+RUNNING_BY_QUEUE = "SELECT queue, count(*) FROM jobs WHERE status = 'running' GROUP BY queue"
+# A search of the running index for one queue's count costs about as much as stepping
+# over this many of its entries (docs/benchmarks.md, twenty-fourth round).
+SPREAD_SCAN_PER_QUEUE = 8
+
+
 def _spread_filters(n_types: int, n_excluded: int) -> tuple[str, str, int]:
     """The spread statements' type list (?3..) and excluded owners' clause, numbered
     after ?1 worker and ?2 now, and the number of the next parameter."""

@@ -1518,7 +1518,7 @@ def _spread_work(req: SpreadRequest, now_ms: int) -> Callable[[sqlite3.Connectio
             and conn.execute(q.WORKER_REGISTERED, (req.worker_id,)).fetchone() is None
         ):
             return ClaimResult([], False, unregistered=True)
-        total, *running = conn.execute(q.spread_counts_sql(len(names)), names).fetchone()
+        total, running = _running_counts(conn, names, req.global_cap)
         caps = dict(req.queues)
         rates = dict(handler_rates)
         paused = settings.overlay(caps, rates, conn.execute(_SPREAD_SETTINGS, (json.dumps(names),)))
@@ -1546,6 +1546,20 @@ def _spread_work(req: SpreadRequest, now_ms: int) -> Callable[[sqlite3.Connectio
         )
 
     return work
+
+
+def _running_counts(
+    conn: sqlite3.Connection, names: list[str], global_cap: int
+) -> tuple[int, list[int]]:
+    """All running rows, and those of each queue in `names`, from one snapshot. Under a
+    cap that holds the running rows to a few per queue asked, one scan of the running
+    index counts them all; above it (a loose global cap: the index may hold thousands of
+    rows), one search per queue."""
+    if global_cap <= q.SPREAD_SCAN_PER_QUEUE * len(names):
+        by_queue: dict[str, int] = dict(conn.execute(q.RUNNING_BY_QUEUE).fetchall())
+        return sum(by_queue.values()), [by_queue.get(name, 0) for name in names]
+    total, *running = conn.execute(q.spread_counts_sql(len(names)), names).fetchone()
+    return total, running
 
 
 def _spread_rows(
