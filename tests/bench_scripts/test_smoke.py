@@ -122,6 +122,33 @@ def test_the_callgrind_queues_script_runs_outside_callgrind() -> None:
         assert done.returncode == 0, done.stderr
 
 
+def test_queues_sql_times_the_statements_of_every_case(tmp_path: Path) -> None:
+    """One JSON line per queue count: the drain's claims, finalizes and commits were
+    timed, and the writer's SQL is part of the drain's time, not more."""
+    env = {**os.environ, "BENCH_TMPDIR": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "queues_sql.py", "--queues", "1,20", "-n", "300"],
+        cwd=BENCH,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr
+    cases = [
+        json.loads(line)
+        for line in done.stdout.splitlines()
+        if line.startswith("{") and '"queues_sql"' in line
+    ]
+    assert [c["queues"] for c in cases] == [1, 20]
+    for c in cases:
+        kinds = set(c["statements"])
+        assert "COMMIT" in kinds
+        assert any(k.startswith("WITH o (key, id") for k in kinds)  # the batched finalize
+        assert 0 < c["sql_us"] <= c["wall_us"]
+    assert "| statement |" in done.stdout
+
+
 def test_many_queues_reports_every_outcome_in_its_flushes(tmp_path: Path) -> None:
     """Each run's line counts the finalize flushes of its workers: together they wrote
     every job's outcome once."""

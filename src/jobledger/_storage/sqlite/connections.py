@@ -62,9 +62,12 @@ WAL_AUTOCHECKPOINT_PAGES = 4000
 # A gated writer checkpoints itself instead, after its gate is released: SQLite's
 # automatic checkpoint runs inside COMMIT (50-90 ms on the bench machine), which would
 # hold the gate, and so every other writer, through it. Rows changed stand in for pages
-# (a single-row commit appends ~3.5 pages, a batch far fewer per row), so this is at
-# most about the automatic threshold above.
-CHECKPOINT_EVERY_CHANGES = 1000
+# (a single-row commit appends a few pages, a batch far fewer per row): 10,000 single
+# enqueues left a WAL of ~20 MB, about the automatic threshold above. Each checkpoint
+# ends by holding the gate through two fsyncs (`Checkpointer._tail`), a stall of the
+# writer's loop; at 1,000 rows a batched drain paid it every ~12 ms, and 2,000 drained
+# ~15% faster (docs/benchmarks.md, twenty-fourth round).
+CHECKPOINT_EVERY_CHANGES = 2000
 
 
 def write_gate_path_for(db_path: str) -> str:
