@@ -19,11 +19,16 @@ so the rates of such a run are not the figures to quote.
 `--cpu-time`: time the CPU of the loop's thread (`time.thread_time()`) over the same
 region instead of the wall clock. On a machine shared with other work it moves far
 less than wall time; the rates are then jobs per CPU second of that thread.
+
+`--gc`: also report, per case, what Python's cyclic collector did while the clock ran
+(`gc.callbacks`): the collections of each generation (`gc_collections`, youngest
+first) and the milliseconds they took (`gc_ms`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import sqlite3
 import statistics
@@ -45,6 +50,28 @@ from _common import (
 )
 
 Clock = Callable[[], float]  # seconds: the wall clock, or the thread's CPU (`--cpu-time`)
+
+
+class GcWatch:
+    """Collections per generation, and their time, between `start` and `stop`."""
+
+    def __init__(self) -> None:
+        self.collections = [0, 0, 0]
+        self.seconds = 0.0
+        self._began = 0.0
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+        else:
+            self.collections[info["generation"]] += 1
+            self.seconds += time.perf_counter() - self._began
+
+    def start(self) -> None:
+        gc.callbacks.append(self._callback)
+
+    def stop(self) -> None:
+        gc.callbacks.remove(self._callback)
 
 
 class SqlCount:
@@ -84,6 +111,7 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=1, help="pairs (rows, handles), alternating")
     p.add_argument("--count-sql", action="store_true")
     p.add_argument("--cpu-time", action="store_true", help="the loop thread's CPU time")
+    p.add_argument("--gc", action="store_true", help="the cyclic collector's work per case")
     args = p.parse_args()
     clock = time.thread_time if args.cpu_time else time.perf_counter
     ratios: list[float] = []
@@ -95,15 +123,19 @@ def main() -> None:
         for case in order:
             with fresh_dir() as d:
                 count = SqlCount() if args.count_sql else None
+                watch = GcWatch() if args.gc else None
                 path = os.path.join(d, "jobs.db")
                 run = _rows if case == "rows" else _handles
-                seconds = asyncio.run(run(path, args.sync, args.n, count, clock))
+                seconds = asyncio.run(run(path, args.sync, args.n, count, clock, watch))
             got[case] = rate(args.n, seconds)
             rates[case].append(got[case])
             extra: dict[str, Any] = {}
             if count is not None:
                 extra["sql_per_job"] = round(count.n / args.n, 2)
                 per_job[case].append(extra["sql_per_job"])
+            if watch is not None:
+                extra["gc_collections"] = watch.collections
+                extra["gc_ms"] = round(watch.seconds * 1000, 1)
             emit(f"handles_{case}", "jobledger", args.sync, n=args.n, repeat=rep,
                  seconds=round(seconds, 4), rate=got[case], **extra)  # fmt: skip
         ratios.append(round(got["handles"] / got["rows"], 3))
@@ -129,7 +161,12 @@ def main() -> None:
 
 
 async def _rows(
-    path: str, sync: str, n: int, count: SqlCount | None, clock: Clock = time.perf_counter
+    path: str,
+    sync: str,
+    n: int,
+    count: SqlCount | None,
+    clock: Clock = time.perf_counter,
+    watch: GcWatch | None = None,
 ) -> float:
     prefill(path, n)
     counter = Counter()
@@ -137,10 +174,14 @@ async def _rows(
     if count is not None:
         count.install(jobs)
     try:
+        if watch is not None:
+            watch.start()
         started = clock()
         await jobs.start()
         await wait_completed(jobs, counter, n)
         seconds = clock() - started
+        if watch is not None:
+            watch.stop()
         await jobs.stop()
     finally:
         if count is not None:
@@ -149,7 +190,12 @@ async def _rows(
 
 
 async def _handles(
-    path: str, sync: str, n: int, count: SqlCount | None, clock: Clock = time.perf_counter
+    path: str,
+    sync: str,
+    n: int,
+    count: SqlCount | None,
+    clock: Clock = time.perf_counter,
+    watch: GcWatch | None = None,
 ) -> float:
     jobs = make_manager(path, sync)
     handles = []
@@ -158,10 +204,14 @@ async def _handles(
     if count is not None:
         count.install(jobs)
     try:
+        if watch is not None:
+            watch.start()
         started = clock()
         await jobs.start()
         snaps = await asyncio.gather(*(h.finished for h in handles))
         seconds = clock() - started
+        if watch is not None:
+            watch.stop()
         await jobs.stop()
     finally:
         if count is not None:

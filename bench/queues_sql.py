@@ -11,7 +11,9 @@ speed instead of under callgrind. Every statement the writer connection runs is 
 (`time.perf_counter` around `execute`, the writer's connection class wrapped in this
 process), grouped by its first words. Reported per queue count: microseconds of the
 drain per job (`wall_us`), of which in the writer's statements (`sql_us`), and per
-statement kind its microseconds and its runs per job. The wrapper's own cost is in
+statement kind its microseconds and its runs per job; and the WAL frames the drain wrote
+per job (`wal_frames_per_job`: every page its commits wrote, when checkpoints are held
+off; with them, what was left since the last one). The wrapper's own cost is in
 `wall_us`, about the same at every queue count; compare the cases, not the absolutes.
 
 `--no-checkpoints` keeps the background checkpoint from running (the WAL then grows for
@@ -33,10 +35,9 @@ from typing import Any
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-import callgrind_queues  # noqa: E402
 import jobledger._runtime.ahead as ahead  # noqa: E402
 import many_queues  # noqa: E402
-from _common import emit, fresh_dir  # noqa: E402
+from _common import NOOP, emit, fresh_dir, jl  # noqa: E402
 from jobledger._storage.sqlite import connections  # noqa: E402
 
 
@@ -77,15 +78,45 @@ class StatementClock:
         self.runs.clear()
 
 
+async def drain(path: str, queues: int, n: int) -> int:
+    """`callgrind_queues.drain`; returns the WAL's size in bytes once the last job ran,
+    before `stop` closes the file (which checkpoints it and removes the WAL)."""
+    jobs = jl.JobManager(path, startup_delay=0, global_max_concurrency=many_queues.GLOBAL_CAP)
+    done = asyncio.Event()
+    seen = 0
+    concurrency = many_queues.GLOBAL_CAP if queues == 1 else many_queues.QUEUE_CAP
+
+    @jobs.handler(NOOP, recovery="retry", concurrency=concurrency)
+    async def handle(ctx: jl.JobContext[dict[str, Any]]) -> None:
+        nonlocal seen
+        seen += 1
+        if seen == n:
+            done.set()
+
+    await jobs.start()
+    await done.wait()
+    wal = _wal_size(path)  # a stat, while the loop has nothing else to do
+    await jobs.stop()
+    return wal
+
+
+def _wal_size(path: str) -> int:
+    return os.path.getsize(path + "-wal")
+
+
 def measure(queues: int, n: int, clock: StatementClock) -> dict[str, Any]:
     with fresh_dir() as d:
         path = os.path.join(d, "jobs.db")
         many_queues.prefill(path, n, queues)
+        with sqlite3.connect(path) as conn:  # the prefill's frames out of the WAL
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            page = int(conn.execute("PRAGMA page_size").fetchone()[0])
+        conn.close()
         clock.reset()
         clock.on = True
         began = time.perf_counter()
         try:
-            asyncio.run(callgrind_queues.drain(path, queues, n))
+            wal = asyncio.run(drain(path, queues, n))
         finally:
             clock.on = False
         wall = time.perf_counter() - began
@@ -95,6 +126,9 @@ def measure(queues: int, n: int, clock: StatementClock) -> dict[str, Any]:
         "n": n,
         "wall_us": round(wall / n * 1e6, 1),
         "sql_us": round(sum(clock.seconds.values()) / n * 1e6, 1),
+        # With checkpoints held off the WAL only grows: its frames are every page the
+        # drain's commits wrote (a header of 32 bytes, then frames of 24 + a page).
+        "wal_frames_per_job": round(max(wal - 32, 0) / (24 + page) / n, 3),
         "statements": per_job,
         "runs_per_job": {k: round(c / n, 4) for k, c in clock.runs.items()},
     }

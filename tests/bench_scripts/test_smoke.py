@@ -124,10 +124,11 @@ def test_the_callgrind_queues_script_runs_outside_callgrind() -> None:
 
 def test_queues_sql_times_the_statements_of_every_case(tmp_path: Path) -> None:
     """One JSON line per queue count: the drain's claims, finalizes and commits were
-    timed, and the writer's SQL is part of the drain's time, not more."""
+    timed, the writer's SQL is part of the drain's time, not more, and with checkpoints
+    held off the WAL kept every frame the drain wrote."""
     env = {**os.environ, "BENCH_TMPDIR": str(tmp_path)}
     done = subprocess.run(
-        [sys.executable, "queues_sql.py", "--queues", "1,20", "-n", "300"],
+        [sys.executable, "queues_sql.py", "--queues", "1,20", "-n", "300", "--no-checkpoints"],
         cwd=BENCH,
         env=env,
         capture_output=True,
@@ -146,7 +147,33 @@ def test_queues_sql_times_the_statements_of_every_case(tmp_path: Path) -> None:
         assert "COMMIT" in kinds
         assert any(k.startswith("WITH o (key, id") for k in kinds)  # the batched finalize
         assert 0 < c["sql_us"] <= c["wall_us"]
+        assert c["wal_frames_per_job"] > 0
     assert "| statement |" in done.stdout
+
+
+def test_handles_reports_the_collectors_work_per_case(tmp_path: Path) -> None:
+    """`--gc`: each case's line counts the collections of each generation while its clock
+    ran; awaiting 500 handles allocates past the youngest generation's threshold."""
+    env = {**os.environ, "BENCH_TMPDIR": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "handles.py", "-n", "500", "--gc"],
+        cwd=BENCH,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr
+    cases = {
+        r["bench"]: r
+        for r in (json.loads(line) for line in done.stdout.splitlines() if line.startswith("{"))
+    }
+    for case in ("handles_rows", "handles_handles"):
+        counts = cases[case]["gc_collections"]
+        assert len(counts) == 3
+        assert all(c >= 0 for c in counts)
+        assert cases[case]["gc_ms"] >= 0
+    assert cases["handles_handles"]["gc_collections"][0] >= 1
 
 
 def test_many_queues_reports_every_outcome_in_its_flushes(tmp_path: Path) -> None:
