@@ -171,6 +171,23 @@ def test_a_backfill_never_writes_a_fire_the_calendar_wrote_or_will_write(db: str
     run(scenario())
 
 
+def test_a_backfill_ending_in_the_current_millisecond_is_not_the_future(db: str) -> None:
+    """An end read from the clock a moment before the call (here 0.6 ms into the
+    current millisecond, which rounds to the next) is now, not the future; an end one
+    millisecond on is refused."""
+    clock = FakeClock(START + timedelta(minutes=10))
+    jobs = make_manager(db, clock)
+    sid = jobs.register_job_schedule(
+        TICK, Tick(n=1), trigger=jl.Interval(seconds=60), enabled=False
+    )
+    now = clock.now()
+    start = now - timedelta(minutes=5)
+    # -5 ... 0 minutes: the fire at now is inside [start, end).
+    assert jobs.backfill_job_schedule(sid, start, now + timedelta(microseconds=600)) == 6
+    late = now + timedelta(milliseconds=1)
+    assert _code(lambda: jobs.backfill_job_schedule(sid, start, late)) == "JOB_INVALID_OPTION"
+
+
 def test_bad_backfills_raise_and_write_nothing(db: str) -> None:
     clock = FakeClock(START + timedelta(days=2))
     jobs = make_manager(db, clock)

@@ -58,7 +58,7 @@ import logging
 import unicodedata
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
 from jobledger._core.enqueue import EnqueueOptions, prepare
@@ -692,7 +692,10 @@ class JobSchedules(ScheduleHooks):
                 code="JOB_INVALID_OPTION",
                 params={"start": str(start), "end": str(end)},
             )
-        if end_ms > now:
+        # The clock's millisecond is truncated, `end_ms` rounded: an `end` taken from
+        # the wall clock a moment ago can round past it. Only an end in a later
+        # millisecond than now is the future.
+        if (end - _EPOCH) // _ONE_MS > now:
             raise JobValidationError(
                 "backfill writes past fires only: end must not be after now (the natural "
                 "calendar owns the future)",
@@ -1031,6 +1034,10 @@ def _logged(sid: str, fire_ms: int, policy: str, verdict: OverlapDecision) -> Ov
             extra={"schedule_id": sid, "fire_ms": fire_ms, "overlap": policy},
         )
     return verdict
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_ONE_MS = timedelta(milliseconds=1)
 
 
 def _range_ms(value: object, what: str) -> int:
