@@ -21,7 +21,8 @@ import asyncio
 import os
 import sys
 import tempfile
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -30,8 +31,12 @@ import jobledger._runtime.ahead as ahead  # noqa: E402
 import many_queues  # noqa: E402
 from _common import NOOP, jl  # noqa: E402
 
+T = TypeVar("T")
 
-async def drain(path: str, queues: int, n: int) -> None:
+
+async def drain(path: str, queues: int, n: int, at_end: Callable[[], T] | None = None) -> T | None:
+    """Drain the `n` rows; `at_end` runs once the last job ran, before `stop` (which
+    checkpoints the file), and its answer is returned (`queues_sql.py`: the WAL's size)."""
     jobs = jl.JobManager(path, startup_delay=0, global_max_concurrency=many_queues.GLOBAL_CAP)
     done = asyncio.Event()
     seen = 0
@@ -46,7 +51,9 @@ async def drain(path: str, queues: int, n: int) -> None:
 
     await jobs.start()
     await done.wait()
+    answer = None if at_end is None else at_end()
     await jobs.stop()
+    return answer
 
 
 def main() -> None:

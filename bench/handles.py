@@ -34,6 +34,7 @@ import sqlite3
 import statistics
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import Any
 
 import jobledger._storage.sqlite.store as sqlite_store
@@ -53,7 +54,7 @@ Clock = Callable[[], float]  # seconds: the wall clock, or the thread's CPU (`--
 
 
 class GcWatch:
-    """Collections per generation, and their time, between `start` and `stop`."""
+    """Collections per generation, and their time, inside its `with` block."""
 
     def __init__(self) -> None:
         self.collections = [0, 0, 0]
@@ -67,10 +68,11 @@ class GcWatch:
             self.collections[info["generation"]] += 1
             self.seconds += time.perf_counter() - self._began
 
-    def start(self) -> None:
+    def __enter__(self) -> GcWatch:
         gc.callbacks.append(self._callback)
+        return self
 
-    def stop(self) -> None:
+    def __exit__(self, *exc: object) -> None:
         gc.callbacks.remove(self._callback)
 
 
@@ -174,14 +176,11 @@ async def _rows(
     if count is not None:
         count.install(jobs)
     try:
-        if watch is not None:
-            watch.start()
-        started = clock()
-        await jobs.start()
-        await wait_completed(jobs, counter, n)
-        seconds = clock() - started
-        if watch is not None:
-            watch.stop()
+        with watch or nullcontext():
+            started = clock()
+            await jobs.start()
+            await wait_completed(jobs, counter, n)
+            seconds = clock() - started
         await jobs.stop()
     finally:
         if count is not None:
@@ -204,14 +203,11 @@ async def _handles(
     if count is not None:
         count.install(jobs)
     try:
-        if watch is not None:
-            watch.start()
-        started = clock()
-        await jobs.start()
-        snaps = await asyncio.gather(*(h.finished for h in handles))
-        seconds = clock() - started
-        if watch is not None:
-            watch.stop()
+        with watch or nullcontext():
+            started = clock()
+            await jobs.start()
+            snaps = await asyncio.gather(*(h.finished for h in handles))
+            seconds = clock() - started
         await jobs.stop()
     finally:
         if count is not None:

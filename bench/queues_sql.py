@@ -35,9 +35,10 @@ from typing import Any
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+import callgrind_queues  # noqa: E402
 import jobledger._runtime.ahead as ahead  # noqa: E402
 import many_queues  # noqa: E402
-from _common import NOOP, emit, fresh_dir, jl  # noqa: E402
+from _common import emit, fresh_dir  # noqa: E402
 from jobledger._storage.sqlite import connections  # noqa: E402
 
 
@@ -78,32 +79,6 @@ class StatementClock:
         self.runs.clear()
 
 
-async def drain(path: str, queues: int, n: int) -> int:
-    """`callgrind_queues.drain`; returns the WAL's size in bytes once the last job ran,
-    before `stop` closes the file (which checkpoints it and removes the WAL)."""
-    jobs = jl.JobManager(path, startup_delay=0, global_max_concurrency=many_queues.GLOBAL_CAP)
-    done = asyncio.Event()
-    seen = 0
-    concurrency = many_queues.GLOBAL_CAP if queues == 1 else many_queues.QUEUE_CAP
-
-    @jobs.handler(NOOP, recovery="retry", concurrency=concurrency)
-    async def handle(ctx: jl.JobContext[dict[str, Any]]) -> None:
-        nonlocal seen
-        seen += 1
-        if seen == n:
-            done.set()
-
-    await jobs.start()
-    await done.wait()
-    wal = _wal_size(path)  # a stat, while the loop has nothing else to do
-    await jobs.stop()
-    return wal
-
-
-def _wal_size(path: str) -> int:
-    return os.path.getsize(path + "-wal")
-
-
 def measure(queues: int, n: int, clock: StatementClock) -> dict[str, Any]:
     with fresh_dir() as d:
         path = os.path.join(d, "jobs.db")
@@ -116,10 +91,14 @@ def measure(queues: int, n: int, clock: StatementClock) -> dict[str, Any]:
         clock.on = True
         began = time.perf_counter()
         try:
-            wal = asyncio.run(drain(path, queues, n))
+            # The WAL's size once the last job ran, before `stop` checkpoints the file.
+            wal = asyncio.run(
+                callgrind_queues.drain(path, queues, n, lambda: os.path.getsize(path + "-wal"))
+            )
         finally:
             clock.on = False
         wall = time.perf_counter() - began
+    assert wal is not None
     per_job = {k: round(s / n * 1e6, 2) for k, s in clock.seconds.most_common()}
     return {
         "queues": queues,

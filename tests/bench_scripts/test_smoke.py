@@ -18,6 +18,16 @@ import pytest
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
+def run_bench(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run a bench script with its files under `tmp_path`; it must exit 0."""
+    env = {**os.environ, "BENCH_TMPDIR": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, *args], cwd=BENCH, env=env, capture_output=True, text=True, timeout=180
+    )
+    assert done.returncode == 0, done.stderr
+    return done
+
+
 @pytest.mark.parametrize(
     "args",
     [
@@ -126,16 +136,7 @@ def test_queues_sql_times_the_statements_of_every_case(tmp_path: Path) -> None:
     """One JSON line per queue count: the drain's claims, finalizes and commits were
     timed, the writer's SQL is part of the drain's time, not more, and with checkpoints
     held off the WAL kept every frame the drain wrote."""
-    env = {**os.environ, "BENCH_TMPDIR": str(tmp_path)}
-    done = subprocess.run(
-        [sys.executable, "queues_sql.py", "--queues", "1,20", "-n", "300", "--no-checkpoints"],
-        cwd=BENCH,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert done.returncode == 0, done.stderr
+    done = run_bench(tmp_path, "queues_sql.py", "--queues", "1,20", "-n", "300", "--no-checkpoints")
     cases = [
         json.loads(line)
         for line in done.stdout.splitlines()
@@ -154,16 +155,7 @@ def test_queues_sql_times_the_statements_of_every_case(tmp_path: Path) -> None:
 def test_handles_reports_the_collectors_work_per_case(tmp_path: Path) -> None:
     """`--gc`: each case's line counts the collections of each generation while its clock
     ran; awaiting 500 handles allocates past the youngest generation's threshold."""
-    env = {**os.environ, "BENCH_TMPDIR": str(tmp_path)}
-    done = subprocess.run(
-        [sys.executable, "handles.py", "-n", "500", "--gc"],
-        cwd=BENCH,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert done.returncode == 0, done.stderr
+    done = run_bench(tmp_path, "handles.py", "-n", "500", "--gc")
     cases = {
         r["bench"]: r
         for r in (json.loads(line) for line in done.stdout.splitlines() if line.startswith("{"))
@@ -179,17 +171,8 @@ def test_handles_reports_the_collectors_work_per_case(tmp_path: Path) -> None:
 def test_many_queues_reports_every_outcome_in_its_flushes(tmp_path: Path) -> None:
     """Each run's line counts the finalize flushes of its workers: together they wrote
     every job's outcome once."""
-    env = {**os.environ, "BENCH_TMPDIR": str(tmp_path)}
     args = ["many_queues.py", "--queues", "1,20", "--procs", "1", "-n", "300"]
-    done = subprocess.run(
-        [sys.executable, *args, "--handler-ms", "1", "--sample-ms", "5"],
-        cwd=BENCH,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert done.returncode == 0, done.stderr
+    done = run_bench(tmp_path, *args, "--handler-ms", "1", "--sample-ms", "5")
     runs = [
         json.loads(line)
         for line in done.stdout.splitlines()
