@@ -13,6 +13,11 @@ queue's jobs together; `interleaved`: job i to queue i % Q). Then, SQLite:
   slots, inside BEGIN IMMEDIATE .. ROLLBACK, through the store's own spread claim (each
   queue's head first, `_spread_rows`) and through the windowed statement alone
   (`spread_claim_sql`, which the store now runs only for second and later rows);
+* `counts`: the running rows counted for a claim over those queues, with `--running`
+  rows (random ones) running: one search of the running index per queue asked
+  (`spread_counts_sql`) against one pass over it (`RUNNING_BY_QUEUE`), which the store
+  picks while the global cap allows at most `SPREAD_SCAN_PER_QUEUE` running rows per
+  queue asked;
 * `cycle`: the claim of `--take` rows and its COMMIT, then their finalize and its COMMIT,
   round after round over the queues in turn: what the pages a claim touches cost at
   commit (one queue's rows share pages; with grouped arrival the heads of different
@@ -56,6 +61,7 @@ def main() -> None:
     p.add_argument("--take", type=int, default=50, help="rows one claim takes")
     p.add_argument("--reps", type=int, default=200)
     p.add_argument("--arrival", choices=("grouped", "interleaved"), default="grouped")
+    p.add_argument("--running", type=int, default=50, help="SQLite `counts`: rows running")
     p.add_argument("--dsn", default="postgresql://postgres@127.0.0.1:5432/test")
     p.add_argument("--no-count-triggers", action="store_true", help="PostgreSQL: a diagnosis")
     args = p.parse_args()
@@ -135,8 +141,36 @@ def sqlite_case(path: str, args: argparse.Namespace) -> dict[str, dict[str, Any]
             times.append(time.perf_counter() - started)
             conn.execute("ROLLBACK")
         out[name] = {"us": round(statistics.median(times) * 1e6, 1), "rows": got}
+    out["counts"] = counts(conn, args, [name for name, _ in asked])
     out["cycle"] = cycle(conn, args, names, now)
     return out
+
+
+def counts(conn: sqlite3.Connection, args: argparse.Namespace, names: list[str]) -> dict[str, Any]:
+    """A spread claim's count of running rows, both ways, with `--running` rows running."""
+    from jobledger._storage.sqlite import queries as q
+
+    search = q.spread_counts_sql(len(names))
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute(
+            "UPDATE jobs SET status = 'running', worker_id = 'bench' WHERE rowid IN "
+            "(SELECT rowid FROM jobs WHERE status = 'pending' ORDER BY random() LIMIT ?)",
+            (args.running,),
+        )
+        times: dict[str, list[float]] = {"search_us": [], "scan_us": []}
+        for _ in range(args.reps):
+            started = time.perf_counter()
+            by_search = conn.execute(search, names).fetchone()
+            searched = time.perf_counter()
+            by_queue = dict(conn.execute(q.RUNNING_BY_QUEUE).fetchall())
+            times["search_us"].append(searched - started)
+            times["scan_us"].append(time.perf_counter() - searched)
+        assert by_search[0] == sum(by_queue.values()) == args.running
+    finally:
+        conn.execute("ROLLBACK")
+    out: dict[str, Any] = {k: round(statistics.median(v) * 1e6, 1) for k, v in times.items()}
+    return {**out, "running": args.running, "asked": len(names)}
 
 
 def cycle(

@@ -165,12 +165,14 @@ def spread_counts_sql(n_queues: int) -> str:
 
 # Every queue's running rows in one pass over the running index (in its order, so no
 # sort): what `spread_counts_sql` counts, for all queues at once. Under a global cap the
-# index holds about that many entries, and stepping through them costs less than one
-# search per queue asked (`SPREAD_SCAN_PER_QUEUE`).
+# index holds at most about that many entries (and a claim that rides in a finalize
+# comes after the finalize ended its batch's), so the pass can cost less than one search
+# per queue asked (`SPREAD_SCAN_PER_QUEUE`).
 RUNNING_BY_QUEUE = "SELECT queue, count(*) FROM jobs WHERE status = 'running' GROUP BY queue"
-# A search of the running index for one queue's count costs about as much as stepping
-# over this many of its entries (docs/benchmarks.md, twenty-fourth round).
-SPREAD_SCAN_PER_QUEUE = 8
+# Running rows per queue asked up to which the pass costs no more than the searches:
+# over 66 queues asked of 1,000, the searches took 66-79 us, the pass 31 us over 50
+# running rows, 59 over 100 and 120 over 200 (`bench/spread_claim.py --running N`).
+SPREAD_SCAN_PER_QUEUE = 2
 
 
 def _spread_filters(n_types: int, n_excluded: int) -> tuple[str, str, int]:

@@ -1552,9 +1552,9 @@ def _running_counts(
     conn: sqlite3.Connection, names: list[str], global_cap: int
 ) -> tuple[int, list[int]]:
     """All running rows, and those of each queue in `names`, from one snapshot. Under a
-    cap that holds the running rows to a few per queue asked, one scan of the running
-    index counts them all; above it (a loose global cap: the index may hold thousands of
-    rows), one search per queue."""
+    global cap that holds the running rows to a couple per queue asked, one pass over the
+    running index counts them all; above it (the index may hold thousands of rows), one
+    search per queue."""
     if global_cap <= q.SPREAD_SCAN_PER_QUEUE * len(names):
         by_queue: dict[str, int] = dict(conn.execute(q.RUNNING_BY_QUEUE).fetchall())
         return sum(by_queue.values()), [by_queue.get(name, 0) for name in names]
