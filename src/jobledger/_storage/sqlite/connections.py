@@ -246,10 +246,10 @@ class Checkpointer:
     """PASSIVE checkpoints of one file on a thread and a connection of their own.
 
     A checkpoint waits for two fsyncs even at `synchronous=NORMAL` (about 45 ms on the
-    bench machine, once per `CHECKPOINT_EVERY_CHANGES` rows); run by the writer, the caller whose
-    write made it due paid for it, and its event loop stood still meanwhile. sqlite3
-    lets the GIL go while SQLite works, so here the wait overlaps the writer's next
-    transactions. The thread starts on the first request and again in a forked child
+    bench machine, once per `CHECKPOINT_EVERY_CHANGES` rows); run by the writer, the
+    caller whose write made it due paid for it, and its event loop stood still meanwhile.
+    sqlite3 lets the GIL go while SQLite works, so here the wait overlaps the writer's
+    next transactions. The thread starts on the first request and again in a forked child
     (threads do not survive `fork`); its connection is opened and closed on that thread.
 
     Invariant: a checkpoint ends with the whole WAL copied back. SQLite starts the WAL
