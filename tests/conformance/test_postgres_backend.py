@@ -364,6 +364,37 @@ def test_a_connection_lost_mid_transaction_fails_and_the_next_call_reconnects(
     assert store.get(again.id) is not None
 
 
+def test_reads_on_pooled_connections_the_server_ended_are_read_again(
+    schema: str, stores: list[PostgresStore]
+) -> None:
+    """Idle pooled readers the server ended (`pg_terminate_backend`) fail at their first
+    use; a read takes a live connection instead of raising, once, and a read that fails
+    on a live connection still raises."""
+    store = _open(stores, schema)
+    job = new_job()
+    store.enqueue([job])
+    pids = {store.read(lambda c: c.info.backend_pid)}
+    # A second idle reader in the pool: both are ended.
+    with store._readers().connection() as a, store._readers().connection() as b:
+        pids |= {a.info.backend_pid, b.info.backend_pid}
+    with _admin() as conn:
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) AS pid", (list(pids),)
+        )
+        deadline = time.monotonic() + 10
+        while conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", (list(pids),)
+        ).fetchone()[0]:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    row = store.get(job.id)
+    assert row is not None
+    assert row[0] == job.id
+    assert store.read(lambda c: c.info.backend_pid) not in pids
+    with pytest.raises(WriteTransactionFailed):
+        store.read(lambda c: c.execute("SELECT * FROM no_such_table"))
+
+
 def test_without_the_global_lock_the_queue_cap_stays_exact(
     schema: str, stores: list[PostgresStore]
 ) -> None:

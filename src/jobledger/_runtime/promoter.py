@@ -69,8 +69,21 @@ class Promoter(Service):
     async def _run(self) -> None:
         assert self._wake is not None
         wake, engine, store = self._wake, self.engine, self.store
+        failing = False
         while not self._stopping:
-            nxt = store.next_delayed_at()
+            try:
+                nxt = store.next_delayed_at()
+            except Exception:
+                # An uncaught error here ended the loop for good: no delayed row was
+                # promoted by this process again (bench/chaos.py, PostgreSQL terminates).
+                if failing:
+                    log.debug("reading the next delayed row failed again", exc_info=True)
+                else:
+                    log.warning("reading the next delayed row failed; retrying", exc_info=True)
+                failing = True
+                await asyncio.sleep(self.poll_interval)
+                continue
+            failing = False
             now = engine.now_ms()
             if nxt is not None and nxt <= now and not engine.paused:
                 try:

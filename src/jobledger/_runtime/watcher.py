@@ -9,7 +9,8 @@ queue, a look at delayed rows and schedules changed by other processes.
 Two ways it runs: as a service of a started manager (`on_ready` .. `on_destroy`), and,
 in a manager that was never started, only while handles wait (`watch_waiters`). Either
 way one loop, which ends when nothing is left for it to do. A failed read or apply is
-logged and the loop carries on.
+logged and the loop carries on; a change whose apply failed counts as unseen, so the
+next pass applies it again (every step of `_apply` may run twice).
 """
 
 from __future__ import annotations
@@ -89,6 +90,7 @@ class Watcher(Service):
     async def _run(self) -> None:
         store, engine = self.store, self.engine
         last = -1
+        failing = False
         while self.following or engine.waiters:
             try:
                 version = store.data_version()
@@ -96,11 +98,23 @@ class Watcher(Service):
                 log.debug("data_version failed", exc_info=True)
                 version = last
             if version != last:
-                last = version
                 try:
                     self._apply()
                 except Exception:
-                    log.exception("the watcher failed to apply a change; it carries on")
+                    # Not marked seen: applied again at the next pass. A change whose
+                    # kick was lost (its read met a connection the server had ended)
+                    # left jobs pending with nothing left to wake anyone once the
+                    # writers went quiet (bench/chaos.py, PostgreSQL terminates).
+                    if failing:
+                        log.debug("the watcher failed to apply a change again", exc_info=True)
+                    else:
+                        log.exception("the watcher failed to apply a change; trying again")
+                    failing = True
+                else:
+                    last = version
+                    if failing:
+                        log.warning("the watcher applies changes again")
+                    failing = False
             await asyncio.sleep(self.poll_interval)
 
     def _apply(self) -> None:

@@ -919,11 +919,8 @@ class JobSchedules(ScheduleHooks):
             return
         if self._takeover is not None and not self._takeover.done():
             return  # arming now would move next_run past the points it is catching up
-        try:
-            rows = {r.id: r for r in self.list_rows() if r.type in self.handlers}
-        except Exception:
-            log.warning("could not read schedules; the next change retries", exc_info=True)
-            return
+        # A failed read raises: the watcher applies the change again at its next pass.
+        rows = {r.id: r for r in self.list_rows() if r.type in self.handlers}
         for sid in list(self.armed):
             row = rows.get(sid)
             if row is None or not row.enabled:
@@ -963,7 +960,10 @@ class JobSchedules(ScheduleHooks):
             self.sched.resume(timer)
         if not self.may_arm():
             return
-        self.follow()
+        try:
+            self.follow()
+        except Exception:
+            log.warning("could not read schedules; the next change retries", exc_info=True)
         for sid in suppressed:
             row = self.get_row(sid)
             if row is not None and row.enabled:

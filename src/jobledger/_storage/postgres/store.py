@@ -395,16 +395,29 @@ class PostgresStore(ScheduleOps, WorkerOps):
                 raise _storage_error(exc, "write_tx", conn) from exc
 
     def read(self, work: Callable[[Conn], T]) -> T:
-        try:
-            with self._readers().connection() as conn:
-                return work(conn)
-        except PoolTimeout as exc:
-            raise DatabaseBusy(
-                f"read: no reader connection within the pool timeout ({exc})",
-                params={"label": "read", "pg_error": str(exc)},
-            ) from exc
-        except psycopg.Error as exc:
-            raise _storage_error(exc, "read", None) from exc
+        """`work` on a pooled reader connection. A connection the server ended while it
+        sat idle in the pool (`pg_terminate_backend`, a restart) fails at its first use:
+        the pool's idle connections are then checked and `work`, a read, runs once more."""
+        pool = self._readers()
+        for last in (False, True):
+            conn: Conn | None = None
+            try:
+                with pool.connection() as conn:
+                    return work(conn)
+            except PoolTimeout as exc:
+                raise DatabaseBusy(
+                    f"read: no reader connection within the pool timeout ({exc})",
+                    params={"label": "read", "pg_error": str(exc)},
+                ) from exc
+            except psycopg.Error as exc:
+                if last or conn is None or not conn.broken:
+                    raise _storage_error(exc, "read", None) from exc
+                log.debug("a pooled reader connection was lost; reading again", exc_info=True)
+                try:
+                    pool.check()  # drops the other idle connections that are gone too
+                except psycopg.Error:
+                    log.debug("checking the reader pool failed", exc_info=True)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def report_file_replaced(self) -> bool:
         return False  # no file: the server owns its storage
