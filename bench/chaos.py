@@ -16,8 +16,10 @@ What it does (see docs/reliability.md):
 * This process is the producer (a never-started manager): it enqueues `--jobs` jobs
   spread over the first 80 % of `--duration` (each job sleeps 2-8 ms; `--flaky` of them
   raise on their first attempt, to exercise retries). Every job carries its number `n` in
-  its payload and the idempotency key `chaos:<n>`, so a re-sent batch after an ambiguous
-  failure cannot hide or double a job.
+  its payload and the idempotency key `chaos:<n>`, unique for an hour after the job ends
+  (`unique_for`), so a batch re-sent after an ambiguous failure cannot hide or double a
+  job, even one that was claimed and finished before the batch went again (a plain key
+  dedupes only while its job is live).
 * Faults, at random times drawn from `--seed` (the schedule is reproducible; its effects
   depend on timing): `--kills` kill -9 of a worker's process group (a replacement starts
   `--restart-delay` s later); `--stops` SIGSTOP of a worker for `worker_timeout` + 0.5-1.5 s,
@@ -43,10 +45,11 @@ for any other (`ledger_rows`, `ledger_duplicates`, `ledger_mismatch`): a stalled
 commit after its rescue must lose (`ledger_claims_lost` counts those seen).
 
 Output: one JSON object (the figures, the fault schedule, the machine), then a markdown
-table. Exit status 1 when a job is lost (missing, or pending/delayed after the drain), a
-row is stuck `running`, or a cap was exceeded (from the table's samples or from the
-handlers' own records); 2 when PostgreSQL is unreachable. Duplicates (jobs whose handler
-completed more than once) are at-least-once delivery, expected after a kill or a stop;
+table. Exit status 1 when a job is lost (missing, or pending/delayed after the drain) or
+enqueued twice (two rows of one `n`), a row is stuck `running`, or a cap was exceeded
+(from the table's samples or from the handlers' own records); 2 when PostgreSQL is
+unreachable. Duplicates (jobs whose handler completed more than once) are at-least-once
+delivery, expected after a kill or a stop;
 `dup_unexplained` counts those where no kill or stop touched the processes involved.
 """
 
@@ -89,6 +92,7 @@ BULK_CAP = 50
 TERMINAL = ("completed", "failed", "cancelled")
 LOCK_GAP = 1.0  # s: a lock fault due while another holder is active waits this long
 FAULT_WINDOW = 5.0  # s after an execution in which a kill/stop of its process explains a dup
+UNIQUE_FOR = 3600.0  # s a job's key stays taken after it ended: longer than any run
 
 
 # -- the worker process ---------------------------------------------------------------
@@ -559,7 +563,7 @@ class Harness:
                 try:
                     for name, works in by_type.items():
                         specs = [jl.JobSpec(w, idempotency_key=f"chaos:{w.n}") for w in works]
-                        producer.enqueue_many(types[name], specs)
+                        producer.enqueue_many(types[name], specs, unique_for=UNIQUE_FOR)
                 except Exception:
                     self.enqueue_errors += 1  # the same batch again (keys make it safe)
                 else:
@@ -645,7 +649,9 @@ class Harness:
         finally:
             conn.close()
         count, open_ = rows[0]
-        return int(open_ or 0) + (total - int(count))
+        # More rows than jobs (a job enqueued twice) is for the verdict to report; the
+        # drain is over once every job's row is terminal.
+        return int(open_ or 0) + max(total - int(count), 0)
 
     def cleanup(self) -> None:
         """Every process this run started, whatever state it is in, is gone afterwards."""
@@ -1074,6 +1080,7 @@ def verdict(
         "machine": machine(),
         "ledger": ledger,
         "ok": lost == 0
+        and double == 0
         and not stuck_rows
         and not exceeded
         and (ledger is None or (not ledger["duplicates"] and not ledger["mismatch"])),
@@ -1199,7 +1206,10 @@ def main(argv: list[str]) -> int:
     print(table_row(result))
     if not result["ok"]:
         r = result
-        print(f"\nFAILED: lost={r['lost']} stuck={r['stuck']} caps={r['cap_exceeded']}")
+        print(
+            f"\nFAILED: lost={r['lost']} double_enqueued={r['double_enqueued']} "
+            f"stuck={r['stuck']} caps={r['cap_exceeded']}"
+        )
     return 0 if result["ok"] else 1
 
 
