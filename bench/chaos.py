@@ -723,7 +723,7 @@ def shadows(h: Harness, logs: Logs) -> dict[int, list[tuple[int, int]]]:
     declared dead after the SIGCONT (claims it made before the freeze start their
     handlers only then, after the rows were rescued and claimed again elsewhere), and a
     stale heartbeat of an unfrozen worker (the `worker_timeout` + lock before it noticed)."""
-    grace = int((2 * h.args.heartbeat + 1.0) * 1e9)
+    grace = notice_grace(h)
     out: dict[int, list[tuple[int, int]]] = defaultdict(list)
     for pid, windows in h.stops.items():
         for stop, cont in windows:
@@ -813,10 +813,19 @@ def read_logs(h: Harness) -> Logs:
     return Logs(dict(dead), failed, kinds, tracebacks)
 
 
+def notice_grace(h: Harness) -> int:
+    """Nanoseconds after its SIGCONT within which a frozen worker finds itself declared
+    dead: two heartbeats and a second, plus a lock hold, which may block its loop's reads
+    past the SIGCONT (on PostgreSQL an ACCESS EXCLUSIVE lock blocks even reads). Without
+    the hold, a PostgreSQL run of seed 1 counted a worker as a live one declared dead: it
+    noticed 2.2 s after its SIGCONT, a lock held over the first 1.6 s of those."""
+    return int((2 * h.args.heartbeat + 1.0 + h.args.lock_seconds) * 1e9)
+
+
 def unfrozen_deaths(h: Harness, logs: Logs) -> int:
     """How often a worker found itself declared dead though it had not just been frozen
     (a stale heartbeat of a live, running process)."""
-    grace = int((2 * h.args.heartbeat + 1.0) * 1e9)
+    grace = notice_grace(h)
     n = 0
     for pid, times in logs.declared_dead.items():
         windows = h.stops.get(pid, [])
