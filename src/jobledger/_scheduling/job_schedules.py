@@ -205,6 +205,7 @@ class JobSchedules(ScheduleHooks):
         self.now_ms = now_ms
         self.after_enqueue = after_enqueue
         self.state = state
+        self.clock = clock
         self.sched = SchedulerService(clock)
         self.leader = True  # until a leader election says otherwise
         self.armed_phase = False  # the recovery flow reached "arm"
@@ -538,6 +539,58 @@ class JobSchedules(ScheduleHooks):
         self.store.set_schedule_next_run(sid, next_ms, self.now_ms())
 
     async def _fire(self, sid: str, fire_time: datetime) -> None:
+        """A natural fire, written again while the database fails (a lost connection, a
+        busy or full database): until it is written, its compare-and-set is lost, or the
+        next natural fire is near. That fire's compare-and-set takes any earlier
+        `next_run`, so giving up then loses this fire only; retrying past it would hold
+        the callback, and `protect` would skip the next fire too. A fault shorter than a
+        period loses no fire; a one-shot is written again until it is."""
+        delay = FIRE_RETRY_FIRST
+        failures = 0
+        horizon: list[int | None] = [None]  # the next natural fire (ms), once known
+        while True:
+            try:
+                self._fire_once(sid, fire_time, horizon)
+            except Exception as exc:
+                failures += 1
+                error = exc
+            else:
+                if failures:
+                    log.warning(
+                        "schedule %s: the fire at %s was written after %d failure(s)",
+                        sid,
+                        fire_time.isoformat(),
+                        failures,
+                    )
+                return
+            nxt = horizon[0]
+            if nxt is None:
+                armed = self.sched.get_next_run(_timer_id(sid))
+                nxt = None if armed is None or armed <= fire_time else to_ms(armed)
+            late = nxt is not None and self.now_ms() + 2 * delay * 1000 >= nxt
+            if late or not self.may_arm():
+                log.error(
+                    "schedule %s: the fire at %s could not be written (%d attempt(s)); %s",
+                    sid,
+                    fire_time.isoformat(),
+                    failures,
+                    "the next fire is due" if late else "this process no longer arms it",
+                    exc_info=error,
+                )
+                return
+            if failures == 1:
+                log.warning(
+                    "schedule %s: the fire at %s could not be written; retrying",
+                    sid,
+                    fire_time.isoformat(),
+                    exc_info=error,
+                )
+            await self.clock.sleep(delay)
+            delay = min(delay * 2, FIRE_RETRY_MAX)
+
+    def _fire_once(self, sid: str, fire_time: datetime, horizon: list[int | None]) -> None:
+        """One try of `_fire`; raises when the database failed. `horizon[0]` gets the
+        next natural fire's time once the row is read."""
         if self.paused:
             row = self.get_row(sid)
             if row is not None and isinstance(snapshot_of(row).trigger, Once):
@@ -558,6 +611,7 @@ class JobSchedules(ScheduleHooks):
                 nxt = following
             next_ms = None if nxt is None else to_ms(nxt)
             limit = snap.trigger.limit if isinstance(snap.trigger, Cron) else None
+            horizon[0] = next_ms
             if limit is not None and int(row.fire_count) + 1 >= limit:
                 next_ms = None
         due = to_ms(fire_time)
@@ -575,6 +629,7 @@ class JobSchedules(ScheduleHooks):
             decide=None
             if policy == "allow"
             else lambda live: _logged(sid, due, policy, overlap_policy.decide(policy, live)),
+            raise_unwritten=True,
         )
 
     def _enqueue_fire(
@@ -590,10 +645,12 @@ class JobSchedules(ScheduleHooks):
         run_at: datetime | None = None,
         decide: Decide | None = None,
         make_up: Sequence[int] = (),
+        raise_unwritten: bool = False,
     ) -> bool:
         """One transaction: the calendar compare-and-set and the job row (or, with
         `make_up`, one job per fire time listed, under its natural key). True if the
-        compare-and-set won."""
+        compare-and-set won. A failed write is logged and False, or, with
+        `raise_unwritten`, raised (nothing was written: the caller may try again)."""
         sid, type_name = row.id, row.type
         jobs: list[NewJob] = []
         try:
@@ -620,6 +677,8 @@ class JobSchedules(ScheduleHooks):
                 decide=decide,
             )
         except Exception:
+            if raise_unwritten:
+                raise
             log.exception("schedule %s: the fire could not be written", sid)
             return False
         if answer is None:
@@ -1035,6 +1094,10 @@ def _logged(sid: str, fire_ms: int, policy: str, verdict: OverlapDecision) -> Ov
         )
     return verdict
 
+
+# A natural fire whose write failed is tried again after these delays, doubling (`_fire`).
+FIRE_RETRY_FIRST = 0.1
+FIRE_RETRY_MAX = 5.0
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_MS = timedelta(milliseconds=1)

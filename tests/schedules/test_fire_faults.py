@@ -1,0 +1,97 @@
+"""A natural fire whose write fails is written again, not lost.
+
+The fault is real: another connection holds the lock the fire's write needs (SQLite:
+`BEGIN IMMEDIATE` on a second connection; PostgreSQL: `LOCK TABLE job_schedules IN
+EXCLUSIVE MODE`, which lets the fire read its row but not update it), past the
+manager's busy timeout, so the write raises `DatabaseBusy`. Time is a `FakeClock`; only
+the lock wait is real (the busy timeout, 0.1 s).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
+from datetime import datetime, timedelta
+
+import pytest
+
+import jobledger as jl
+from jobledger.testing import FakeClock
+from tests.conftest import is_postgres
+from tests.schedules import START, TICK, Tick, advance, keys_of, make_manager, run, sid_key
+
+
+def _at(seconds: float) -> datetime:
+    return START + timedelta(seconds=seconds)
+
+
+@contextmanager
+def _writes_blocked(db: str) -> Iterator[None]:
+    """Hold what a schedule's fire must write through, from a connection of our own."""
+    if is_postgres(db):
+        import psycopg
+
+        from jobledger._storage.open import split_schema
+
+        with psycopg.connect(split_schema(db)[0], autocommit=True) as conn, conn.transaction():
+            conn.execute("LOCK TABLE job_schedules IN EXCLUSIVE MODE")
+            yield
+        return
+    with closing(sqlite3.connect(db, timeout=5.0, isolation_level=None)) as conn:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        finally:
+            conn.execute("ROLLBACK")
+
+
+# Both fire at 60 s and 120 s. A cron's next fire is skipped while a callback of the
+# schedule still runs (`protect`); an interval's waits for the callback to end.
+TRIGGERS = [jl.Interval(seconds=60), jl.Cron("* * * * *")]
+
+
+def _fire_under(
+    db: str, trigger: jl.Trigger, *, released_after: float
+) -> tuple[dict[str, int], jl.ScheduleSnapshot]:
+    """The fire at 60 s meets the held lock, which is released `released_after` fake
+    seconds later; then time runs to 130 s (past the second fire)."""
+    clock = FakeClock(START)
+
+    async def body() -> tuple[dict[str, int], jl.ScheduleSnapshot]:
+        jobs = make_manager(db, clock, busy_timeout=0.1)
+        async with jobs:
+            await jobs.recovery_done
+            sid = jobs.register_job_schedule(TICK, Tick(n=1), trigger=trigger)
+            with _writes_blocked(db):
+                await advance(clock, 60)  # the fire fails
+                assert keys_of(jobs, sid) == {}
+                await advance(clock, released_after - 0.05)
+            await advance(clock, 130 - 60 - released_after + 0.05)
+            snap = jobs.get_job_schedule_by_id(sid)
+            assert snap is not None
+            return {str(k): n for k, n in keys_of(jobs, sid).items()}, snap
+
+    return run(body())
+
+
+@pytest.mark.parametrize("trigger", TRIGGERS, ids=["interval", "cron"])
+def test_a_fire_that_met_a_held_lock_is_written_once_the_lock_is_gone(
+    db: str, trigger: jl.Trigger
+) -> None:
+    fired, snap = _fire_under(db, trigger, released_after=3.0)
+    assert fired == {sid_key(snap.id, _at(60)): 1, sid_key(snap.id, _at(120)): 1}
+    assert snap.next_run == _at(180)
+    assert snap.last_run == _at(120)
+
+
+@pytest.mark.parametrize("trigger", TRIGGERS, ids=["interval", "cron"])
+def test_a_fire_still_unwritten_when_the_next_is_due_is_given_up(
+    db: str, trigger: jl.Trigger
+) -> None:
+    """Held for 59.5 s: the retries stop before the next fire (at 120 s), which writes
+    its own job and moves the calendar on (a cron's is not skipped as overlapping a
+    callback still retrying); the first fire alone is lost."""
+    fired, snap = _fire_under(db, trigger, released_after=59.5)
+    assert fired == {sid_key(snap.id, _at(120)): 1}
+    assert snap.next_run == _at(180)
