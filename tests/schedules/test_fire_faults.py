@@ -38,12 +38,12 @@ def _writes_blocked(db: str) -> Iterator[None]:
             conn.execute("LOCK TABLE job_schedules IN EXCLUSIVE MODE")
             yield
         return
-    with closing(sqlite3.connect(db, timeout=5.0, isolation_level=None)) as conn:
-        conn.execute("BEGIN IMMEDIATE")
+    with closing(sqlite3.connect(db, timeout=5.0, isolation_level=None)) as lite:
+        lite.execute("BEGIN IMMEDIATE")
         try:
             yield
         finally:
-            conn.execute("ROLLBACK")
+            lite.execute("ROLLBACK")
 
 
 # Both fire at 60 s and 120 s. A cron's next fire is skipped while a callback of the
