@@ -395,6 +395,45 @@ def test_reads_on_pooled_connections_the_server_ended_are_read_again(
         store.read(lambda c: c.execute("SELECT * FROM no_such_table"))
 
 
+def test_a_read_behind_an_access_exclusive_lock_is_busy_within_the_reader_timeout(
+    schema: str, stores: list[PostgresStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ACCESS EXCLUSIVE (an ALTER TABLE, a VACUUM FULL) blocks even reads: a reader waits
+    `READER_LOCK_TIMEOUT` (0.3 s here, 5 s by default), then DB_BUSY, instead of holding
+    its caller (a worker's event loop) for as long as the lock lasts."""
+    import jobledger._storage.postgres.store as pg_store
+
+    monkeypatch.setattr(pg_store, "READER_LOCK_TIMEOUT", 0.3)
+    store = _open(stores, schema)
+    job = new_job()
+    store.enqueue([job])
+    outcome: list[BaseException | None] = []
+
+    def read() -> None:
+        try:
+            store.get(job.id)
+        except BaseException as exc:
+            outcome.append(exc)
+        else:
+            outcome.append(None)
+
+    # On a thread, so that a read that waits for the lock forever fails the test, not hangs it.
+    reader = threading.Thread(target=read, daemon=True)
+    with _admin() as conn, conn.transaction():
+        conn.execute(f'LOCK TABLE "{schema}".jobs IN ACCESS EXCLUSIVE MODE')
+        started = time.monotonic()
+        reader.start()
+        reader.join(10)
+        waited = time.monotonic() - started
+        assert not reader.is_alive(), "the read waited for the lock past 10 s"
+    [error] = outcome
+    assert isinstance(error, DatabaseBusy)
+    assert error.params["sqlstate"] == "55P03"  # lock_not_available
+    assert 0.25 <= waited < 5.0
+    row = store.get(job.id)  # the lock gone, the same pooled reader reads again
+    assert row is not None
+
+
 def test_without_the_global_lock_the_queue_cap_stays_exact(
     schema: str, stores: list[PostgresStore]
 ) -> None:

@@ -31,6 +31,7 @@ from jobledger._storage.postgres.migrate import SCHEMA_VERSION, schema_version
 from jobledger._storage.postgres.queries import Queries, check_schema_name
 from jobledger._storage.postgres.store import (
     _NO_JIT,
+    READER_LOCK_TIMEOUT,
     Conn,
     PostgresStore,
     _storage_error,
@@ -54,7 +55,8 @@ _JOB_COLUMNS = (
 
 
 def _read_only_session(conn: Conn) -> None:
-    conn.execute(_READ_ONLY)
+    ms = int(READER_LOCK_TIMEOUT * 1000)
+    conn.execute(_READ_ONLY + ", set_config('lock_timeout', %s, false)", (f"{ms}ms",))
 
 
 class ReadOnlyPostgresStore(PostgresStore):

@@ -13,7 +13,11 @@ Connections (psycopg 3, all in autocommit mode; transactions are explicit):
 | listener | one connection, lazy, `LISTEN`             | `data_version()`                  |
 
 The writer waits at most `busy_timeout` for any lock (`lock_timeout`), past it the caller
-gets `DatabaseBusy`, as with SQLite's busy timeout.
+gets `DatabaseBusy`, as with SQLite's busy timeout. A reader waits at most
+`READER_LOCK_TIMEOUT` (SQLite's readers' busy timeout): a session holding `ACCESS
+EXCLUSIVE` on a table (an `ALTER TABLE`, a `VACUUM FULL`) blocks even reads, and a read
+made on a worker's event loop held the loop, its heartbeat with it, for as long as the
+lock lasted; past `worker_timeout`, every worker would be declared dead.
 
 Concurrency, where SQLite relied on its single writer:
 
@@ -153,6 +157,8 @@ _RETRY_STATES = frozenset({"40001", "40P01"})  # serialization_failure, deadlock
 # too_many_connections, cannot_connect_now.
 _BUSY_STATES = frozenset({"55P03", "57014", "53300", "57P03"}) | _RETRY_STATES
 _FULL_STATES = frozenset({"53100"})  # disk_full
+# Seconds a pooled reader waits for a lock (see the module docstring).
+READER_LOCK_TIMEOUT = 5.0
 _RETRY_ATTEMPTS = 3
 _RETRY_BUDGET = 1.0
 _TERMINAL_CHUNK = 1000
@@ -281,7 +287,8 @@ class PostgresStore(ScheduleOps, WorkerOps):
 
     def _configure_reader(self, conn: Conn) -> None:
         """A new reader connection's session setup (the read-only store's refuses writes)."""
-        conn.execute("SELECT " + _NO_JIT)
+        ms = int(READER_LOCK_TIMEOUT * 1000)
+        conn.execute("SELECT set_config('lock_timeout', %s, false), " + _NO_JIT, (f"{ms}ms",))
 
     def _readers(self) -> ConnectionPool[Conn]:
         pool = self._pool
