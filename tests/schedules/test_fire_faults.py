@@ -18,12 +18,24 @@ import pytest
 
 import jobledger as jl
 from jobledger.testing import FakeClock
-from tests.conftest import is_postgres
+from tests.conftest import db_rows, is_postgres
 from tests.schedules import START, TICK, Tick, advance, keys_of, make_manager, run, sid_key
 
 
 def _at(seconds: float) -> datetime:
     return START + timedelta(seconds=seconds)
+
+
+def _away(db: str) -> bool:
+    """Whether the schedule table is still renamed away."""
+    if is_postgres(db):
+        sql = (
+            "SELECT 1 FROM information_schema.tables "
+            "WHERE table_schema = current_schema() AND table_name = 'job_schedules_away'"
+        )
+    else:
+        sql = "SELECT 1 FROM sqlite_master WHERE name = 'job_schedules_away'"
+    return bool(db_rows(db, sql))
 
 
 @contextmanager
@@ -95,3 +107,28 @@ def test_a_fire_still_unwritten_when_the_next_is_due_is_given_up(
     fired, snap = _fire_under(db, trigger, released_after=59.5)
     assert fired == {sid_key(snap.id, _at(120)): 1}
     assert snap.next_run == _at(180)
+
+
+def test_schedules_unreadable_when_the_worker_starts_are_armed_once_readable(db: str) -> None:
+    """The schedule table is away (renamed by another connection) when the recovery flow
+    catches up and arms: the step fails, dispatch goes on, and arming is tried again in
+    the background, so the schedule fires once the table is back."""
+    clock = FakeClock(START)
+
+    async def body() -> tuple[dict[str, int], str]:
+        jobs = make_manager(db, clock)
+        sid = jobs.register_job_schedule(TICK, Tick(n=1), trigger=jl.Interval(seconds=60))
+        db_rows(db, "ALTER TABLE job_schedules RENAME TO job_schedules_away")
+        try:
+            async with jobs:
+                await jobs.recovery_done
+                assert not jobs._schedules.sched.has(f"schedule:{sid}")
+                db_rows(db, "ALTER TABLE job_schedules_away RENAME TO job_schedules")
+                await advance(clock, 61)
+                return {str(k): n for k, n in keys_of(jobs, sid).items()}, sid
+        finally:
+            if _away(db):  # the test failed before putting it back
+                db_rows(db, "ALTER TABLE job_schedules_away RENAME TO job_schedules")
+
+    fired, sid = run(body())
+    assert fired == {sid_key(sid, _at(60)): 1}

@@ -862,12 +862,22 @@ class JobSchedules(ScheduleHooks):
     async def catch_up_and_arm(self) -> None:
         """Recovery step 3. Only the leader catches up and arms (docs/design/schedules.md):
         a follower would count a fire the live leader is about to make as missed. A
-        follower does both when it takes over (`on_leadership`)."""
-        if self.leader:
-            await self._catch_up_all()
-        self.armed_phase = True
-        if self.leader:
-            self.arm_all()
+        follower does both when it takes over (`on_leadership`). When the rows cannot be
+        read, the step ends anyway (dispatch, the next step, must not wait for it) and
+        `_take_over` tries again in the background: before, nothing was armed until a
+        restart."""
+        try:
+            if self.leader:
+                await self._catch_up_all()
+            self.armed_phase = True
+            if self.leader:
+                self.arm_all()
+        except Exception:
+            log.warning("catching up or arming the schedules failed; retrying", exc_info=True)
+            self.armed_phase = True
+            loop = self.state().loop
+            if self.may_arm() and loop is not None:
+                self._takeover = loop.create_task(self._take_over(FIRE_RETRY_FIRST))
 
     async def _catch_up_all(self) -> None:
         rows = [r for r in self.list_rows() if r.enabled and r.type in self.handlers]
@@ -1035,17 +1045,36 @@ class JobSchedules(ScheduleHooks):
             if row is not None and nxt_ms != row.next_run:
                 self._set_next_run(sid, nxt_ms)
 
-    async def _take_over(self) -> None:
-        """Leadership moved here mid-session (the old leader died or stopped): catch up
-        on what fell due while nobody led, then arm, in the startup order and for the
-        same reason. Catch-up writes, so a paused manager only arms."""
-        try:
-            if not self.paused:
-                await self._catch_up_all()
-            if self.leader and self.may_arm():
-                self.arm_all()
-        except Exception:
-            log.exception("taking over the schedules failed; a restart re-arms them")
+    async def _take_over(self, first_delay: float = 0.0) -> None:
+        """Leadership moved here mid-session (the old leader died or stopped), or the
+        startup step failed: catch up on what fell due while nobody led, then arm, in the
+        startup order and for the same reason. Catch-up writes, so a paused manager only
+        arms. Tried again while the rows cannot be read (after 0.1 s, doubling to 5 s),
+        until done, the leadership moves or the manager stops (`may_arm`); before, one
+        failed read left every schedule unarmed until a restart. A single schedule's
+        failed catch-up is logged and not retried (`_catch_up_all`), as at startup."""
+        delay, failures = first_delay, 0
+        while True:
+            if delay:
+                await self.clock.sleep(delay)
+            if not (self.leader and self.may_arm()):
+                return
+            try:
+                if not self.paused:
+                    await self._catch_up_all()
+                if self.leader and self.may_arm():
+                    self.arm_all()
+            except Exception:
+                failures += 1
+                if failures == 1:
+                    log.warning("taking over the schedules failed; retrying", exc_info=True)
+                else:
+                    log.debug("taking over the schedules failed again", exc_info=True)
+            else:
+                if failures:
+                    log.warning("schedules armed after %d failed attempt(s)", failures)
+                return
+            delay = min(max(delay * 2, FIRE_RETRY_FIRST), FIRE_RETRY_MAX)
 
     async def on_stop(self) -> None:
         takeover = self._takeover
