@@ -1,10 +1,12 @@
-"""A natural fire whose write fails is written again, not lost.
+"""A natural fire whose write fails is written again, not lost; schedules whose rows
+cannot be read when the worker starts are armed once they can be.
 
-The fault is real: another connection holds the lock the fire's write needs (SQLite:
-`BEGIN IMMEDIATE` on a second connection; PostgreSQL: `LOCK TABLE job_schedules IN
-EXCLUSIVE MODE`, which lets the fire read its row but not update it), past the
-manager's busy timeout, so the write raises `DatabaseBusy`. Time is a `FakeClock`; only
-the lock wait is real (the busy timeout, 0.1 s).
+The faults are real. For a fire, another connection holds the lock the fire's write
+needs (SQLite: `BEGIN IMMEDIATE` on a second connection; PostgreSQL: `LOCK TABLE
+job_schedules IN EXCLUSIVE MODE`, which lets the fire read its row but not update it),
+past the manager's busy timeout, so the write raises `DatabaseBusy`. For arming, another
+connection renames the schedule table away until the recovery flow has run. Time is a
+`FakeClock`; only the lock wait is real (the busy timeout, 0.1 s).
 """
 
 from __future__ import annotations
