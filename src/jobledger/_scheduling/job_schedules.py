@@ -967,7 +967,8 @@ class JobSchedules(ScheduleHooks):
             return
         self.leader = leader
         loop = self.state().loop
-        if leader and self.may_arm() and loop is not None:
+        running = self._takeover is not None and not self._takeover.done()
+        if leader and self.may_arm() and loop is not None and not running:
             self._takeover = loop.create_task(self._take_over())
         elif not leader:
             for timer in self.sched.ids():
