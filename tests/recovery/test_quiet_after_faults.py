@@ -20,6 +20,7 @@ test's own, and a table the loop reads renamed away for a moment by another conn
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from collections.abc import Iterator
@@ -34,6 +35,28 @@ from tests.conftest import db_rows, is_postgres
 from tests.recovery import arun, wait_for_async
 
 WORK = jl.JobType("quiet.work", int)
+
+
+class _Messages(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.seen: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.seen.append(record.getMessage())
+
+
+@contextmanager
+def _warnings_of(name: str) -> Iterator[list[str]]:
+    """The messages logged at WARNING or above by logger `name` inside the block: what
+    the test waits for instead of a sleep."""
+    handler = _Messages()
+    logger = logging.getLogger(name)
+    logger.addHandler(handler)
+    try:
+        yield handler.seen
+    finally:
+        logger.removeHandler(handler)
 
 
 def _worker(url: str) -> tuple[jl.JobManager, list[int]]:
@@ -131,12 +154,17 @@ def test_a_change_whose_apply_failed_is_applied_again_with_nothing_else_written(
                 await asyncio.wait_for(jobs.enqueue(WORK, 1).finished, 10)
                 # No await between: the worker sees the enqueue's notification only
                 # once the table is away.
-                late = producer.enqueue(WORK, 2)
-                db_rows(db, "ALTER TABLE queues RENAME TO queues_away")
-                try:
-                    await asyncio.sleep(0.3)  # the watcher's passes (20 ms apart) fail
-                finally:
-                    db_rows(db, "ALTER TABLE queues_away RENAME TO queues")
+                with _warnings_of("jobledger.watcher") as seen:
+                    late = producer.enqueue(WORK, 2)
+                    db_rows(db, "ALTER TABLE queues RENAME TO queues_away")
+                    try:
+                        await wait_for_async(
+                            lambda: any("failed to apply a change" in m for m in seen),
+                            timeout=10.0,
+                            what="the watcher's apply to fail",
+                        )
+                    finally:
+                        db_rows(db, "ALTER TABLE queues_away RENAME TO queues")
                 snap = await asyncio.wait_for(late.finished, 10)
         finally:
             await producer.stop()
@@ -154,13 +182,19 @@ def test_the_promoter_outlives_a_failed_read_of_the_next_delayed_row(db: str) ->
     async def body() -> tuple[jl.JobSnapshot, list[int]]:
         jobs, ran = _worker(db)
         async with jobs:
-            handle = jobs.enqueue(WORK, 7, delay=0.2)
-            assert handle.snapshot.status == "delayed"
-            db_rows(db, "ALTER TABLE jobs RENAME TO jobs_away")
-            try:
-                await asyncio.sleep(0.5)  # due meanwhile: the promoter's reads fail
-            finally:
-                db_rows(db, "ALTER TABLE jobs_away RENAME TO jobs")
+            with _warnings_of("jobledger.promoter") as seen:
+                handle = jobs.enqueue(WORK, 7, delay=0.2)  # wakes the promoter
+                assert handle.snapshot.status == "delayed"
+                db_rows(db, "ALTER TABLE jobs RENAME TO jobs_away")
+                try:
+                    # Before the fix the loop ended without a word: this wait failed.
+                    await wait_for_async(
+                        lambda: any("next delayed row failed" in m for m in seen),
+                        timeout=10.0,
+                        what="the promoter's read to fail and be retried",
+                    )
+                finally:
+                    db_rows(db, "ALTER TABLE jobs_away RENAME TO jobs")
             snap = await asyncio.wait_for(handle.finished, 10)
         return snap, ran
 
