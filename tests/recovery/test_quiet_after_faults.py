@@ -59,6 +59,18 @@ def _warnings_of(name: str) -> Iterator[list[str]]:
         logger.removeHandler(handler)
 
 
+async def _away_until(db: str, table: str, seen: list[str], logged: str) -> None:
+    """Rename `table` away (from a connection of our own) until a message containing
+    `logged` is in `seen`, then put it back."""
+    db_rows(db, f"ALTER TABLE {table} RENAME TO {table}_away")
+    try:
+        await wait_for_async(
+            lambda: any(logged in m for m in seen), timeout=10.0, what=f"{logged!r} logged"
+        )
+    finally:
+        db_rows(db, f"ALTER TABLE {table}_away RENAME TO {table}")
+
+
 def _worker(url: str) -> tuple[jl.JobManager, list[int]]:
     jobs = jl.JobManager(url, startup_delay=0, poll_interval=0.02)
     ran: list[int] = []
@@ -156,15 +168,7 @@ def test_a_change_whose_apply_failed_is_applied_again_with_nothing_else_written(
                 # once the table is away.
                 with _warnings_of("jobledger.watcher") as seen:
                     late = producer.enqueue(WORK, 2)
-                    db_rows(db, "ALTER TABLE queues RENAME TO queues_away")
-                    try:
-                        await wait_for_async(
-                            lambda: any("failed to apply a change" in m for m in seen),
-                            timeout=10.0,
-                            what="the watcher's apply to fail",
-                        )
-                    finally:
-                        db_rows(db, "ALTER TABLE queues_away RENAME TO queues")
+                    await _away_until(db, "queues", seen, "failed to apply a change")
                 snap = await asyncio.wait_for(late.finished, 10)
         finally:
             await producer.stop()
@@ -185,16 +189,8 @@ def test_the_promoter_outlives_a_failed_read_of_the_next_delayed_row(db: str) ->
             with _warnings_of("jobledger.promoter") as seen:
                 handle = jobs.enqueue(WORK, 7, delay=0.2)  # wakes the promoter
                 assert handle.snapshot.status == "delayed"
-                db_rows(db, "ALTER TABLE jobs RENAME TO jobs_away")
-                try:
-                    # Before the fix the loop ended without a word: this wait failed.
-                    await wait_for_async(
-                        lambda: any("next delayed row failed" in m for m in seen),
-                        timeout=10.0,
-                        what="the promoter's read to fail and be retried",
-                    )
-                finally:
-                    db_rows(db, "ALTER TABLE jobs_away RENAME TO jobs")
+                # Before the fix the loop ended without a word: this wait failed.
+                await _away_until(db, "jobs", seen, "next delayed row failed")
             snap = await asyncio.wait_for(handle.finished, 10)
         return snap, ran
 
