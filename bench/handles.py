@@ -33,9 +33,9 @@ import os
 import sqlite3
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import nullcontext
-from typing import Any
+from typing import Any, TypeVar
 
 import jobledger._storage.sqlite.store as sqlite_store
 from _common import (
@@ -50,6 +50,7 @@ from _common import (
     wait_completed,
 )
 
+T = TypeVar("T")
 Clock = Callable[[], float]  # seconds: the wall clock, or the thread's CPU (`--cpu-time`)
 
 
@@ -173,18 +174,7 @@ async def _rows(
     prefill(path, n)
     counter = Counter()
     jobs = make_manager(path, sync, counter=counter)
-    if count is not None:
-        count.install(jobs)
-    try:
-        with watch or nullcontext():
-            started = clock()
-            await jobs.start()
-            await wait_completed(jobs, counter, n)
-            seconds = clock() - started
-        await jobs.stop()
-    finally:
-        if count is not None:
-            count.uninstall()
+    seconds, _ = await _timed(jobs, lambda: wait_completed(jobs, counter, n), count, clock, watch)
     return seconds
 
 
@@ -200,21 +190,37 @@ async def _handles(
     handles = []
     for start in range(0, n, 1000):  # what `prefill` writes, the handles kept
         handles += jobs.enqueue_many(NOOP, [{}] * min(1000, n - start))
+    seconds, snaps = await _timed(
+        jobs, lambda: asyncio.gather(*(h.finished for h in handles)), count, clock, watch
+    )
+    if sum(s.status == "completed" for s in snaps) != n:
+        raise SystemExit("not every handle resolved completed")
+    return seconds
+
+
+async def _timed(
+    jobs: Any,
+    done: Callable[[], Awaitable[T]],
+    count: SqlCount | None,
+    clock: Clock,
+    watch: GcWatch | None,
+) -> tuple[float, T]:
+    """Seconds from `start()` until what `done()` returns has been awaited (called after
+    `start()`, inside the clock: a handle's `finished` registers its waiter then), with
+    the statement count and the collector's watch around them."""
     if count is not None:
         count.install(jobs)
     try:
         with watch or nullcontext():
             started = clock()
             await jobs.start()
-            snaps = await asyncio.gather(*(h.finished for h in handles))
+            result = await done()
             seconds = clock() - started
         await jobs.stop()
     finally:
         if count is not None:
             count.uninstall()
-    if sum(s.status == "completed" for s in snaps) != n:
-        raise SystemExit("not every handle resolved completed")
-    return seconds
+    return seconds, result
 
 
 if __name__ == "__main__":
