@@ -434,6 +434,42 @@ def test_a_read_behind_an_access_exclusive_lock_is_busy_within_the_reader_timeou
     assert row is not None
 
 
+def test_a_prepared_statement_the_server_lost_does_not_wedge_the_writer(
+    schema: str, stores: list[PostgresStore]
+) -> None:
+    """psycopg prepares a statement after a few uses and keeps the names it prepared. A
+    pipeline that aborted between a PREPARE and its use (a claim at its lock timeout;
+    `make test` met it once) left a name the server never had, and every later claim
+    failed on it: the job it was to run never ran. Here the server's statements are
+    dropped one by one (a DEALLOCATE of each; psycopg forgets its cache only on
+    DEALLOCATE ALL), the same state. The next write works, on a new writer connection;
+    a user's transaction that meets it fails, and the one after works."""
+    store = _open(stores, schema)
+
+    def forget_prepared() -> int:
+        for _ in range(8):  # past psycopg's prepare threshold (5)
+            store.enqueue([new_job()])
+        with store.lock:  # the writer, between transactions
+            conn = store.conn
+            names = [r[0] for r in conn.execute("SELECT name FROM pg_prepared_statements")]
+            for name in names:
+                conn.execute(f'DEALLOCATE "{name}"')
+        assert names
+        return int(conn.info.backend_pid)
+
+    pid = forget_prepared()
+    job = new_job()
+    store.enqueue([job])  # replayed once on a new connection
+    assert store.get(job.id) is not None
+    assert store.conn.info.backend_pid != pid
+
+    forget_prepared()
+    with pytest.raises(WriteTransactionFailed), store.user_transaction() as conn:
+        conn.execute("SELECT 1")  # its closing note_change() meets a forgotten name
+    with store.user_transaction() as conn:
+        conn.execute("SELECT 1")
+
+
 def test_without_the_global_lock_the_queue_cap_stays_exact(
     schema: str, stores: list[PostgresStore]
 ) -> None:

@@ -172,6 +172,11 @@ _ROLLBACK_TO = b"ROLLBACK TO SAVEPOINT refill"
 # neither inserted nor found a live row (a missing parent, or a key race): the whole
 # transaction is rolled back and the batch is redone on the careful path.
 _ENQUEUE_MISSED = "JLMIS"
+# invalid_sql_statement_name: psycopg's cache of prepared statements names one the server
+# does not have (a pipeline that aborted, say at a lock timeout, between a statement's
+# PREPARE and its use; a DEALLOCATE of one). Every later use of it fails alike, so the
+# writer is opened again, with an empty cache (`_with_retry`).
+_STALE_PREPARED = "26000"
 
 
 class _EnqueueMissed(Exception):
@@ -371,6 +376,10 @@ class PostgresStore(ScheduleOps, WorkerOps):
                 except psycopg.Error as exc:
                     if exc.sqlstate == _ENQUEUE_MISSED:
                         raise _EnqueueMissed from exc
+                    if exc.sqlstate == _STALE_PREPARED:
+                        conn.close()  # the server refused the statement: nothing written
+                        if attempt < _RETRY_ATTEMPTS:
+                            continue
                     status = _tx_status(conn)
                     retryable = (
                         exc.sqlstate in _RETRY_STATES
@@ -399,6 +408,8 @@ class PostgresStore(ScheduleOps, WorkerOps):
                     # leader in another process.
                     conn.execute(self.q.NOTE_CHANGE)
             except psycopg.Error as exc:
+                if exc.sqlstate == _STALE_PREPARED:
+                    conn.close()  # as in `_with_retry`; the caller's work is not replayed
                 raise _storage_error(exc, "write_tx", conn) from exc
 
     def read(self, work: Callable[[Conn], T]) -> T:
