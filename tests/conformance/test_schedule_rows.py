@@ -213,6 +213,69 @@ def test_a_natural_fire_is_a_compare_and_set_on_next_run(store: ConformantStore)
     assert sorted(_jobs_of(store, "s")) == sorted([first.id, late.id])
 
 
+def test_a_fire_writes_the_points_it_skipped_only_from_the_next_run_they_came_from(
+    store: ConformantStore,
+) -> None:
+    """`missed` (AllMissed's make-ups of fires whose writes failed) go with the fire only
+    while `next_run` is still `missed_from`: once another process moved it (and wrote
+    those points, or decided they were not to be written), the fire is its own alone."""
+    _insert(store, "s")
+    store.set_schedule_next_run("s", 1_000, 11)
+    skipped = [new_job(schedule="s"), new_job(schedule="s")]
+    job = new_job(schedule="s")
+    rows = store.fire_schedule(
+        "s",
+        job,
+        expected_next=3_000,
+        last_run=3_000,
+        next_run=4_000,
+        catch_up_next=None,
+        now_ms=12,
+        missed=skipped,
+        missed_from=1_000,
+    )
+    assert rows is not None
+    assert [r[L.C_ID] for r in rows] == [skipped[0].id, skipped[1].id, job.id]
+    assert _calendar(store, "s") == (4_000, 3_000, 1)
+    # next_run (5,000 now) is not the one the make-ups came from: the fire alone.
+    store.set_schedule_next_run("s", 5_000, 13)
+    stale = [new_job(schedule="s")]
+    later = new_job(schedule="s")
+    rows = store.fire_schedule(
+        "s",
+        later,
+        expected_next=6_000,
+        last_run=6_000,
+        next_run=7_000,
+        catch_up_next=None,
+        now_ms=14,
+        missed=stale,
+        missed_from=4_000,
+    )
+    assert rows is not None
+    assert [r[L.C_ID] for r in rows] == [later.id]
+    assert store.get(stale[0].id) is None
+    assert _calendar(store, "s") == (7_000, 6_000, 2)
+    # The compare-and-set itself still decides: a fire of a time already passed writes
+    # neither its job nor its make-ups.
+    lost = [new_job(schedule="s")]
+    assert (
+        store.fire_schedule(
+            "s",
+            new_job(schedule="s"),
+            expected_next=6_500,
+            last_run=6_500,
+            next_run=7_000,
+            catch_up_next=None,
+            now_ms=15,
+            missed=lost,
+            missed_from=7_000,
+        )
+        is None
+    )
+    assert store.get(lost[0].id) is None
+
+
 def test_two_fires_of_one_time_at_once_write_one_job(backend: Backend) -> None:
     store = backend.store
     _insert(store, "s")

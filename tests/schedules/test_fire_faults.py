@@ -21,7 +21,17 @@ import pytest
 import jobledger as jl
 from jobledger.testing import FakeClock
 from tests.conftest import db_rows, is_postgres
-from tests.schedules import START, TICK, Tick, advance, keys_of, make_manager, run, sid_key
+from tests.schedules import (
+    START,
+    TICK,
+    Tick,
+    advance,
+    keys_of,
+    make_manager,
+    run,
+    settle,
+    sid_key,
+)
 
 
 def _at(seconds: float) -> datetime:
@@ -66,7 +76,11 @@ TRIGGERS = [jl.Interval(seconds=60), jl.Cron("* * * * *")]
 
 
 def _fire_under(
-    db: str, trigger: jl.Trigger, *, released_after: float
+    db: str,
+    trigger: jl.Trigger,
+    *,
+    released_after: float,
+    catch_up: jl.CatchUpPolicy | None = None,
 ) -> tuple[dict[str, int], jl.ScheduleSnapshot]:
     """The fire at 60 s meets the held lock, which is released `released_after` fake
     seconds later; then time runs to 130 s (past the second fire)."""
@@ -76,7 +90,7 @@ def _fire_under(
         jobs = make_manager(db, clock, busy_timeout=0.1)
         async with jobs:
             await jobs.recovery_done
-            sid = jobs.register_job_schedule(TICK, Tick(n=1), trigger=trigger)
+            sid = jobs.register_job_schedule(TICK, Tick(n=1), trigger=trigger, catch_up=catch_up)
             with _writes_blocked(db):
                 await advance(clock, 60)  # the fire fails
                 assert keys_of(jobs, sid) == {}
@@ -109,6 +123,59 @@ def test_a_fire_still_unwritten_when_the_next_is_due_is_given_up(
     fired, snap = _fire_under(db, trigger, released_after=59.5)
     assert fired == {sid_key(snap.id, _at(120)): 1}
     assert snap.next_run == _at(180)
+
+
+@pytest.mark.parametrize("trigger", TRIGGERS, ids=["interval", "cron"])
+def test_under_all_missed_a_fire_given_up_is_written_by_the_next(
+    db: str, trigger: jl.Trigger
+) -> None:
+    """The same fault under `AllMissed`: the fire at 120 s finds `next_run` still at
+    60 s, a point nobody wrote, and writes it too, under its natural key."""
+    fired, snap = _fire_under(db, trigger, released_after=59.5, catch_up=jl.AllMissed())
+    assert fired == {sid_key(snap.id, _at(60)): 1, sid_key(snap.id, _at(120)): 1}
+    assert snap.next_run == _at(180)
+    assert snap.last_run == _at(120)
+
+
+@pytest.mark.parametrize("trigger", TRIGGERS, ids=["interval", "cron"])
+def test_under_all_missed_the_points_a_late_fire_passed_are_written_by_the_next(
+    db: str, trigger: jl.Trigger
+) -> None:
+    """The fire at 60 s runs only at 125 s (a loop held up by a write that waited; here
+    fake time jumps over 120 s at once), so the timer's next callback is at 180 s. The
+    row names 120 s as its `next_run`, not 180 s, and the fire at 180 s writes it."""
+    clock = FakeClock(START)
+
+    async def body() -> tuple[dict[str, int], datetime | None, dict[str, int], str]:
+        jobs = make_manager(db, clock)
+        async with jobs:
+            await jobs.recovery_done
+            sid = jobs.register_job_schedule(
+                TICK, Tick(n=1), trigger=trigger, catch_up=jl.AllMissed()
+            )
+            await settle()
+            clock.advance(125)  # every sleeper due by then wakes at 125 s
+            await settle()
+            late = {str(k): n for k, n in keys_of(jobs, sid).items()}
+            snap = jobs.get_job_schedule_by_id(sid)
+            assert snap is not None
+            await advance(clock, 60)
+            return late, snap.next_run, {str(k): n for k, n in keys_of(jobs, sid).items()}, sid
+
+    late, next_run, fired, sid = run(body())
+    assert late == {sid_key(sid, _at(60)): 1}
+    assert next_run == _at(120)
+    assert fired == {sid_key(sid, _at(t)): 1 for t in (60, 120, 180)}
+
+
+def test_a_limited_cron_makes_up_nothing(db: str) -> None:
+    """The timer counts a callback toward a cron's limit whether or not its write went
+    through: with a limit of 2 the fire at 120 s is the last, and a make-up of 60 s
+    beside it would put the schedule at 2 jobs with 1 natural fire counted, one more to
+    come after a restart. So a limited cron's given-up fire stays lost."""
+    trigger = jl.Cron("* * * * *", limit=2)
+    fired, snap = _fire_under(db, trigger, released_after=59.5, catch_up=jl.AllMissed())
+    assert fired == {sid_key(snap.id, _at(120)): 1}
 
 
 def test_schedules_unreadable_when_the_worker_starts_are_armed_once_readable(db: str) -> None:

@@ -614,8 +614,17 @@ class JobSchedules(ScheduleHooks):
             horizon[0] = next_ms
             if limit is not None and int(row.fire_count) + 1 >= limit:
                 next_ms = None
+            elif isinstance(snap.catch_up, AllMissed) and limit is None and next_ms is not None:
+                # The timer's next callback comes after every point that passed while
+                # this one ran late (a write that waited, a loop held up), and those
+                # points would never be written. The row names the first of them, so
+                # the next fire (or a takeover's catch-up) makes them up (`_skipped`).
+                grid = next_after(snap.trigger, from_ms(fire_ms), anchor=snap.created_at)
+                if grid is not None:
+                    next_ms = min(next_ms, to_ms(grid))
         due = to_ms(fire_time)
         offset = jitter_offset_ms(sid, due, int(row.jitter_ms))
+        skipped = self._skipped(row, snap, due)
         policy = snap.overlap
         # Compare against the fire's own time, never the row's current value: a stale
         # second leader firing the same T must lose.
@@ -630,7 +639,25 @@ class JobSchedules(ScheduleHooks):
             if policy == "allow"
             else lambda live: _logged(sid, due, policy, overlap_policy.decide(policy, live)),
             raise_unwritten=True,
+            missed=skipped,
         )
+
+    def _skipped(self, row: ScheduleRow, snap: ScheduleSnapshot, due: int) -> list[int]:
+        """Under `AllMissed`, the points of the calendar before the fire at `due` that
+        nobody wrote: the row's `next_run` still names one (a fire whose write failed past
+        its retries, a fire `protect` skipped while the previous callback still ran).
+        They are written with this fire, under their natural keys, if `next_run` is still
+        the value they were computed from (`Store.fire_schedule`'s `missed_from`); the
+        newest `max` of them. Not for a limited cron: the timer counted each skipped
+        callback toward the limit, so a make-up job would be one past it."""
+        policy = snap.catch_up
+        first = row.next_run
+        if not isinstance(policy, AllMissed) or first is None or first >= due:
+            return []
+        trigger = snap.trigger
+        if isinstance(trigger, Cron) and trigger.limit is not None:
+            return []
+        return _missed_fires(trigger, first, from_ms(due - 1), 0, policy.max, snap)
 
     def _enqueue_fire(
         self,
@@ -646,15 +673,20 @@ class JobSchedules(ScheduleHooks):
         decide: Decide | None = None,
         make_up: Sequence[int] = (),
         raise_unwritten: bool = False,
+        missed: Sequence[int] = (),
     ) -> bool:
         """One transaction: the calendar compare-and-set and the job row (or, with
         `make_up`, one job per fire time listed, under its natural key). True if the
         compare-and-set won. A failed write is logged and False, or, with
-        `raise_unwritten`, raised (nothing was written: the caller may try again)."""
+        `raise_unwritten`, raised (nothing was written: the caller may try again).
+        `missed`: a natural fire's skipped points (`_skipped`), written before its job
+        when the row's `next_run` is still the first of them."""
         sid, type_name = row.id, row.type
         jobs: list[NewJob] = []
+        made_up: list[NewJob] = []
         try:
             spec = self._spec(type_name)
+            made_up = [self._fire_job(row, spec, fire) for fire in missed]
             if make_up:
                 jobs = [self._fire_job(row, spec, fire) for fire in make_up]
             else:
@@ -675,6 +707,8 @@ class JobSchedules(ScheduleHooks):
                 catch_up_next=catch_up_next,
                 now_ms=self.now_ms(),
                 decide=decide,
+                missed=made_up,
+                missed_from=row.next_run if made_up else None,
             )
         except Exception:
             if raise_unwritten:
@@ -683,6 +717,15 @@ class JobSchedules(ScheduleHooks):
             return False
         if answer is None:
             return False
+        if made_up and len(answer) >= len(made_up) and _holds(answer, made_up):
+            log.warning(
+                "schedule %s: %d fire(s) from %s that were never written are made up (AllMissed)",
+                sid,
+                len(made_up),
+                from_ms(missed[0]).isoformat(),
+            )
+            self.after_enqueue(made_up, answer[: len(made_up)])
+            answer = answer[len(made_up) :]
         # [] with jobs: the overlap policy skipped the fire. A held-back job is handed
         # over as built (pending): its queue is kicked for nothing, which costs a look.
         if answer and len(answer) == len(jobs):
@@ -1111,6 +1154,12 @@ def _missed_fires(
         newest=most,
     )
     return [to_ms(f) for f in fires]
+
+
+def _holds(rows: Sequence[JobRow], jobs: Sequence[NewJob]) -> bool:
+    """Whether `rows` begin with the rows of `jobs` (by their keys): the make-ups of a
+    fire were written, not left out because `next_run` had moved."""
+    return all(row[L.C_KEY] == job.idempotency_key for row, job in zip(rows, jobs, strict=False))
 
 
 def _logged(sid: str, fire_ms: int, policy: str, verdict: OverlapDecision) -> OverlapDecision:

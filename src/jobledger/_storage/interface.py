@@ -690,6 +690,8 @@ class Store(Protocol):
         catch_up_next: int | None,
         now_ms: int,
         decide: Decide | None = None,
+        missed: Sequence[NewJob] = (),
+        missed_from: int | None = None,
     ) -> list[JobRow] | None: ...
     def backfill_schedule(
         self, sid: str, plan: Callable[[ScheduleRow], Sequence[NewJob]]

@@ -15,6 +15,10 @@ Rules kept here, so every backend keeps them the same way:
   have not ended, as the transaction sees them (`LIVE_SCHEDULE_JOBS`): two leaders can
   never both decide, and on PostgreSQL those rows are locked, so an end racing the fire
   is either seen by it or sees its held-back row;
+* a natural fire that makes up the points it skipped (`AllMissed`: fires before T whose
+  writes failed) writes them only if `next_run` is still the value it computed them from
+  (`MARK_FIRED_FROM`, the same compare-and-set plus `next_run == from`); otherwise it
+  fires T alone (`MARK_FIRED`): no point is written twice;
 * a catch-up is a compare-and-set on `next_run == expected` (`CATCH_UP_CAS`);
 * a backfill writes, in one transaction with the schedule row read under the write lock,
   only the fires whose key no stored job holds (live, held back or ended, `KEY_STORED`);
@@ -183,6 +187,8 @@ class ScheduleOps:
         catch_up_next: int | None,
         now_ms: int,
         decide: Decide | None = None,
+        missed: Sequence[NewJob] = (),
+        missed_from: int | None = None,
     ) -> list[JobRow] | None:
         """One transaction: the calendar's compare-and-set, then `job` (or jobs: a
         catch-up's make-up jobs). None when the compare-and-set lost (nothing written);
@@ -190,32 +196,44 @@ class ScheduleOps:
         `catch_up_next` (or no `expected_next`) the compare-and-set is the catch-up's
         (`next_run == expected_next`), else a natural fire's.
 
+        `missed` (a natural fire's make-up jobs for the points it skipped, computed from
+        `next_run == missed_from`) are written first, whatever `decide` says, when
+        `next_run` is still `missed_from`; else the fire goes on without them. The rows
+        are then the written make-ups' and the fire's, in that order.
+
         `decide` (a natural fire under an overlap policy) is asked after the
         compare-and-set won, from the schedule's jobs that have not ended; "skip" counts
         the fire in `skipped_count` and writes no job, "hold" writes it `waiting`."""
         jobs: Sequence[NewJob] = () if job is None else [job] if isinstance(job, NewJob) else job
 
         def work(conn: Any) -> list[JobRow] | None:
+            made_up: list[NewJob] = []
             if catch_up_next is not None or expected_next is None:
                 cas = conn.execute(self.q.CATCH_UP_CAS, (catch_up_next, now_ms, sid, expected_next))
             else:
-                cas = conn.execute(
-                    self.q.MARK_FIRED, (last_run, next_run, now_ms, sid, expected_next)
-                )
+                fired = (last_run, next_run, now_ms, sid, expected_next)
+                cas = None
+                if missed and missed_from is not None:
+                    cas = conn.execute(self.q.MARK_FIRED_FROM, (*fired, missed_from))
+                    if cas.rowcount == 1:
+                        made_up = list(missed)
+                if cas is None or cas.rowcount != 1:
+                    cas = conn.execute(self.q.MARK_FIRED, fired)
             if cas.rowcount != 1:
                 return None
-            if not jobs:
-                return []
             todo = list(jobs)
-            if decide is not None:
+            if decide is not None and todo:
                 live = conn.execute(self.q.LIVE_SCHEDULE_JOBS, (sid,)).fetchall()
                 verdict = decide([(str(status), bool(held)) for status, held in live])
                 if verdict == "skip":
                     conn.execute(self.q.SKIP_FIRE, (sid,))
-                    return []
-                if verdict == "hold":
+                    todo = []
+                elif verdict == "hold":
                     todo = [replace(j, status="waiting") for j in todo]
-            return self.enqueue(todo, conn=conn)
+            # The made-up points after the decision: it is the fire's own, as it would be
+            # without them (overlap never applies to make-up jobs).
+            todo = made_up + todo
+            return self.enqueue(todo, conn=conn) if todo else []
 
         return self.write(work, "schedule_fire")
 

@@ -716,6 +716,7 @@ class Queries:
         "fire_count = fire_count + 1, updated_at = %s WHERE id = %s AND enabled = 1 "
         "AND next_run <= %s"
     )
+    MARK_FIRED_FROM = f"{MARK_FIRED} AND next_run = %s"
     MARK_MANUAL = (
         "UPDATE {s}.job_schedules SET last_run = %s, next_run = %s, updated_at = %s WHERE id = %s"
     )

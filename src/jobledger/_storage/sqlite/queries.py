@@ -741,6 +741,9 @@ MARK_FIRED = (
     "UPDATE job_schedules SET last_run = ?, next_run = ?, fire_count = fire_count + 1, "
     "updated_at = ? WHERE id = ? AND enabled = 1 AND next_run <= ?"
 )
+# MARK_FIRED from the `next_run` the fire read: only then are the points before T it
+# skipped (fires whose writes failed) known to be unwritten, and `AllMissed` writes them.
+MARK_FIRED_FROM = f"{MARK_FIRED} AND next_run = ?"
 MARK_MANUAL = "UPDATE job_schedules SET last_run = ?, next_run = ?, updated_at = ? WHERE id = ?"
 CATCH_UP_CAS = "UPDATE job_schedules SET next_run = ?, updated_at = ? WHERE id = ? AND next_run = ?"
 # The schedule read by a write that decides from it (a backfill); SQLite's BEGIN IMMEDIATE
