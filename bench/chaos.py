@@ -28,6 +28,12 @@ What it does (see docs/reliability.md):
   `LOCK TABLE <schema>.jobs IN ACCESS EXCLUSIVE MODE`) for `--lock-seconds`; and on
   PostgreSQL `--terminates` rounds of `pg_terminate_backend` on every jobledger connection
   to the run's own database (the workers' and the producer's; never the server itself).
+* A schedule (`--schedule-every`, default 0.5 s; 0: none): an `Interval` of type
+  `chaos.tick` under `AllMissed`, created before the workers start, whose leader moves
+  with the kills and stops. Its jobs share the global cap and are left out of the job
+  counts above; the verdict holds that no point of its grid got two jobs, none between
+  the first and the last fire got none (a point skipped by a failed write, a late
+  callback or a leaderless gap is made up), and that it still fires at the end.
 * Every handler execution appends `job_id n queue attempt pid start|end|raise|abort
   monotonic_ns` to a per-process file with one `os.write` (it survives kill -9; the
   monotonic clock is the same in every process). A sampler thread counts `running` rows
@@ -46,8 +52,9 @@ commit after its rescue must lose (`ledger_claims_lost` counts those seen).
 
 Output: one JSON object (the figures, the fault schedule, the machine), then a markdown
 table. Exit status 1 when a job is lost (missing, or pending/delayed after the drain) or
-enqueued twice (two rows of one `n`), a row is stuck `running`, or a cap was exceeded
-(from the table's samples or from the handlers' own records); 2 when PostgreSQL is
+enqueued twice (two rows of one `n`), a row is stuck `running`, a cap was exceeded
+(from the table's samples or from the handlers' own records), or the schedule's grid
+has a point doubled or missing, or it stopped firing; 2 when PostgreSQL is
 unreachable. Duplicates (jobs whose handler completed more than once) are at-least-once
 delivery, expected after a kill or a stop;
 `dup_unexplained` counts those where no kill or stop touched the processes involved.
@@ -57,6 +64,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import logging
 import os
@@ -88,6 +96,9 @@ class Work:
 CAPPED = jl.JobType("chaos.capped", Work)
 MID = jl.JobType("chaos.mid", Work)
 BULK = jl.JobType("chaos.bulk", Work)
+# The schedule's jobs (`--schedule-every`): their own type and queue, under the global cap.
+TICK = jl.JobType("chaos.tick", Work)
+TICK_NAME = "chaos"
 BULK_CAP = 50
 TERMINAL = ("completed", "failed", "cancelled")
 LOCK_GAP = 1.0  # s: a lock fault due while another holder is active waits this long
@@ -175,6 +186,8 @@ async def _worker(cfg: dict[str, Any]) -> int:
     register(CAPPED, cfg["capped_cap"])
     register(MID, cfg["mid_cap"])
     register(BULK, BULK_CAP)
+    if cfg.get("schedule_every"):
+        register(TICK, BULK_CAP)
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -423,6 +436,7 @@ class Harness:
             "leader_ttl": a.leader_ttl,
             "max_attempts": a.max_attempts,
             "ledger": a.ledger,
+            "schedule_every": a.schedule_every,
         }
 
     def start_worker(self, slot: int) -> Worker:
@@ -613,7 +627,7 @@ class Harness:
             if self.backend.name == "postgres":
                 conn.execute("SET statement_timeout = '30s'")
             sql = "SELECT id, status, queue, attempt, worker_id, payload FROM "
-            sql += self.backend.jobs_table
+            sql += f"{self.backend.jobs_table} WHERE type <> '{TICK.name}'"
             raw = self.backend.query(conn, sql)
         finally:
             conn.close()
@@ -622,6 +636,18 @@ class Harness:
             data = json.loads(payload) if isinstance(payload, str) else payload
             out.append((str(job_id), str(status), str(queue), int(attempt), worker_id, data["n"]))
         return out
+
+    def fires(self) -> list[str]:
+        """The idempotency key of every job the schedule wrote (`--schedule-every`)."""
+        conn = self.backend.connect()
+        try:
+            if self.backend.name == "postgres":
+                conn.execute("SET statement_timeout = '30s'")
+            sql = f"SELECT idempotency_key FROM {self.backend.jobs_table} "
+            sql += f"WHERE type = '{TICK.name}'"
+            return [str(k) for (k,) in self.backend.query(conn, sql)]
+        finally:
+            conn.close()
 
     def worker_pids(self) -> dict[str, int]:
         conn = self.backend.connect()
@@ -641,7 +667,7 @@ class Harness:
         try:
             sql = (
                 f"SELECT count(*), sum(CASE WHEN status IN {TERMINAL!r} THEN 0 ELSE 1 END) "
-                f"FROM {self.backend.jobs_table}"
+                f"FROM {self.backend.jobs_table} WHERE type <> '{TICK.name}'"
             )
             rows = self.backend.query(conn, sql)
         except Exception:
@@ -861,7 +887,24 @@ def run(args: argparse.Namespace, backend: Backend, workdir: str) -> dict[str, A
     try:
         backend.setup()
         # The schema exists before the lock holders and the sampler need it.
-        asyncio.run(jl.JobManager(backend.url, startup_delay=0).stop())
+        first_manager = jl.JobManager(backend.url, startup_delay=0)
+        if args.schedule_every:
+
+            @first_manager.handler(TICK, recovery="retry")
+            async def unused(ctx: jl.JobContext[Work]) -> None:
+                raise AssertionError("this manager never starts")
+
+            # Created here, before any worker, so its grid starts with the run. Under
+            # AllMissed every point of the grid gets its job: a point a leaderless gap,
+            # a failed write or a late callback skipped is made up.
+            first_manager.ensure_job_schedule(
+                TICK,
+                Work(-1, 2.0),
+                trigger=jl.Interval(args.schedule_every),
+                name=TICK_NAME,
+                catch_up=jl.AllMissed(max=1000),
+            )
+        asyncio.run(first_manager.stop())
         if args.ledger:
             conn = backend.connect()
             try:
@@ -924,6 +967,8 @@ def run(args: argparse.Namespace, backend: Backend, workdir: str) -> dict[str, A
             t.join(10)
         horizon = time.monotonic_ns()
         rows = h.rows()
+        fires = h.fires() if args.schedule_every else None
+        read_at_ms = int(time.time() * 1000)
         owners = h.worker_pids()
         live_pids = {w.pid for w in h.alive()}
         # Stop the workers (a clean stop: SIGTERM, up to 10 s each).
@@ -944,10 +989,49 @@ def run(args: argparse.Namespace, backend: Backend, workdir: str) -> dict[str, A
     finally:
         h.halt.set()
         h.cleanup()
-    return verdict(
+    result = verdict(
         args, h, faults, rows, owners, live_pids, horizon, chaos_seconds, drain_seconds,
         time.monotonic() - wall, recheck,
     )  # fmt: skip
+    if fires is not None:
+        result["schedule"] = schedule_check(h, fires, read_at_ms)
+        result["ok"] = result["ok"] and result["schedule"]["ok"]
+    return result
+
+
+def schedule_check(h: Harness, keys: list[str], read_at_ms: int) -> dict[str, Any]:
+    """The schedule's fires against its grid: no point written twice (the compare-and-set
+    on `next_run`, through kills, freezes, lock holds and leadership moves) and none
+    missing (under `AllMissed` a point whose fire was never written, a write failed or
+    a callback run late, is made up by the next fire or by a takeover's catch-up:
+    docs/design/schedules.md, "Fires"), and still firing when the run ends (some leader
+    arms it)."""
+    period = round(h.args.schedule_every * 1000)
+    count = Counter(keys)
+    doubled = sorted(k for k, c in count.items() if c > 1)
+    points = sorted({int(k.rsplit(":", 1)[1]) for k in count})
+    missing: list[int] = []
+    for a, b in itertools.pairwise(points):
+        missing.extend(range(a + period, b, period))
+    # The newest fire, read with the workers alive, lies within a period of the read,
+    # give or take a lock hold and its retries and a leadership handed over.
+    a = h.args
+    slack = period + int((a.lock_seconds + 5.0 + a.leader_ttl + a.worker_timeout) * 1000)
+    stalled = not points or points[-1] < read_at_ms - slack
+    t0_ms = (h.t0 + h.wall_minus_mono) * 1000
+    return {
+        "every_s": h.args.schedule_every,
+        "fires": len(keys),
+        # Seconds after the faults' clock started (the workers were ready then).
+        "first_fire_s": round((points[0] - t0_ms) / 1000, 2) if points else None,
+        "last_fire_s": round((points[-1] - t0_ms) / 1000, 2) if points else None,
+        "doubled": len(doubled),
+        "doubled_keys": doubled[:10],
+        "missing": len(missing),
+        "missing_s": [round((t - t0_ms) / 1000, 2) for t in missing[:10]],
+        "stalled": stalled,
+        "ok": not doubled and not missing and not stalled,
+    }
 
 
 def recheck_stuck(h: Harness, ids: set[str], seconds: float) -> dict[str, Any]:
@@ -1122,7 +1206,8 @@ def ledger_check(
 HEADER = (
     "| backend | seed | jobs | kills | stops | lock holds | terminates | duplicates "
     "(unexplained) | lost | stuck | failed | max running capped / mid / all (table; handlers) "
-    "| caps | all, incl. stale re-runs | live workers declared dead | wall s |"
+    "| caps | all, incl. stale re-runs | live workers declared dead | schedule fires / doubled / "
+    "missed | wall s |"
 )
 
 
@@ -1135,8 +1220,15 @@ def table_row(r: dict[str, Any]) -> str:
         f"{r['lock_holds']} | {r['terminates']} | {r['duplicates']} ({r['dup_unexplained']}) | "
         f"{r['lost']} | {r['stuck']} | {r['failed']} | {peaks_} | {caps} | "
         f"{r['max_running_handlers_all']['*']} | {r['declared_dead_unfrozen']} | "
-        f"{r['wall_seconds']} |"
+        f"{_schedule_cell(r.get('schedule'))} | {r['wall_seconds']} |"
     )
+
+
+def _schedule_cell(s: dict[str, Any] | None) -> str:
+    if s is None:
+        return "-"
+    stalled = ", stalled" if s["stalled"] else ""
+    return f"{s['fires']} / {s['doubled']} / {s['missing']}{stalled}"
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -1164,6 +1256,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--flaky", type=float, default=0.1, help="share raising on attempt 0")
     p.add_argument("--ledger", action="store_true", help="complete through ctx.transaction()")
     p.add_argument("--max-attempts", type=int, default=20)
+    p.add_argument(
+        "--schedule-every", type=float, default=0.5, help="s between a schedule's fires; 0: none"
+    )
     p.add_argument("--sample-every", type=float, default=0.05)
     p.add_argument("--recheck", type=float, default=10.0, help="s for a fresh worker; 0: off")
     p.add_argument("--keep", action="store_true", help="keep the run's directory (printed)")
@@ -1217,7 +1312,7 @@ def main(argv: list[str]) -> int:
         r = result
         print(
             f"\nFAILED: lost={r['lost']} double_enqueued={r['double_enqueued']} "
-            f"stuck={r['stuck']} caps={r['cap_exceeded']}"
+            f"stuck={r['stuck']} caps={r['cap_exceeded']} schedule={r.get('schedule')}"
         )
     return 0 if result["ok"] else 1
 
