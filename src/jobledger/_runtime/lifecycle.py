@@ -53,6 +53,7 @@ from jobledger._storage.records import WorkerRow
 from jobledger._storage.rows import error_to_json
 from jobledger._types import DrainVerdict, JobErrorInfo, RecoveryStrategy
 from jobledger.clock import Clock
+from jobledger.errors import DatabaseBusy
 
 if TYPE_CHECKING:
     from jobledger._core.registry import HandlerSpec
@@ -68,6 +69,16 @@ SETTLE_AFTER_ABORT = 1.0
 # Dead workers whose rows a claim skips before the sweep, at most (bound parameters).
 MAX_EXCLUDED = 500
 STEPS = ("reset", "resurrect", "schedules", "dispatch")
+# `start()` registers this worker before anything else, and nothing may claim before the
+# row is committed (a claim owned by an unknown worker is rescued as an orphan's). A
+# transient failure (DB_BUSY: another process holding the write lock past the busy
+# timeout, a PostgreSQL server unreachable) is retried, 0.1 s doubling to 2 s, for up to
+# REGISTER_RETRY_FOR seconds; then `start()` raises the last one. Before, a deploy whose
+# new worker started while another process held the lock for over a second failed to
+# start (bench/chaos.py, docs/reliability.md).
+REGISTER_RETRY_FIRST = 0.1
+REGISTER_RETRY_MAX = 2.0
+REGISTER_RETRY_FOR = 30.0
 
 
 @dataclass
@@ -476,8 +487,33 @@ class WorkerService(Service):
         self.lease: LeaderLease | None = None
 
     async def on_init(self) -> None:
-        self.register()
+        await self._register_at_start()
         self.lc.engine.on_unregistered = self.register
+
+    async def _register_at_start(self) -> None:
+        delay = REGISTER_RETRY_FIRST
+        give_up = self.clock.monotonic() + REGISTER_RETRY_FOR
+        failures = 0
+        while True:
+            try:
+                self.register()
+            except DatabaseBusy as exc:
+                failures += 1
+                if self.clock.monotonic() + delay > give_up:
+                    log.error("registering this worker failed %d time(s); giving up", failures)
+                    raise
+                if failures == 1:
+                    log.warning(
+                        "registering this worker failed (%s); retrying for up to %gs",
+                        exc,
+                        REGISTER_RETRY_FOR,
+                    )
+                await self.clock.sleep(delay)
+                delay = min(delay * 2, REGISTER_RETRY_MAX)
+                continue
+            if failures:
+                log.warning("worker registered after %d failed attempt(s)", failures)
+            return
 
     def register(self) -> None:
         lc = self.lc
