@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 import pytest
 
 import jobledger as jl
+from jobledger.clock import to_ms
 from jobledger.testing import FakeClock
 from tests.conftest import db_rows, is_postgres
 from tests.schedules import (
@@ -201,3 +202,75 @@ def test_schedules_unreadable_when_the_worker_starts_are_armed_once_readable(db:
 
     fired, sid = run(body())
     assert fired == {sid_key(sid, _at(60)): 1}
+
+
+def test_a_catch_up_that_loses_to_a_moved_next_run_catches_up_from_there(db: str) -> None:
+    """The race `bench/chaos.py` found: a new leader read the row (`next_run` 60 s,
+    overdue) while the old leader's late fire moved it to 120 s, still overdue. The
+    catch-up's compare-and-set (from 60 s) lost, and arming then stored the timer's next
+    fire over 120 s: the points from 120 s on were never written. Now the catch-up reads
+    the row again and catches up from 120 s."""
+    clock = FakeClock(START)
+
+    async def body() -> tuple[dict[str, int], datetime | None, str]:
+        jobs = make_manager(db, clock)  # never started: no timer fires here
+        sid = jobs.register_job_schedule(
+            TICK, Tick(n=1), trigger=jl.Interval(seconds=60), catch_up=jl.AllMissed()
+        )
+        store, schedules = jobs._store, jobs._schedules
+        store.set_schedule_next_run(sid, to_ms(_at(60)), to_ms(START))
+        stale = schedules.get_row(sid)
+        assert stale is not None
+        store.set_schedule_next_run(sid, to_ms(_at(120)), to_ms(START))  # the old leader
+        clock.advance(250)
+        try:
+            await schedules._catch_up(stale)
+            snap = jobs.get_job_schedule_by_id(sid)
+            assert snap is not None
+            return {str(k): n for k, n in keys_of(jobs, sid).items()}, snap.next_run, sid
+        finally:
+            await jobs.stop()
+
+    fired, next_run, sid = run(body())
+    assert fired == {sid_key(sid, _at(t)): 1 for t in (120, 180, 240)}
+    assert next_run == _at(300)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("db", ["postgres"], indirect=True)  # a lock on `jobs` alone
+def test_a_catch_up_whose_write_failed_is_retried_before_anything_is_armed(db: str) -> None:
+    """The catch-up's jobs cannot be written (their table locked: PostgreSQL's `LOCK
+    TABLE jobs IN EXCLUSIVE MODE`, which leaves `job_schedules` writable) while arming
+    could store the timer's next fire. Before, the failure was logged, the schedule
+    armed over its overdue `next_run`, and the missed fires were lost; now the whole
+    step is tried again and writes them once the lock is gone."""
+    import psycopg
+
+    from jobledger._storage.open import split_schema
+
+    clock = FakeClock(START)
+
+    async def body() -> tuple[dict[str, int], str]:
+        setup = make_manager(db, clock)
+        sid = setup.register_job_schedule(
+            TICK, Tick(n=1), trigger=jl.Interval(seconds=60), catch_up=jl.AllMissed()
+        )
+        setup._store.set_schedule_next_run(sid, to_ms(_at(60)), to_ms(START))
+        await setup.stop()
+        clock.advance(150)  # 60 s and 120 s missed while no worker ran
+        jobs = make_manager(db, clock, busy_timeout=0.1)
+        with psycopg.connect(split_schema(db)[0], autocommit=True) as conn:
+            with conn.transaction():
+                conn.execute("LOCK TABLE jobs IN EXCLUSIVE MODE")
+                await jobs.start()
+                await settle()
+                await jobs.recovery_done  # its catch-up failed: retried in the background
+                assert keys_of(jobs, sid) == {}
+            await advance(clock, 0.5)  # the lock is gone: the retry writes them
+        try:
+            return {str(k): n for k, n in keys_of(jobs, sid).items()}, sid
+        finally:
+            await jobs.stop()
+
+    fired, sid = run(body())
+    assert fired == {sid_key(sid, _at(60)): 1, sid_key(sid, _at(120)): 1}

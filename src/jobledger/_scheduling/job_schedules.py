@@ -923,7 +923,13 @@ class JobSchedules(ScheduleHooks):
                 self._takeover = loop.create_task(self._take_over(FIRE_RETRY_FIRST))
 
     async def _catch_up_all(self) -> None:
+        """Catch every schedule up; if one's write failed, the others are still caught
+        up and then this raises the first failure, so nothing is armed (arming would
+        store the timer's next fire over the overdue `next_run`, and the missed points
+        with it) and the caller tries the whole step again (`_take_over`). A schedule
+        already caught up is not caught up twice: its `next_run` is no longer overdue."""
         rows = [r for r in self.list_rows() if r.enabled and r.type in self.handlers]
+        failed: Exception | None = None
         for row in rows:
             # One schedule's catch-up (on_missed + make-up job) is atomic; stop and a
             # lost leadership are honoured between schedules.
@@ -931,16 +937,38 @@ class JobSchedules(ScheduleHooks):
                 return
             try:
                 await self._catch_up(row)
-            except Exception:
-                log.exception("catch-up of schedule %s failed", row.id)
+            except Exception as exc:
+                log.warning("catch-up of schedule %s failed; retrying", row.id, exc_info=True)
+                failed = failed or exc
+        if failed is not None:
+            raise failed
 
     async def _catch_up(self, row: ScheduleRow) -> None:
+        """Catch `row` up. Its compare-and-set expects the `next_run` it read; when that
+        loses, another process moved `next_run` meanwhile (an old leader's late fire
+        landing as this one takes over). If the new value is still overdue, the points
+        from it on are missed all the same: read the row again and catch up from there,
+        up to CATCH_UP_TRIES times. Before, the step ended there, and arming then
+        stored the timer's next fire over it, so `AllMissed` lost those points
+        (bench/chaos.py, docs/reliability.md)."""
+        for _ in range(CATCH_UP_TRIES):
+            if await self._catch_up_once(row):
+                return
+            fresh = self.get_row(row.id)
+            if fresh is None or not fresh.enabled or fresh.next_run == row.next_run:
+                return  # gone or disabled meanwhile
+            row = fresh
+        log.warning("schedule %s: catch-up kept losing its compare-and-set; left", row.id)
+
+    async def _catch_up_once(self, row: ScheduleRow) -> bool:
+        """One catch-up of `row` as read; False when its compare-and-set did not win,
+        True when it won or there was nothing to do. A failed write raises."""
         snap = snapshot_of(row)
         if isinstance(snap.trigger, Once) or row.next_run is None:
-            return
+            return True
         now_ms = self.now_ms()
         if row.next_run > now_ms:
-            return
+            return True
         now = from_ms(now_ms)
         first_missed = from_ms(row.next_run)
         count, _ = count_fires_between(
@@ -962,6 +990,7 @@ class JobSchedules(ScheduleHooks):
                 next_run=following_ms,
                 delay=policy.minutes * 60.0,
                 catch_up_next=following_ms,
+                raise_unwritten=True,
             )
         elif isinstance(policy, AllMissed):
             won = self._enqueue_fire(
@@ -972,11 +1001,12 @@ class JobSchedules(ScheduleHooks):
                 next_run=following_ms,
                 catch_up_next=following_ms,
                 make_up=_missed_fires(snap.trigger, row.next_run, now, count, policy.max, snap),
+                raise_unwritten=True,
             )
         else:
             won = self._cas_only(row.id, row.next_run, following_ms)
         if not won:
-            return
+            return False
         spec = self.handlers.get(row.type)
         if spec is not None and spec.on_missed is not None:
             # last_fire_at is when it last really fired (the reference's lastRun), not
@@ -993,6 +1023,7 @@ class JobSchedules(ScheduleHooks):
                     await result
             except Exception:
                 log.exception("on_missed of %s raised; ignored", row.type)
+        return True
 
     def _cas_only(self, sid: str, expected: int, following: int | None) -> bool:
         return self.store.catch_up_schedule(sid, expected, following, self.now_ms())
@@ -1095,8 +1126,9 @@ class JobSchedules(ScheduleHooks):
         startup order and for the same reason. Catch-up writes, so a paused manager only
         arms. Tried again while the rows cannot be read (after 0.1 s, doubling to 5 s),
         until done, the leadership moves or the manager stops (`may_arm`); before, one
-        failed read left every schedule unarmed until a restart. A single schedule's
-        failed catch-up is logged and not retried (`_catch_up_all`), as at startup."""
+        failed read left every schedule unarmed until a restart. So is a schedule's
+        failed catch-up write (`_catch_up_all`); before, it was logged, the schedule
+        armed over its overdue `next_run`, and its missed fires never written."""
         delay, failures = first_delay, 0
         while True:
             if delay:
@@ -1175,6 +1207,8 @@ def _logged(sid: str, fire_ms: int, policy: str, verdict: OverlapDecision) -> Ov
 
 
 # A natural fire whose write failed is tried again after these delays, doubling (`_fire`).
+# Catch-ups of one schedule in a row whose compare-and-set lost to a moving `next_run`.
+CATCH_UP_TRIES = 5
 FIRE_RETRY_FIRST = 0.1
 FIRE_RETRY_MAX = 5.0
 
