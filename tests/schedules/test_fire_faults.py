@@ -274,3 +274,50 @@ def test_a_catch_up_whose_write_failed_is_retried_before_anything_is_armed(db: s
 
     fired, sid = run(body())
     assert fired == {sid_key(sid, _at(60)): 1, sid_key(sid, _at(120)): 1}
+
+
+class _SlowMissed(jl.JobHandler[Tick, None]):
+    """`on_missed` that takes 40 s of fake time, as a slow hook (or a slow database, or
+    a loop held up) would between a catch-up and the arming after it."""
+
+    recovery = "retry"
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+
+    async def execute(self, ctx: jl.JobContext[Tick]) -> None:
+        return None
+
+    async def on_missed(self, event: jl.MissedEvent) -> None:
+        self.clock.advance(40)
+
+
+def test_a_point_gone_by_between_a_catch_up_and_arming_is_written_by_the_first_fire(
+    db: str,
+) -> None:
+    """Down over 60 s and 120 s, the worker starts at 150 s: the catch-up writes both and
+    leaves `next_run` at 180 s; its `on_missed` takes until 190 s. Arming then stored
+    the timer's first fire (240 s) over 180 s, which nobody wrote. Now arming keeps an
+    overdue point of the calendar under `AllMissed`, and the fire at 240 s writes it."""
+    clock = FakeClock(START)
+
+    async def body() -> tuple[dict[str, int], datetime | None, str]:
+        setup = make_manager(db, clock)
+        sid = setup.register_job_schedule(
+            TICK, Tick(n=1), trigger=jl.Interval(seconds=60), catch_up=jl.AllMissed()
+        )
+        setup._store.set_schedule_next_run(sid, to_ms(_at(60)), to_ms(START))
+        await setup.stop()
+        clock.advance(150)
+        jobs = make_manager(db, clock, handler=_SlowMissed(clock))
+        async with jobs:
+            await jobs.recovery_done
+            await settle()
+            snap = jobs.get_job_schedule_by_id(sid)
+            assert snap is not None
+            await advance(clock, 55)  # to 245 s
+            return {str(k): n for k, n in keys_of(jobs, sid).items()}, snap.next_run, sid
+
+    fired, armed_next, sid = run(body())
+    assert armed_next == _at(180)
+    assert fired == {sid_key(sid, _at(t)): 1 for t in (60, 120, 180, 240)}
