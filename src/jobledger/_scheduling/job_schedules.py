@@ -540,8 +540,9 @@ class JobSchedules(ScheduleHooks):
         under `AllMissed`: arming keeps it (the timer's first fire then writes it with its
         own, `_skipped`) rather than store the timer's next fire over it. A catch-up
         leaves `next_run` at the first point after its own now, and arming comes after
-        the other schedules' catch-ups and their `on_missed`: a point can go by between
-        (bench/chaos.py, PostgreSQL seed 3)."""
+        the other schedules' catch-ups and their `on_missed`: a point can go by between.
+        (A PostgreSQL chaos run, seed 3, lost one point right after a takeover; its
+        database was not kept, and this is the path found that loses a point so.)"""
         first = row.next_run
         trigger = snap.trigger
         if (
