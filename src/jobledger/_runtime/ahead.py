@@ -32,7 +32,7 @@ LAG_LOW = 0.002
 
 
 class ClaimAhead:
-    __slots__ = ("_cut_at", "_now", "budget", "ceiling", "held", "unstarted")
+    __slots__ = ("_cut_at", "_now", "budget", "ceiling", "held", "late", "unstarted")
 
     def __init__(self, ceiling: int, now: Callable[[], float] = perf_counter) -> None:
         self._now = now
@@ -40,6 +40,7 @@ class ClaimAhead:
         self.budget = float(ceiling)
         self.unstarted = 0  # claimed here, first step not yet run
         self.held = False  # a claim was cut short by the budget: claim again once started
+        self.late = False  # the job `started` last saw waited past LAG_HIGH
         self._cut_at = -1.0
 
     def set_ceiling(self, ceiling: int) -> None:
@@ -66,7 +67,8 @@ class ClaimAhead:
         self.unstarted -= 1
         now = self._now()
         lag = now - claimed_at
-        if lag > LAG_HIGH:
+        self.late = late = lag > LAG_HIGH
+        if late:
             if now - self._cut_at > LAG_HIGH:
                 self.budget = max(1.0, self.budget / 2)
                 self._cut_at = now

@@ -524,17 +524,8 @@ class Engine:
         mark: Any = None,
     ) -> None:
         assert self.loop is not None
-        if stale_before is not None and job.started_at < stale_before:
-            # This process stalled (a freeze, a long pause) between the claim and now, long
-            # enough to be judged dead: the job may run elsewhere already. One read tells.
-            row = self.store.get(job.id)
-            if row is None or (row[L.C_STATUS], row[L.C_WORKER], row[L.C_ATTEMPT]) != (
-                "running",
-                self.worker_id,
-                job.attempt,
-            ):
-                log.warning("job %s was rescued while this worker stalled; not run here", job.id)
-                return
+        if stale_before is not None and job.started_at < stale_before and self._rescued(job):
+            return
         current = self.inflight.get(job.id)
         if current is not None and current.attempt == job.attempt:
             # We were judged dead while still running this job, its row was reset, and we
@@ -585,12 +576,43 @@ class Engine:
             assert job is not None  # set by `_start` before the task exists
             self._submit(self._interrupted(attempt, job))
 
+    def _rescued(self, job: ClaimedJob) -> bool:
+        """This process stalled (a freeze, a long pause) between the claim of `job` and
+        now, long enough to be judged dead: whether its row went to another claim
+        meanwhile. One read tells."""
+        row = self.store.get(job.id)
+        if row is not None and (row[L.C_STATUS], row[L.C_WORKER], row[L.C_ATTEMPT]) == (
+            "running",
+            self.worker_id,
+            job.attempt,
+        ):
+            return False
+        log.warning("job %s was rescued while this worker stalled; not run here", job.id)
+        return True
+
     async def _run(self, attempt: Attempt, job: ClaimedJob) -> None:
-        """One attempt: decode, call the handler, classify, hand the outcome to finalize."""
-        spec = attempt.spec
+        """One attempt: decode, call the handler, classify, hand the outcome to finalize.
+
+        A stall can also fall between `_start` (which checked the claim's age) and this
+        first step of the task: claims made just before a SIGSTOP start their handlers
+        only after SIGCONT. So the age is checked again here; a job rescued meanwhile is
+        not run (its outcome, `requeue`, then misses its fence and writes nothing).
+        Before, such handlers ran beside the rescued jobs' new runs (bench/chaos.py,
+        SQLite seed 2: 16 handlers under a global cap of 8)."""
         claimed_at, attempt.claimed_at = attempt.claimed_at, 0.0
-        if self.ahead.started(claimed_at):
+        ahead = self.ahead
+        if ahead.started(claimed_at):
             self._pass_the_turn()  # a claim was cut short: the loop has caught up
+        # The claim-ahead's real-time start lag gates it: nothing more on the hot path.
+        stale_after = self.stale_after_ms
+        if (
+            ahead.late
+            and stale_after is not None
+            and self.now_ms() - job.started_at > stale_after
+            and self._rescued(job)
+        ):
+            return  # `ensure_outcome` submits its outcome, which misses its fence
+        spec = attempt.spec
         if worker_log.isEnabledFor(logging.INFO):
             log_start(attempt)
         if spec.is_process:
