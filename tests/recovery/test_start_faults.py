@@ -137,3 +137,59 @@ def test_a_worker_gives_up_starting_when_the_lock_outlasts_its_retries(
     assert isinstance(error, jl.DatabaseBusy)
     assert error.code == "DB_BUSY"
     assert _registered(db) == 0
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("db", ["postgres"], indirect=True)
+def test_a_worker_whose_connection_is_ended_while_it_registers_starts(db: str) -> None:
+    """`pg_terminate_backend` of the connection whose registration waits on a lock: the
+    write fails mid-transaction (57P01, DB_WRITE_TX_FAILED, "could not be closed
+    cleanly"), and the registration, an upsert, is written again on a new connection.
+    The chaos run's terminates met a replacement worker in its `start()` this way."""
+    import psycopg
+
+    from jobledger._storage.open import split_schema
+
+    asyncio.run(jl.JobManager(db, startup_delay=0).stop())
+    url = split_schema(db)[0]
+    ended: list[int] = []
+
+    def end_the_waiting_registration() -> None:
+        deadline = time.monotonic() + 20
+        with psycopg.connect(url, autocommit=True) as admin:
+            while time.monotonic() < deadline and not ended:
+                rows = admin.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock' AND query ILIKE '%%workers%%' "
+                    "AND application_name LIKE 'jobledger%%'"
+                ).fetchall()
+                for (pid,) in rows:
+                    admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+                    ended.append(int(pid))
+                time.sleep(0.02)
+
+    async def body() -> tuple[int, jl.JobSnapshot]:
+        jobs = jl.JobManager(db, startup_delay=0, poll_interval=0.02, busy_timeout=10.0)
+
+        @jobs.handler(WORK, recovery="retry")
+        async def work(ctx: jl.JobContext[int]) -> int:
+            return ctx.payload * 2
+
+        with _lock_held(db, 0.0) as go:
+            killer = threading.Thread(target=end_the_waiting_registration)
+            killer.start()
+            starting = asyncio.ensure_future(jobs.start())
+            await asyncio.to_thread(killer.join, 30)
+            go.set()  # the lock goes once the registration's connection has been ended
+            await starting
+        try:
+            registered = _registered(db)
+            snap = await asyncio.wait_for(jobs.enqueue(WORK, 5).finished, 30)
+        finally:
+            await jobs.stop()
+        return registered, snap
+
+    registered, snap = arun(body)
+    assert ended, "no registration was seen waiting on the lock"
+    assert registered == 1
+    assert (snap.status, snap.output) == ("completed", 10)

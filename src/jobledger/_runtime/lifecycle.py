@@ -53,7 +53,7 @@ from jobledger._storage.records import WorkerRow
 from jobledger._storage.rows import error_to_json
 from jobledger._types import DrainVerdict, JobErrorInfo, RecoveryStrategy
 from jobledger.clock import Clock
-from jobledger.errors import DatabaseBusy
+from jobledger.errors import DatabaseBusy, StorageError
 
 if TYPE_CHECKING:
     from jobledger._core.registry import HandlerSpec
@@ -72,10 +72,13 @@ STEPS = ("reset", "resurrect", "schedules", "dispatch")
 # `start()` registers this worker before anything else, and nothing may claim before the
 # row is committed (a claim owned by an unknown worker is rescued as an orphan's). A
 # transient failure (DB_BUSY: another process holding the write lock past the busy
-# timeout, a PostgreSQL server unreachable) is retried, 0.1 s doubling to 2 s, for up to
-# REGISTER_RETRY_FOR seconds; then `start()` raises the last one. Before, a deploy whose
-# new worker started while another process held the lock for over a second failed to
-# start (bench/chaos.py, docs/reliability.md).
+# timeout, a PostgreSQL server unreachable; or the connection ended under the
+# registration, sqlstate class 08 or 57P01-57P03) is retried, 0.1 s doubling to 2 s, for
+# up to REGISTER_RETRY_FOR seconds; then `start()` raises the last one. The
+# registration is an upsert, so writing it again after an ambiguous end is safe. Before,
+# a deploy whose new worker started while another process held the lock for over a
+# second, or while its connection was ended, failed to start (bench/chaos.py,
+# docs/reliability.md).
 REGISTER_RETRY_FIRST = 0.1
 REGISTER_RETRY_MAX = 2.0
 REGISTER_RETRY_FOR = 30.0
@@ -497,7 +500,9 @@ class WorkerService(Service):
         while True:
             try:
                 self.register()
-            except DatabaseBusy as exc:
+            except StorageError as exc:
+                if not _transient(exc):
+                    raise
                 failures += 1
                 if self.clock.monotonic() + delay > give_up:
                     log.error("registering this worker failed %d time(s); giving up", failures)
@@ -642,3 +647,16 @@ class JobService(Service):
 
 
 Callback = Callable[[], None]
+
+
+# PostgreSQL sqlstates of a connection that ended (class 08) or a server shutting down or
+# not yet up (57P01 admin_shutdown, 57P02 crash_shutdown, 57P03 cannot_connect_now).
+_CONNECTION_ENDED = ("08", "57P01", "57P02", "57P03")
+
+
+def _transient(exc: StorageError) -> bool:
+    """A failure that a later try of the same write may not meet."""
+    if isinstance(exc, DatabaseBusy):
+        return True
+    state = exc.params.get("sqlstate")
+    return isinstance(state, str) and state.startswith(_CONNECTION_ENDED)
