@@ -34,6 +34,11 @@ What it does (see docs/reliability.md):
   counts above; the verdict holds that no point of its grid got two jobs, none between
   the first and the last fire got none (a point skipped by a failed write, a late
   callback or a leaderless gap is made up), and that it still fires at the end.
+* Workflows (`--workflows`, default 60): diamonds `a -> (b1, b2, b3) -> c` of type
+  `chaos.step` (queue cap 4), enqueued evenly by a second producer thread over the same
+  80 %, their steps flaky like the jobs. The verdict holds that each workflow was
+  written once, every step completed, and no step started before one of its upstream
+  steps had ended with a completion (from the handlers' records).
 * Every handler execution appends `job_id n queue attempt pid start|end|raise|abort
   monotonic_ns` to a per-process file with one `os.write` (it survives kill -9; the
   monotonic clock is the same in every process). A sampler thread counts `running` rows
@@ -53,8 +58,9 @@ commit after its rescue must lose (`ledger_claims_lost` counts those seen).
 Output: one JSON object (the figures, the fault schedule, the machine), then a markdown
 table. Exit status 1 when a job is lost (missing, or pending/delayed after the drain) or
 enqueued twice (two rows of one `n`), a row is stuck `running`, a cap was exceeded
-(from the table's samples or from the handlers' own records), or the schedule's grid
-has a point doubled or missing, or it stopped firing; 2 when PostgreSQL is
+(from the table's samples or from the handlers' own records), a worker exited by itself,
+the schedule's grid has a point doubled or missing or it stopped firing, or a workflow
+was doubled, left unfinished or ran a step early; 2 when PostgreSQL is
 unreachable. Duplicates (jobs whose handler completed more than once) are at-least-once
 delivery, expected after a kill or a stop;
 `dup_unexplained` counts those where no kill or stop touched the processes involved.
@@ -99,6 +105,14 @@ BULK = jl.JobType("chaos.bulk", Work)
 # The schedule's jobs (`--schedule-every`): their own type and queue, under the global cap.
 TICK = jl.JobType("chaos.tick", Work)
 TICK_NAME = "chaos"
+# Workflow steps (`--workflows`): diamonds a -> (b1, b2, b3) -> c. A step's payload `n` is
+# STEP_BASE + 10 * workflow + step (0 = a, 1-3 = b, 4 = c).
+STEP = jl.JobType("chaos.step", Work)
+STEP_CAP = 4
+STEP_BASE = 1_000_000
+UPSTREAM = {0: (), 1: (0,), 2: (0,), 3: (0,), 4: (1, 2, 3)}
+# Types whose rows are not the producer's numbered jobs.
+OTHER_TYPES = f"('{TICK.name}', '{STEP.name}')"
 BULK_CAP = 50
 TERMINAL = ("completed", "failed", "cancelled")
 LOCK_GAP = 1.0  # s: a lock fault due while another holder is active waits this long
@@ -140,7 +154,7 @@ async def _worker(cfg: dict[str, Any]) -> int:
         else None
     )
 
-    def register(job_type: jl.JobType[Work], cap: int) -> None:
+    def register(job_type: jl.JobType[Work], cap: int, ledgered: bool = True) -> None:
         queue = job_type.name
 
         def mark(ctx: jl.JobContext[Work], what: str) -> None:
@@ -158,7 +172,7 @@ async def _worker(cfg: dict[str, Any]) -> int:
             if ctx.payload.flaky and ctx.attempt == 0:
                 mark(ctx, "raise")
                 raise RuntimeError("chaos: a flaky job's first attempt")
-            if ledger is not None:
+            if ledger is not None and ledgered:
                 ended = False
                 try:
                     async with ctx.transaction() as tx:  # SQLite: the group commit
@@ -187,7 +201,10 @@ async def _worker(cfg: dict[str, Any]) -> int:
     register(MID, cfg["mid_cap"])
     register(BULK, BULK_CAP)
     if cfg.get("schedule_every"):
-        register(TICK, BULK_CAP)
+        # No ledger rows: ticks go on completing while the verdict reads the ledger.
+        register(TICK, BULK_CAP, ledgered=False)
+    if cfg.get("workflows"):
+        register(STEP, STEP_CAP)
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -402,6 +419,8 @@ class Harness:
         self.sample_errors = 0
         self.enqueue_errors = 0
         self.enqueued = 0
+        self.workflow_errors = 0
+        self.workflows_enqueued = 0
         self.halt = threading.Event()
         self.deferred = 0  # lock faults put off while another holder was active
         self.final_exits: list[int] = []  # exit codes of the last workers' clean stop
@@ -437,6 +456,7 @@ class Harness:
             "max_attempts": a.max_attempts,
             "ledger": a.ledger,
             "schedule_every": a.schedule_every,
+            "workflows": a.workflows,
         }
 
     def start_worker(self, slot: int) -> Worker:
@@ -627,7 +647,7 @@ class Harness:
             if self.backend.name == "postgres":
                 conn.execute("SET statement_timeout = '30s'")
             sql = "SELECT id, status, queue, attempt, worker_id, payload FROM "
-            sql += f"{self.backend.jobs_table} WHERE type <> '{TICK.name}'"
+            sql += f"{self.backend.jobs_table} WHERE type NOT IN {OTHER_TYPES}"
             raw = self.backend.query(conn, sql)
         finally:
             conn.close()
@@ -635,6 +655,23 @@ class Harness:
         for job_id, status, queue, attempt, worker_id, payload in raw:
             data = json.loads(payload) if isinstance(payload, str) else payload
             out.append((str(job_id), str(status), str(queue), int(attempt), worker_id, data["n"]))
+        return out
+
+    def steps(self) -> list[tuple[str, str, int, str | None]]:
+        """(id, status, n, workflow id) of every workflow step (`--workflows`)."""
+        conn = self.backend.connect()
+        try:
+            if self.backend.name == "postgres":
+                conn.execute("SET statement_timeout = '30s'")
+            sql = f"SELECT id, status, payload, workflow_id FROM {self.backend.jobs_table} "
+            sql += f"WHERE type = '{STEP.name}'"
+            raw = self.backend.query(conn, sql)
+        finally:
+            conn.close()
+        out = []
+        for job_id, status, payload, wf in raw:
+            data = json.loads(payload) if isinstance(payload, str) else payload
+            out.append((str(job_id), str(status), int(data["n"]), None if wf is None else str(wf)))
         return out
 
     def fires(self) -> list[str]:
@@ -663,21 +700,83 @@ class Harness:
         return f'"{self.backend.schema}".workers' if self.backend.schema else "workers"
 
     def unfinished(self, total: int) -> int:
+        """Jobs not yet terminal or not yet written, workflow steps included."""
         conn = self.backend.connect()
         try:
             sql = (
                 f"SELECT count(*), sum(CASE WHEN status IN {TERMINAL!r} THEN 0 ELSE 1 END) "
-                f"FROM {self.backend.jobs_table} WHERE type <> '{TICK.name}'"
+                f"FROM {self.backend.jobs_table} WHERE type NOT IN {OTHER_TYPES}"
             )
             rows = self.backend.query(conn, sql)
+            steps = self.backend.query(
+                conn,
+                f"SELECT count(*), sum(CASE WHEN status IN {TERMINAL!r} THEN 0 ELSE 1 END) "
+                f"FROM {self.backend.jobs_table} WHERE type = '{STEP.name}'",
+            )
         except Exception:
             return -1
         finally:
             conn.close()
         count, open_ = rows[0]
+        step_count, steps_open = steps[0]
         # More rows than jobs (a job enqueued twice) is for the verdict to report; the
         # drain is over once every job's row is terminal.
-        return int(open_ or 0) + max(total - int(count), 0)
+        left = int(open_ or 0) + max(total - int(count), 0)
+        return left + int(steps_open or 0) + max(5 * self.args.workflows - int(step_count), 0)
+
+    def produce_workflows(self, count: int, until: float, rng: random.Random) -> None:
+        """Enqueue `count` diamond workflows evenly until `until` (monotonic s). After a
+        failed enqueue the workflow is looked up by name before it is sent again: a
+        commit may have landed though the call raised (PostgreSQL), and a workflow's
+        steps carry no idempotency key that would dedupe a second copy."""
+        producer = jl.JobManager(self.backend.url, startup_delay=0)
+        start = time.monotonic()
+        span = max(until - start, 0.001)
+        k = 0
+        try:
+            while k < count and not self.halt.is_set():
+                due = start + span * k / count
+                if time.monotonic() < due:
+                    time.sleep(min(0.05, due - time.monotonic()))
+                    continue
+                base = STEP_BASE + 10 * k
+                works = [
+                    Work(base + i, round(rng.uniform(2, 8), 2), rng.random() < self.args.flaky)
+                    for i in range(5)
+                ]
+                name = f"chaos-{k}"
+                try:
+                    wf = producer.workflow(name)
+                    a = wf.add(STEP, works[0], name="a")
+                    bs = [wf.add(STEP, works[i], name=f"b{i}", after=[a]) for i in (1, 2, 3)]
+                    wf.add(STEP, works[4], name="c", after=bs)
+                    wf.enqueue()
+                except Exception:
+                    self.workflow_errors += 1
+                    if not self.workflow_written(name):
+                        time.sleep(0.05)
+                        continue  # not written: the same workflow again
+                self.workflows_enqueued = k = k + 1
+        finally:
+            asyncio.run(producer.stop())
+
+    def workflow_written(self, name: str) -> bool:
+        """Whether a workflow of this name is in the database; waits until it can tell."""
+        table = f'"{self.backend.schema}".workflows' if self.backend.schema else "workflows"
+        while not self.halt.is_set():
+            conn: Any = None
+            try:
+                conn = self.backend.connect()
+                rows = self.backend.query(
+                    conn, f"SELECT count(*) FROM {table} WHERE name = '{name}'"
+                )
+                return int(rows[0][0]) > 0
+            except Exception:
+                time.sleep(0.1)
+            finally:
+                if conn is not None:
+                    conn.close()
+        return False
 
     def cleanup(self) -> None:
         """Every process this run started, whatever state it is in, is gone afterwards."""
@@ -832,7 +931,8 @@ def read_logs(h: Harness) -> Logs:
                 continue
             message = parts[4]
             kinds[" ".join([parts[2], parts[3], *message.split()[:4]])] += 1
-            if "was recovered as dead" in message:
+            # Either notice: the heartbeat's, or a claim's that found no worker row.
+            if "was recovered as dead" in message or "has no worker row" in message:
                 dead[pid].append(int((created - h.wall_minus_mono) * 1e9))
             if message.startswith("finalize of "):
                 failed += int(message.split()[2])
@@ -871,7 +971,15 @@ def faulted(ex: Execution, h: Harness, logs: Logs) -> bool:
         return True
     if any(ex.start <= t <= window for t in logs.declared_dead.get(ex.pid, [])):
         return True
-    return ex.zombie or any(ex.start <= stop <= window for stop, _ in h.stops.get(ex.pid, []))
+    # Continued shortly before it started: a claim made just before the freeze, whose
+    # handler starts only after SIGCONT, when its row has been rescued and claimed again.
+    since = ex.start - int(FAULT_WINDOW * 1e9)
+    stops = h.stops.get(ex.pid, [])
+    return (
+        ex.zombie
+        or any(ex.start <= stop <= window for stop, _ in stops)
+        or any(cont and since <= cont <= ex.start for _, cont in stops)
+    )
 
 
 # -- one run --------------------------------------------------------------------------
@@ -919,6 +1027,15 @@ def run(args: argparse.Namespace, backend: Backend, workdir: str) -> dict[str, A
             threading.Thread(target=h.produce, args=(jobs, produce_until), daemon=True),
             threading.Thread(target=h.sample, daemon=True),
         ]
+        if args.workflows:
+            flow_rng = random.Random(args.seed + 1)  # the fault schedule stays the seed's
+            threads.append(
+                threading.Thread(
+                    target=h.produce_workflows,
+                    args=(args.workflows, produce_until, flow_rng),
+                    daemon=True,
+                )
+            )
         for t in threads:
             t.start()
         pending_faults = list(faults)
@@ -956,6 +1073,8 @@ def run(args: argparse.Namespace, backend: Backend, workdir: str) -> dict[str, A
                 h.restart_at.pop(slot, None)
                 h.start_worker(slot)
         threads[0].join(args.drain_timeout)
+        if args.workflows:
+            threads[2].join(args.drain_timeout)
         drain_start = time.monotonic()
         left = h.unfinished(args.jobs)
         while left != 0 and time.monotonic() - drain_start < args.drain_timeout:
@@ -968,6 +1087,7 @@ def run(args: argparse.Namespace, backend: Backend, workdir: str) -> dict[str, A
         horizon = time.monotonic_ns()
         rows = h.rows()
         fires = h.fires() if args.schedule_every else None
+        steps = h.steps() if args.workflows else None
         read_at_ms = int(time.time() * 1000)
         owners = h.worker_pids()
         live_pids = {w.pid for w in h.alive()}
@@ -996,7 +1116,64 @@ def run(args: argparse.Namespace, backend: Backend, workdir: str) -> dict[str, A
     if fires is not None:
         result["schedule"] = schedule_check(h, fires, read_at_ms)
         result["ok"] = result["ok"] and result["schedule"]["ok"]
+    if steps is not None:
+        result["workflows"] = workflow_check(h, steps)
+        result["ok"] = result["ok"] and result["workflows"]["ok"]
     return result
+
+
+def workflow_check(h: Harness, steps: list[tuple[str, str, int, str | None]]) -> dict[str, Any]:
+    """The diamonds after the drain: each written once, every step `completed`, and no
+    step started before one of its upstream steps had completed (from the handlers'
+    records: a step is released by the commit of its upstream's finalize, which comes
+    after that execution's "end" record, so a start before every upstream "end" is a
+    step run early)."""
+    by_wf: dict[str, set[str]] = defaultdict(set)
+    ids: dict[int, list[str]] = defaultdict(list)
+    statuses: Counter[str] = Counter()
+    for job_id, status, n, wf in steps:
+        by_wf[str(wf)].add(job_id)
+        ids[n].append(job_id)
+        statuses[status] += 1
+    first_start: dict[str, int] = {}
+    first_end: dict[str, int] = {}
+    for ex in read_executions(h.dir):
+        if ex.job_id in first_start:
+            first_start[ex.job_id] = min(first_start[ex.job_id], ex.start)
+        else:
+            first_start[ex.job_id] = ex.start
+        if ex.outcome == "end" and ex.end is not None:
+            first_end[ex.job_id] = min(first_end.get(ex.job_id, ex.end), ex.end)
+    early: list[str] = []
+    for k in range(h.workflows_enqueued):
+        base = STEP_BASE + 10 * k
+        for step, ups in UPSTREAM.items():
+            for job_id in ids.get(base + step, []):
+                started = first_start.get(job_id)
+                for up in ups:
+                    ends = [first_end[u] for u in ids.get(base + up, []) if u in first_end]
+                    if started is not None and (not ends or started < min(ends)):
+                        early.append(job_id)
+    doubled = sum(
+        1 for k in range(h.workflows_enqueued) if len(ids.get(STEP_BASE + 10 * k, [])) > 1
+    )
+    missing = sum(
+        1 for k in range(h.args.workflows) for i in range(5) if not ids.get(STEP_BASE + 10 * k + i)
+    )
+    not_completed = sum(c for st, c in statuses.items() if st != "completed")
+    return {
+        "workflows": h.args.workflows,
+        "written": len(by_wf),
+        "enqueue_errors": h.workflow_errors,
+        "steps": len(steps),
+        "statuses": dict(statuses),
+        "doubled": doubled,
+        "missing_steps": missing,
+        "not_completed": not_completed,
+        "started_early": len(early),
+        "started_early_ids": sorted(set(early))[:10],
+        "ok": not doubled and not missing and not not_completed and not early,
+    }
 
 
 def schedule_check(h: Harness, keys: list[str], read_at_ms: int) -> dict[str, Any]:
@@ -1150,6 +1327,9 @@ def verdict(
         "worker_log_kinds": dict(logs.kinds.most_common(25)),
         "worker_tracebacks": logs.tracebacks,
         "final_exit_codes": h.final_exits,
+        # Workers that ended by themselves during the run (not killed, not the final
+        # SIGTERM): a worker must ride out every fault here.
+        "worker_exits": [e[2] for e in h.events if e[1] == "exited"],
         "events": h.events,
         "chaos_seconds": round(chaos_seconds, 2),
         "drain_seconds": round(drain_seconds, 2),
@@ -1174,6 +1354,7 @@ def verdict(
         "ledger": ledger,
         "ok": lost == 0
         and double == 0
+        and not any(e[1] == "exited" for e in h.events)
         and not stuck_rows
         and not exceeded
         and (ledger is None or (not ledger["duplicates"] and not ledger["mismatch"])),
@@ -1194,6 +1375,8 @@ def ledger_check(
         conn.close()
     per_job = Counter(str(job_id) for job_id, _ in entries)
     completed = {r[0] for r in rows if r[1] == "completed"}
+    if h.args.workflows:  # their steps complete through the ledger too
+        completed |= {job_id for job_id, status, _, _ in h.steps() if status == "completed"}
     return {
         "rows": len(entries),
         "completed": len(completed),
@@ -1206,8 +1389,9 @@ def ledger_check(
 HEADER = (
     "| backend | seed | jobs | kills | stops | lock holds | terminates | duplicates "
     "(unexplained) | lost | stuck | failed | max running capped / mid / all (table; handlers) "
-    "| caps | all, incl. stale re-runs | live workers declared dead | schedule fires / doubled / "
-    "missed | wall s |"
+    "| caps | all, incl. stale re-runs | live workers declared dead | workers exited "
+    "| schedule fires / doubled / missed | workflows written / steps not completed / "
+    "started early | wall s |"
 )
 
 
@@ -1220,7 +1404,8 @@ def table_row(r: dict[str, Any]) -> str:
         f"{r['lock_holds']} | {r['terminates']} | {r['duplicates']} ({r['dup_unexplained']}) | "
         f"{r['lost']} | {r['stuck']} | {r['failed']} | {peaks_} | {caps} | "
         f"{r['max_running_handlers_all']['*']} | {r['declared_dead_unfrozen']} | "
-        f"{_schedule_cell(r.get('schedule'))} | {r['wall_seconds']} |"
+        f"{len(r['worker_exits'])} | {_schedule_cell(r.get('schedule'))} | "
+        f"{_workflow_cell(r.get('workflows'))} | {r['wall_seconds']} |"
     )
 
 
@@ -1229,6 +1414,12 @@ def _schedule_cell(s: dict[str, Any] | None) -> str:
         return "-"
     stalled = ", stalled" if s["stalled"] else ""
     return f"{s['fires']} / {s['doubled']} / {s['missing']}{stalled}"
+
+
+def _workflow_cell(w: dict[str, Any] | None) -> str:
+    if w is None:
+        return "-"
+    return f"{w['written']} / {w['not_completed'] + w['missing_steps']} / {w['started_early']}"
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -1259,9 +1450,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument(
         "--schedule-every", type=float, default=0.5, help="s between a schedule's fires; 0: none"
     )
+    p.add_argument("--workflows", type=int, default=60, help="diamond workflows (5 steps each)")
     p.add_argument("--sample-every", type=float, default=0.05)
     p.add_argument("--recheck", type=float, default=10.0, help="s for a fresh worker; 0: off")
-    p.add_argument("--keep", action="store_true", help="keep the run's directory (printed)")
+    p.add_argument(
+        "--keep", action="store_true", help="keep the run's directory and database (printed)"
+    )
     args = p.parse_args(argv)
     if args.terminates is None:
         args.terminates = 4 if args.backend == "postgres" else 0
@@ -1296,7 +1490,11 @@ def main(argv: list[str]) -> int:
         try:
             result = run(args, backend, workdir)
         finally:
-            backend.teardown()
+            if args.keep and isinstance(backend, PostgresBackend) and backend.created:
+                # Kept for the post-mortem, as the directory is; drop it by hand.
+                sys.stderr.write(f"kept: database {backend.dbname} (DROP DATABASE when done)\n")
+            else:
+                backend.teardown()
             if args.keep:
                 keep = f"{workdir}.kept"
                 os.rename(workdir, keep)
@@ -1312,7 +1510,8 @@ def main(argv: list[str]) -> int:
         r = result
         print(
             f"\nFAILED: lost={r['lost']} double_enqueued={r['double_enqueued']} "
-            f"stuck={r['stuck']} caps={r['cap_exceeded']} schedule={r.get('schedule')}"
+            f"stuck={r['stuck']} caps={r['cap_exceeded']} exited={r['worker_exits']} "
+            f"schedule={r.get('schedule')} workflows={r.get('workflows')}"
         )
     return 0 if result["ok"] else 1
 

@@ -56,13 +56,14 @@ def test_a_bench_script_runs_and_reports(args: list[str], tmp_path: Path) -> Non
 
 
 # A tiny chaos run (docs/reliability.md): two workers, one kill -9, one SIGSTOP past
-# `worker_timeout`. It asserts only what holds today: nothing lost, nothing stuck
-# `running`, no cap exceeded. No lock holder: a transient write failure still strands a
-# live worker's rows (DESIGN §8.1, being fixed in the engine), and duplicates are
-# at-least-once delivery after a kill or a stop, so they are not asserted either.
+# `worker_timeout`, a schedule and ten workflows. Its verdict (exit status 0): nothing
+# lost, nothing stuck `running`, no cap exceeded, no worker exited by itself, the
+# schedule's grid whole and every workflow done in order. No lock holder: its hold must
+# stay under `worker_timeout`, which is short here. Duplicates are at-least-once
+# delivery after a kill or a stop, so they are not asserted.
 CHAOS_SMOKE = [
     "chaos.py", "--backend", "sqlite", "--seed", "3", "--workers", "2", "--jobs", "60",
-    "--duration", "5", "--kills", "1", "--stops", "1", "--locks", "0",
+    "--duration", "5", "--kills", "1", "--stops", "1", "--locks", "0", "--workflows", "10",
     "--worker-timeout", "1.5", "--heartbeat", "0.2", "--leader-ttl", "1.5",
     "--startup-delay", "0.5", "--drain-timeout", "8", "--recheck", "0",
 ]  # fmt: skip
@@ -83,6 +84,9 @@ def test_a_tiny_chaos_run_loses_nothing_and_keeps_the_caps(tmp_path: Path) -> No
     assert (r["lost"], r["missing"], r["stuck"]) == (0, 0, 0), r
     assert r["completed"] == 60, r
     assert r["cap_exceeded"] == [], r
+    assert r["worker_exits"] == [], r
+    assert r["schedule"]["ok"] and r["schedule"]["fires"] > 0, r["schedule"]
+    assert r["workflows"]["ok"] and r["workflows"]["written"] == 10, r["workflows"]
     assert r["wall_seconds"] < 20, r["wall_seconds"]
 
 
