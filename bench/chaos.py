@@ -640,17 +640,23 @@ class Harness:
 
     # -- reading the table --
 
-    def rows(self) -> list[tuple[str, str, str, int, str | None, int]]:
-        """(id, status, queue, attempt, worker_id, n) for every chaos job."""
+    def read(self, sql: str) -> list[tuple[Any, ...]]:
+        """One of the verdict's reads, on a connection of its own (30 s on PostgreSQL,
+        where the sampler's are held to 500 ms)."""
         conn = self.backend.connect()
         try:
             if self.backend.name == "postgres":
                 conn.execute("SET statement_timeout = '30s'")
-            sql = "SELECT id, status, queue, attempt, worker_id, payload FROM "
-            sql += f"{self.backend.jobs_table} WHERE type NOT IN {OTHER_TYPES}"
-            raw = self.backend.query(conn, sql)
+            return self.backend.query(conn, sql)
         finally:
             conn.close()
+
+    def rows(self) -> list[tuple[str, str, str, int, str | None, int]]:
+        """(id, status, queue, attempt, worker_id, n) for every chaos job."""
+        raw = self.read(
+            "SELECT id, status, queue, attempt, worker_id, payload FROM "
+            f"{self.backend.jobs_table} WHERE type NOT IN {OTHER_TYPES}"
+        )
         out: list[tuple[str, str, str, int, str | None, int]] = []
         for job_id, status, queue, attempt, worker_id, payload in raw:
             data = json.loads(payload) if isinstance(payload, str) else payload
@@ -659,15 +665,10 @@ class Harness:
 
     def steps(self) -> list[tuple[str, str, int, str | None]]:
         """(id, status, n, workflow id) of every workflow step (`--workflows`)."""
-        conn = self.backend.connect()
-        try:
-            if self.backend.name == "postgres":
-                conn.execute("SET statement_timeout = '30s'")
-            sql = f"SELECT id, status, payload, workflow_id FROM {self.backend.jobs_table} "
-            sql += f"WHERE type = '{STEP.name}'"
-            raw = self.backend.query(conn, sql)
-        finally:
-            conn.close()
+        raw = self.read(
+            f"SELECT id, status, payload, workflow_id FROM {self.backend.jobs_table} "
+            f"WHERE type = '{STEP.name}'"
+        )
         out = []
         for job_id, status, payload, wf in raw:
             data = json.loads(payload) if isinstance(payload, str) else payload
@@ -676,15 +677,8 @@ class Harness:
 
     def fires(self) -> list[str]:
         """The idempotency key of every job the schedule wrote (`--schedule-every`)."""
-        conn = self.backend.connect()
-        try:
-            if self.backend.name == "postgres":
-                conn.execute("SET statement_timeout = '30s'")
-            sql = f"SELECT idempotency_key FROM {self.backend.jobs_table} "
-            sql += f"WHERE type = '{TICK.name}'"
-            return [str(k) for (k,) in self.backend.query(conn, sql)]
-        finally:
-            conn.close()
+        sql = f"SELECT idempotency_key FROM {self.backend.jobs_table} WHERE type = '{TICK.name}'"
+        return [str(k) for (k,) in self.read(sql)]
 
     def worker_pids(self) -> dict[str, int]:
         conn = self.backend.connect()
@@ -722,7 +716,8 @@ class Harness:
         # More rows than jobs (a job enqueued twice) is for the verdict to report; the
         # drain is over once every job's row is terminal.
         left = int(open_ or 0) + max(total - int(count), 0)
-        return left + int(steps_open or 0) + max(5 * self.args.workflows - int(step_count), 0)
+        steps_left = int(steps_open or 0) + max(5 * int(self.args.workflows) - int(step_count), 0)
+        return left + steps_left
 
     def produce_workflows(self, count: int, until: float, rng: random.Random) -> None:
         """Enqueue `count` diamond workflows evenly until `until` (monotonic s). After a
@@ -1192,8 +1187,8 @@ def schedule_check(h: Harness, keys: list[str], read_at_ms: int) -> dict[str, An
         missing.extend(range(a + period, b, period))
     # The newest fire, read with the workers alive, lies within a period of the read,
     # give or take a lock hold and its retries and a leadership handed over.
-    a = h.args
-    slack = period + int((a.lock_seconds + 5.0 + a.leader_ttl + a.worker_timeout) * 1000)
+    args = h.args
+    slack = period + int((args.lock_seconds + 5.0 + args.leader_ttl + args.worker_timeout) * 1000)
     stalled = not points or points[-1] < read_at_ms - slack
     t0_ms = (h.t0 + h.wall_minus_mono) * 1000
     return {
@@ -1366,13 +1361,7 @@ def ledger_check(
     h: Harness, rows: list[tuple[str, str, str, int, str | None, int]], executions: list[Any]
 ) -> dict[str, Any]:
     """The ledger against the table: one row per completed job, none for another."""
-    conn = h.backend.connect()
-    try:
-        if h.backend.name == "postgres":
-            conn.execute("SET statement_timeout = '30s'")
-        entries = h.backend.query(conn, "SELECT job_id, n FROM ledger")
-    finally:
-        conn.close()
+    entries = h.read("SELECT job_id, n FROM ledger")
     per_job = Counter(str(job_id) for job_id, _ in entries)
     completed = {r[0] for r in rows if r[1] == "completed"}
     if h.args.workflows:  # their steps complete through the ledger too

@@ -70,8 +70,11 @@ def _fire(
     job: NewJob | None,
     *,
     now: int = 12,
+    missed: list[NewJob] | None = None,
+    missed_from: int | None = None,
 ) -> list[JobRow] | None:
-    """A natural fire of `sid` at `at`, moving `next_run` to `following`."""
+    """A natural fire of `sid` at `at`, moving `next_run` to `following` (with `missed`,
+    the make-ups of the points it skipped, computed from `next_run == missed_from`)."""
     return store.fire_schedule(
         sid,
         job,
@@ -80,6 +83,8 @@ def _fire(
         next_run=following,
         catch_up_next=None,
         now_ms=now,
+        missed=missed or (),
+        missed_from=missed_from,
     )
 
 
@@ -223,17 +228,7 @@ def test_a_fire_writes_the_points_it_skipped_only_from_the_next_run_they_came_fr
     store.set_schedule_next_run("s", 1_000, 11)
     skipped = [new_job(schedule="s"), new_job(schedule="s")]
     job = new_job(schedule="s")
-    rows = store.fire_schedule(
-        "s",
-        job,
-        expected_next=3_000,
-        last_run=3_000,
-        next_run=4_000,
-        catch_up_next=None,
-        now_ms=12,
-        missed=skipped,
-        missed_from=1_000,
-    )
+    rows = _fire(store, "s", 3_000, 4_000, job, missed=skipped, missed_from=1_000)
     assert rows is not None
     assert [r[L.C_ID] for r in rows] == [skipped[0].id, skipped[1].id, job.id]
     assert _calendar(store, "s") == (4_000, 3_000, 1)
@@ -241,17 +236,7 @@ def test_a_fire_writes_the_points_it_skipped_only_from_the_next_run_they_came_fr
     store.set_schedule_next_run("s", 5_000, 13)
     stale = [new_job(schedule="s")]
     later = new_job(schedule="s")
-    rows = store.fire_schedule(
-        "s",
-        later,
-        expected_next=6_000,
-        last_run=6_000,
-        next_run=7_000,
-        catch_up_next=None,
-        now_ms=14,
-        missed=stale,
-        missed_from=4_000,
-    )
+    rows = _fire(store, "s", 6_000, 7_000, later, now=14, missed=stale, missed_from=4_000)
     assert rows is not None
     assert [r[L.C_ID] for r in rows] == [later.id]
     assert store.get(stale[0].id) is None
@@ -259,20 +244,8 @@ def test_a_fire_writes_the_points_it_skipped_only_from_the_next_run_they_came_fr
     # The compare-and-set itself still decides: a fire of a time already passed writes
     # neither its job nor its make-ups.
     lost = [new_job(schedule="s")]
-    assert (
-        store.fire_schedule(
-            "s",
-            new_job(schedule="s"),
-            expected_next=6_500,
-            last_run=6_500,
-            next_run=7_000,
-            catch_up_next=None,
-            now_ms=15,
-            missed=lost,
-            missed_from=7_000,
-        )
-        is None
-    )
+    late = new_job(schedule="s")
+    assert _fire(store, "s", 6_500, 7_000, late, now=15, missed=lost, missed_from=7_000) is None
     assert store.get(lost[0].id) is None
 
 
