@@ -544,18 +544,15 @@ class JobSchedules(ScheduleHooks):
         (A PostgreSQL chaos run, seed 3, lost one point right after a takeover; its
         database was not kept, and this is the path found that loses a point so.)"""
         first = row.next_run
-        trigger = snap.trigger
         if (
-            not isinstance(snap.catch_up, AllMissed)
+            not _makes_up_skipped(snap)
             or first is None
             or nxt_ms is None
             or first >= nxt_ms
             or first > self.now_ms()
-            or isinstance(trigger, Once)
-            or (isinstance(trigger, Cron) and trigger.limit is not None)
         ):
             return False
-        on_grid = next_after(trigger, from_ms(first - 1), anchor=snap.created_at)
+        on_grid = next_after(snap.trigger, from_ms(first - 1), anchor=snap.created_at)
         return on_grid is not None and to_ms(on_grid) == first
 
     def _set_next_run(self, sid: str, next_ms: int | None) -> None:
@@ -637,7 +634,7 @@ class JobSchedules(ScheduleHooks):
             horizon[0] = next_ms
             if limit is not None and int(row.fire_count) + 1 >= limit:
                 next_ms = None
-            elif isinstance(snap.catch_up, AllMissed) and limit is None and next_ms is not None:
+            elif next_ms is not None and _makes_up_skipped(snap):
                 # The timer's next callback comes after every point that passed while
                 # this one ran late (a write that waited, a loop held up), and those
                 # points would never be written. The row names the first of them, so
@@ -671,16 +668,14 @@ class JobSchedules(ScheduleHooks):
         its retries, a fire `protect` skipped while the previous callback still ran).
         They are written with this fire, under their natural keys, if `next_run` is still
         the value they were computed from (`Store.fire_schedule`'s `missed_from`); the
-        newest `max` of them. Not for a limited cron: the timer counted each skipped
-        callback toward the limit, so a make-up job would be one past it."""
+        newest `max` of them. Not for a limited cron (`_makes_up_skipped`)."""
         policy = snap.catch_up
         first = row.next_run
-        if not isinstance(policy, AllMissed) or first is None or first >= due:
+        if not isinstance(policy, AllMissed) or not _makes_up_skipped(snap):
             return []
-        trigger = snap.trigger
-        if isinstance(trigger, Cron) and trigger.limit is not None:
+        if first is None or first >= due:
             return []
-        return _missed_fires(trigger, first, from_ms(due - 1), 0, policy.max, snap)
+        return _missed_fires(snap.trigger, first, from_ms(due - 1), 0, policy.max, snap)
 
     def _enqueue_fire(
         self,
@@ -979,7 +974,7 @@ class JobSchedules(ScheduleHooks):
                 return
             fresh = self.get_row(row.id)
             if fresh is None or not fresh.enabled or fresh.next_run == row.next_run:
-                return  # gone or disabled meanwhile
+                return  # gone, disabled, or not moved: nothing to catch up from
             row = fresh
         log.warning("schedule %s: catch-up kept losing its compare-and-set; left", row.id)
 
@@ -1211,6 +1206,17 @@ def _missed_fires(
     return [to_ms(f) for f in fires]
 
 
+def _makes_up_skipped(snap: ScheduleSnapshot) -> bool:
+    """Whether points of this schedule's calendar that went by unwritten while a leader
+    ran are made up (`_skipped`, `_overdue_point`): under `AllMissed`, for an interval
+    or an unlimited cron. Not a one-shot (it has no points to skip), nor a limited cron,
+    whose timer counted each skipped callback toward the limit."""
+    trigger = snap.trigger
+    if not isinstance(snap.catch_up, AllMissed) or isinstance(trigger, Once):
+        return False
+    return not (isinstance(trigger, Cron) and trigger.limit is not None)
+
+
 def _holds(rows: Sequence[JobRow], jobs: Sequence[NewJob]) -> bool:
     """Whether `rows` begin with the rows of `jobs` (by their keys): the make-ups of a
     fire were written, not left out because `next_run` had moved."""
@@ -1229,9 +1235,9 @@ def _logged(sid: str, fire_ms: int, policy: str, verdict: OverlapDecision) -> Ov
     return verdict
 
 
-# A natural fire whose write failed is tried again after these delays, doubling (`_fire`).
 # Catch-ups of one schedule in a row whose compare-and-set lost to a moving `next_run`.
 CATCH_UP_TRIES = 5
+# A natural fire whose write failed is tried again after these delays, doubling (`_fire`).
 FIRE_RETRY_FIRST = 0.1
 FIRE_RETRY_MAX = 5.0
 
