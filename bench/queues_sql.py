@@ -18,6 +18,9 @@ off; with them, what was left since the last one). The wrapper's own cost is in
 
 `--no-checkpoints` keeps the background checkpoint from running (the WAL then grows for
 the whole drain), to tell what copying pages back costs the writer's loop beside it.
+With it, `frames_per_commit` maps every frame the drain wrote to the b-tree that holds
+its page (SQLite's `dbstat` on the file after the drain; a page freed since is
+"unmapped"): where a commit's pages are (docs/benchmarks.md, twenty-sixth round).
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ import argparse
 import asyncio
 import os
 import re
+import shutil
 import sqlite3
+import struct
 import sys
 import time
 from collections import Counter
@@ -79,7 +84,26 @@ class StatementClock:
         self.runs.clear()
 
 
-def measure(queues: int, n: int, clock: StatementClock) -> dict[str, Any]:
+def frames_by_btree(wal_copy: str, db: str) -> tuple[int, Counter[str]]:
+    """The commits in a WAL file and its frames per b-tree of `db` (by page number)."""
+    with sqlite3.connect(db) as conn:
+        names = {int(p): str(name) for p, name in conn.execute("SELECT pageno, name FROM dbstat")}
+    conn.close()
+    with open(wal_copy, "rb") as f:
+        data = f.read()
+    page = struct.unpack(">I", data[8:12])[0]
+    frames: Counter[str] = Counter()
+    commits = 0
+    at = 32  # the WAL header; then frames of a 24-byte header and a page
+    while at + 24 <= len(data):
+        pgno, size_after = struct.unpack(">II", data[at : at + 8])
+        frames[names.get(pgno, "unmapped")] += 1
+        commits += size_after != 0  # a commit's last frame records the file's size
+        at += 24 + page
+    return commits, frames
+
+
+def measure(queues: int, n: int, clock: StatementClock, by_btree: bool) -> dict[str, Any]:
     with fresh_dir() as d:
         path = os.path.join(d, "jobs.db")
         many_queues.prefill(path, n, queues)
@@ -90,14 +114,20 @@ def measure(queues: int, n: int, clock: StatementClock) -> dict[str, Any]:
         clock.reset()
         clock.on = True
         began = time.perf_counter()
+        wal_copy = os.path.join(d, "drain.wal")
+
+        def at_end() -> int:
+            # The WAL once the last job ran, before `stop` checkpoints the file.
+            if by_btree:
+                shutil.copyfile(path + "-wal", wal_copy)
+            return os.path.getsize(path + "-wal")
+
         try:
-            # The WAL's size once the last job ran, before `stop` checkpoints the file.
-            wal = asyncio.run(
-                callgrind_queues.drain(path, queues, n, lambda: os.path.getsize(path + "-wal"))
-            )
+            wal = asyncio.run(callgrind_queues.drain(path, queues, n, at_end))
         finally:
             clock.on = False
         wall = time.perf_counter() - began
+        commits, frames = frames_by_btree(wal_copy, path) if by_btree else (0, Counter())
     assert wal is not None
     per_job = {k: round(s / n * 1e6, 2) for k, s in clock.seconds.most_common()}
     return {
@@ -110,6 +140,8 @@ def measure(queues: int, n: int, clock: StatementClock) -> dict[str, Any]:
         "wal_frames_per_job": round(max(wal - 32, 0) / (24 + page) / n, 3),
         "statements": per_job,
         "runs_per_job": {k: round(c / n, 4) for k, c in clock.runs.items()},
+        "commits": commits,
+        "frames_per_commit": {k: round(c / max(commits, 1), 1) for k, c in frames.most_common()},
     }
 
 
@@ -126,7 +158,7 @@ def main() -> None:
     clock.install()
     results = []
     for queues in (int(x) for x in args.queues.split(",")):
-        r = measure(queues, args.n, clock)
+        r = measure(queues, args.n, clock, args.no_checkpoints)
         results.append(r)
         emit("queues_sql", "jobledger", "NORMAL", checkpoints=not args.no_checkpoints, **r)
     kinds = sorted(
@@ -140,6 +172,17 @@ def main() -> None:
     for k in kinds[:12]:
         cells = " | ".join(str(r["statements"].get(k, 0.0)) for r in results)
         print(f"| `{k}` | {cells} |")
+    trees = sorted(
+        {k for r in results for k in r["frames_per_commit"]},
+        key=lambda k: -max(r["frames_per_commit"].get(k, 0.0) for r in results),
+    )
+    if trees:
+        heads = " | ".join(f"{r['queues']:,} q" for r in results)
+        print(f"\n| WAL frames per commit | {heads} |")
+        print("|---|" + "---:|" * len(results))
+        for k in trees:
+            cells = " | ".join(str(r["frames_per_commit"].get(k, 0.0)) for r in results)
+            print(f"| `{k}` | {cells} |")
 
 
 if __name__ == "__main__":
