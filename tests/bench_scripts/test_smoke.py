@@ -141,7 +141,7 @@ def test_the_callgrind_queues_script_runs_outside_callgrind() -> None:
 def test_queues_sql_times_the_statements_of_every_case(tmp_path: Path) -> None:
     """One JSON line per queue count: the drain's claims, finalizes and commits were
     timed, the writer's SQL is part of the drain's time, not more, and with checkpoints
-    held off the WAL kept every frame the drain wrote."""
+    held off the WAL kept every frame the drain wrote, mapped to its b-tree."""
     done = run_bench(tmp_path, "queues_sql.py", "--queues", "1,20", "-n", "300", "--no-checkpoints")
     cases = [
         json.loads(line)
@@ -155,7 +155,11 @@ def test_queues_sql_times_the_statements_of_every_case(tmp_path: Path) -> None:
         assert any(k.startswith("WITH o (key, id") for k in kinds)  # the batched finalize
         assert 0 < c["sql_us"] <= c["wall_us"]
         assert c["wal_frames_per_job"] > 0
+        # Every frame mapped to a b-tree: the job table's pages among them, each commit.
+        assert c["commits"] > 0
+        assert c["frames_per_commit"]["jobs"] >= 1
     assert "| statement |" in done.stdout
+    assert "| WAL frames per commit |" in done.stdout
 
 
 def test_handles_reports_the_collectors_work_per_case(tmp_path: Path) -> None:
