@@ -27,7 +27,9 @@ What it does (see docs/reliability.md):
   (SQLite: another process holding `BEGIN IMMEDIATE`; PostgreSQL: a session holding
   `LOCK TABLE <schema>.jobs IN ACCESS EXCLUSIVE MODE`) for `--lock-seconds`; and on
   PostgreSQL `--terminates` rounds of `pg_terminate_backend` on every jobledger connection
-  to the run's own database (the workers' and the producer's; never the server itself).
+  to the run's own database (the workers' and the producer's; never the server itself);
+  and `--deploys` (default 0) a deploy's stop: SIGTERM, the worker's clean shutdown
+  (exit status 0, or the run fails), then a replacement.
 * A schedule (`--schedule-every`, default 0.5 s; 0: none): an `Interval` of type
   `chaos.tick` under `AllMissed`, created before the workers start, whose leader moves
   with the kills and stops. Its jobs share the global cap and are left out of the job
@@ -361,6 +363,7 @@ def schedule(args: argparse.Namespace, rng: random.Random) -> list[Fault]:
         ("stop", args.stops),
         ("lock", args.locks),
         ("terminate", args.terminates),
+        ("deploy", args.deploys),  # last: the other kinds' draws stay as they were
     ):
         for _ in range(count):
             seconds = 0.0
@@ -392,6 +395,7 @@ class Worker:
     started_ns: int
     log: str
     stopped_until: float | None = None  # monotonic s of the scheduled SIGCONT
+    deployed: bool = False  # sent SIGTERM (`--deploys`): a clean stop, then a replacement
 
     @property
     def pid(self) -> int:
@@ -548,13 +552,22 @@ class Harness:
         return [w for w in self.slots if w is not None and w.proc.poll() is None]
 
     def check_exits(self) -> None:
-        """A worker that died by itself is a finding; its slot is refilled like a kill's."""
+        """A worker that died by itself is a finding; its slot is refilled like a kill's.
+        A deployed one (SIGTERM) must have stopped cleanly: exit status 0."""
         for w in list(self.slots):
             if w is not None and w.proc.poll() is not None:
                 self.exited[w.pid] = time.monotonic_ns()
-                self.event("exited", [w.pid, w.proc.returncode])
+                kind = "deployed" if w.deployed else "exited"
+                self.event(kind, [w.pid, w.proc.returncode])
                 self.slots[w.slot] = None
                 self.restart_at[w.slot] = time.monotonic() + self.args.restart_delay
+
+    def deploy(self, w: Worker) -> None:
+        """A deploy's stop: SIGTERM, the worker's clean shutdown (`shutdown_grace`), and a
+        replacement once it has exited (`check_exits`)."""
+        self.signal_group(w, signal.SIGTERM)
+        w.deployed = True
+        self.event("deploy", w.pid)
 
     def apply(self, fault: Fault) -> None:
         if fault.kind == "lock":
@@ -567,13 +580,15 @@ class Harness:
             # The scheduled slot, or the next one that can take the fault; at least one
             # worker is always left running (neither frozen nor dead).
             order = [(fault.slot + i) % len(self.slots) for i in range(len(self.slots))]
-            running = [w for w in self.alive() if w.stopped_until is None]
+            running = [w for w in self.alive() if w.stopped_until is None and not w.deployed]
             victim = next((self.slots[i] for i in order if self.slots[i] in running), None)
             if victim is None or len(running) < 2:
                 self.skipped_faults[fault.kind] += 1
                 return
             if fault.kind == "kill":
                 self.kill(victim)
+            elif fault.kind == "deploy":
+                self.deploy(victim)
             else:
                 self.stop(victim, fault.seconds)
         self.done_faults[fault.kind] += 1
@@ -1279,6 +1294,9 @@ def verdict(
         "jobs": args.jobs,
         "enqueued": h.enqueued,
         "kills": h.done_faults["kill"],
+        "deploys": h.done_faults["deploy"],
+        # A deployed worker's exit status: 0 is a clean stop.
+        "deploy_exits": [e[2] for e in h.events if e[1] == "deployed"],
         "stops": h.done_faults["stop"],
         "lock_holds": h.done_faults["lock"],
         "terminates": h.done_faults["terminate"],
@@ -1350,6 +1368,7 @@ def verdict(
         "ok": lost == 0
         and double == 0
         and not any(e[1] == "exited" for e in h.events)
+        and all(e[2][1] == 0 for e in h.events if e[1] == "deployed")
         and not stuck_rows
         and not exceeded
         and (ledger is None or (not ledger["duplicates"] and not ledger["mismatch"])),
@@ -1424,6 +1443,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--stops", type=int, default=6)
     p.add_argument("--locks", type=int, default=8)
     p.add_argument("--terminates", type=int, default=None, help="PostgreSQL; default 4")
+    p.add_argument("--deploys", type=int, default=0, help="SIGTERM, clean stop, replacement")
     p.add_argument("--lock-seconds", type=float, default=3.0)
     p.add_argument("--restart-delay", type=float, default=0.5)
     p.add_argument("--worker-timeout", type=float, default=5.0)
