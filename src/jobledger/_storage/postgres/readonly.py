@@ -31,11 +31,11 @@ from jobledger._storage.postgres.migrate import SCHEMA_VERSION, schema_version
 from jobledger._storage.postgres.queries import Queries, check_schema_name
 from jobledger._storage.postgres.store import (
     _NO_JIT,
-    READER_LOCK_TIMEOUT,
     Conn,
     PostgresStore,
     _storage_error,
     rate_sql,
+    reader_lock_timeout,
 )
 from jobledger._storage.records import AttemptRow
 from jobledger.errors import SchemaError
@@ -55,8 +55,7 @@ _JOB_COLUMNS = (
 
 
 def _read_only_session(conn: Conn) -> None:
-    ms = int(READER_LOCK_TIMEOUT * 1000)
-    conn.execute(_READ_ONLY + ", set_config('lock_timeout', %s, false)", (f"{ms}ms",))
+    conn.execute(_READ_ONLY + ", set_config('lock_timeout', %s, false)", (reader_lock_timeout(),))
 
 
 class ReadOnlyPostgresStore(PostgresStore):

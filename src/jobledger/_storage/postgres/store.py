@@ -292,8 +292,10 @@ class PostgresStore(ScheduleOps, WorkerOps):
 
     def _configure_reader(self, conn: Conn) -> None:
         """A new reader connection's session setup (the read-only store's refuses writes)."""
-        ms = int(READER_LOCK_TIMEOUT * 1000)
-        conn.execute("SELECT set_config('lock_timeout', %s, false), " + _NO_JIT, (f"{ms}ms",))
+        conn.execute(
+            "SELECT set_config('lock_timeout', %s, false), " + _NO_JIT,
+            (reader_lock_timeout(),),
+        )
 
     def _readers(self) -> ConnectionPool[Conn]:
         pool = self._pool
@@ -1943,6 +1945,11 @@ def _tx_status(conn: Conn) -> TransactionStatus | None:
         return conn.info.transaction_status
     except Exception:
         return None
+
+
+def reader_lock_timeout() -> str:
+    """`READER_LOCK_TIMEOUT` as a `lock_timeout` setting, read when a reader is set up."""
+    return f"{int(READER_LOCK_TIMEOUT * 1000)}ms"
 
 
 def _storage_error(
