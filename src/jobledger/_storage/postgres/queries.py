@@ -132,6 +132,8 @@ class Queries:
         "AND NOT EXISTS (SELECT 1 FROM {s}.jobs e WHERE e.idempotency_key = %(key)s::text "
         f"AND e.status IN {_TERMINAL} AND e.finished_at >= %(since)s::bigint) ",
     )
+    # Takes back a row this transaction just inserted (`_unique_for`).
+    DELETE_INSERTED = "DELETE FROM {s}.jobs WHERE id = %s"
     # `debounce`: the newest waiting job stored under the key or a successor of it (below
     # %(end)s, `interface.SUCCESSOR_END` after the key; a range of jobs_idempotency_key_uq
     # under the "C" collation) takes the entry's payload, status and time. Locked first:

@@ -701,6 +701,14 @@ class PostgresStore(ScheduleOps, WorkerOps):
             row = conn.execute(q.ENQUEUE_UNLESS_ENDED, params).fetchone()
             if row is not None:
                 if row[0]:
+                    # The statement's snapshot may show the key's job running, and its
+                    # ON CONFLICT arbiter (the live rows as of the insert) no longer:
+                    # a job that ended in between is in neither. A fresh snapshot shows
+                    # it; the insert is then taken back, and that job is the answer.
+                    hit = conn.execute(q.FIND_ENDED_BY_KEY, (job.idempotency_key, since)).fetchone()
+                    if hit is not None:
+                        conn.execute(q.DELETE_INSERTED, (job.id,))
+                        return tuple(hit)
                     self._register_queues(conn, [job])
                 return tuple(row[1:])
             ended = conn.execute(q.FIND_ENDED_BY_KEY, (job.idempotency_key, since)).fetchone()
