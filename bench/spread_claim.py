@@ -59,6 +59,7 @@ def main() -> None:
     p.add_argument("--queues", type=int, default=1000)
     p.add_argument("-n", type=int, default=20_000)
     p.add_argument("--take", type=int, default=50, help="rows one claim takes")
+    p.add_argument("--turn", type=int, default=1, help="rows a queue takes per turn")
     p.add_argument("--reps", type=int, default=200)
     p.add_argument("--arrival", choices=("grouped", "interleaved"), default="grouped")
     p.add_argument("--running", type=int, default=50, help="SQLite `counts`: rows running")
@@ -118,15 +119,17 @@ def sqlite_case(path: str, args: argparse.Namespace) -> dict[str, dict[str, Any]
     now = int(time.time() * 1000) + 1
     names = [f"kb.{i}" for i in range(args.queues)]
     asked = [(name, FREE) for name in names[: args.take + SLACK]]
-    request = SpreadRequest(tuple(asked), 10**6, args.take, "bench", (NOOP.name,), (), False)
+    request = SpreadRequest(
+        tuple(asked), 10**6, args.take, "bench", (NOOP.name,), (), False, turn=args.turn
+    )
 
     def heads() -> int:
         return len(_spread_rows(conn, request, asked, args.take, now))
 
-    windowed_sql = q.spread_claim_sql(len(asked), 1)
+    windowed_sql = q.spread_claim_sql(len(asked), 1, 0, args.turn)
     windowed_params: list[Any] = ["bench", now, NOOP.name, args.take]
     for name, free in asked:
-        windowed_params += (name, free)
+        windowed_params += (name, free, 0)
 
     def windowed() -> int:
         return len(conn.execute(windowed_sql, windowed_params).fetchall())
@@ -187,13 +190,15 @@ def cycle(
     at = 0
     for _ in range(min(args.reps, args.n // args.take - 1)):
         turn = (names[at:] + names[:at])[:width] if len(names) > 1 else names
-        at = (at + args.take) % len(names)
         asked = [(name, FREE if len(names) > 1 else args.take) for name in turn]
-        request = SpreadRequest(tuple(asked), 10**6, args.take, "bench", (NOOP.name,), (), False)
+        request = SpreadRequest(
+            tuple(asked), 10**6, args.take, "bench", (NOOP.name,), (), False, turn=args.turn
+        )
         started = time.perf_counter()
         conn.execute("BEGIN IMMEDIATE")
         rows = _spread_rows(conn, request, asked, args.take, now)
         conn.execute("COMMIT")
+        at = (at + len({r[3] for r in rows})) % len(names)  # the queues served go last
         claimed = time.perf_counter()
         conn.execute("BEGIN IMMEDIATE")
         conn.executemany(finish, [(now + 5, now + 5, r[0]) for r in rows])
@@ -230,6 +235,7 @@ def postgres_case(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
             "gcap": 10**6,
             "limit": args.take,
             "worker": "bench",
+            "turn": args.turn,
         }
         times: list[float] = []
         wal: list[int] = []
@@ -303,10 +309,12 @@ def pg_cycle(schema: str, args: argparse.Namespace, queues: int) -> dict[str, An
                                      types=(NOOP.name,))  # fmt: skip
             else:
                 turn = (names[at:] + names[:at])[: args.take + SLACK]
-                at = (at + args.take) % queues
                 asked = tuple((name, FREE) for name in turn)
-                request = SpreadRequest(asked, 10**6, args.take, "bench", (NOOP.name,))
+                request = SpreadRequest(
+                    asked, 10**6, args.take, "bench", (NOOP.name,), turn=args.turn
+                )
                 result = store.claim_spread(request, now)
+                at = (at + len({j.queue for j in result.jobs})) % queues
             claimed = time.perf_counter()
             store.finalize(
                 [Outcome(j.id, "bench", j.attempt, "completed", want_row=False)

@@ -21,8 +21,11 @@ def spread(
     worker: str = "w1",
     registered: bool = False,
     exclude: tuple[str, ...] = (),
+    turn: int = 1,
 ) -> ClaimResult:
-    request = SpreadRequest(tuple(queues), global_cap, limit, worker, ("t.a",), exclude, registered)
+    request = SpreadRequest(
+        tuple(queues), global_cap, limit, worker, ("t.a",), exclude, registered, turn=turn
+    )
     return store.claim_spread(request, 10_000)
 
 
@@ -122,6 +125,70 @@ def test_second_rows_follow_every_head_and_respect_each_cap(store: ConformantSto
     # The caps count the running rows: one slot left in each.
     more = spread(store, [("dry", 5), ("a", 3), ("b", 2), ("c", 3)], limit=10)
     assert Counter(j.queue for j in more.jobs) == {"a": 1, "b": 1, "c": 1}
+
+
+def test_a_turn_of_several_rows_serves_fewer_queues_in_turn_order(
+    store: ConformantStore,
+) -> None:
+    jobs = {q: [new_job(queue=q) for _ in range(3)] for q in ("d", "a", "c", "b")}
+    store.enqueue([j for js in jobs.values() for j in js])
+    got = spread(store, [("d", 5), ("a", 5), ("c", 5), ("b", 5)], limit=5, turn=2)
+    # d's turn (two rows), a's, then the first row of c's: b waits.
+    assert [j.queue for j in got.jobs] == ["d", "d", "a", "a", "c"]
+    assert {j.id for j in got.jobs} == {jobs["d"][0].id, jobs["d"][1].id} | {
+        jobs["a"][0].id,
+        jobs["a"][1].id,
+        jobs["c"][0].id,
+    }
+    assert got.free == {"d": 5, "a": 5, "c": 5, "b": 5}
+
+
+def test_a_turn_takes_the_queues_first_rows_by_claim_order(store: ConformantStore) -> None:
+    rows = [new_job(queue="a", priority=p) for p in (5, 1, 3)]
+    store.enqueue([*rows, new_job(queue="b")])
+    got = spread(store, [("a", 5), ("b", 5)], limit=3, turn=2)
+    assert [j.id for j in got.jobs] == [rows[1].id, rows[2].id, got.jobs[2].id]
+    assert got.jobs[2].queue == "b"
+
+
+def test_slots_a_short_turn_leaves_go_to_the_queues_after_it(store: ConformantStore) -> None:
+    """A queue with fewer rows than its turn (or a cap below it) leaves slots: the turns
+    after it take them, the one the slots had cut short first, then the next queues."""
+    store.enqueue(
+        [new_job(queue="one")]
+        + [new_job(queue=q) for q in ("capped", "b", "c", "d") for _ in range(3)]
+    )
+    order = [("dry", 5), ("one", 5), ("capped", 1), ("b", 5), ("c", 5), ("d", 5)]
+    got = spread(store, order, limit=6, turn=3)
+    # one gives its only row and capped its one slot; b takes its whole turn, c the last.
+    assert Counter(j.queue for j in got.jobs) == {"one": 1, "capped": 1, "b": 3, "c": 1}
+    store.enqueue([new_job(queue=q) for q in ("e", "e", "f", "f")])
+    got = spread(store, [("c", 5), ("e", 5), ("f", 5)], limit=4, turn=2)
+    assert [j.queue for j in got.jobs] == ["c", "c", "e", "e"]
+    # g has one row: the slot its turn leaves goes to h, whose turn the slots had cut
+    # short, not to i after it.
+    store.enqueue([new_job(queue="g")] + [new_job(queue=q) for q in ("h", "i") for _ in range(3)])
+    got = spread(store, [("g", 5), ("f", 5), ("h", 5), ("i", 5)], limit=5, turn=2)
+    assert [j.queue for j in got.jobs] == ["g", "f", "f", "h", "h"]
+
+
+def test_after_every_queue_had_its_turn_the_next_turns_go_in_order(
+    store: ConformantStore,
+) -> None:
+    store.enqueue([new_job(queue=q) for q in ("a", "b") for _ in range(6)])
+    got = spread(store, [("a", 5), ("b", 4)], limit=7, turn=2)
+    # a 2, b 2, then the second turns: a 2, b 1 of its two.
+    assert [j.queue for j in got.jobs] == ["a"] * 4 + ["b"] * 3
+    more = spread(store, [("b", 4), ("a", 5)], limit=10, turn=2)
+    # The caps count what the first claim took: a may take one more, b one.
+    assert Counter(j.queue for j in more.jobs) == {"a": 1, "b": 1}
+
+
+def test_a_turn_stops_at_the_global_cap(store: ConformantStore) -> None:
+    store.enqueue([new_job(queue=q) for q in ("a", "b", "c") for _ in range(4)])
+    got = spread(store, [("a", 5), ("b", 5), ("c", 5)], global_cap=5, turn=3)
+    assert [j.queue for j in got.jobs] == ["a", "a", "a", "b", "b"]
+    assert got.global_blocked
 
 
 def test_claimed_rows_are_running_under_the_worker(store: ConformantStore) -> None:

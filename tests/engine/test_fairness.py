@@ -9,9 +9,11 @@ first ("passing the turn").
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections import Counter
 
 import jobledger as jl
+from jobledger._runtime.engine import TURN_JOBS
 from tests.conftest import run, wait_until
 from tests.engine import ITEM, Item, make_manager
 
@@ -127,3 +129,38 @@ def test_a_worker_that_runs_nothing_takes_its_share_in_one_claim_across_queues(d
     run(main())
     # Queue by queue, the first ten starts were q00 and q01's five each.
     assert sorted(first) == [f"q{q:02d}" for q in range(10)], first
+
+
+def test_new_queues_each_start_once_before_a_queue_takes_turns_of_several(db: str) -> None:
+    """A queue's first turn is one job, so a burst of queues all start within the first
+    round of the cap's slots; once every queue has started, a turn is up to TURN_JOBS
+    jobs of one queue (fewer queues a claim, docs/design/lock-layers.md), and no queue
+    gets more than a turn ahead of the others while they have work."""
+    queues, per_queue = 12, 16
+    producer = make_manager(db)
+    for q in range(queues):
+        producer.enqueue_many(ITEM, [Item(n=q)] * per_queue, queue=f"q{q:02d}")
+    run(producer.stop())
+    jobs = make_manager(db, global_max_concurrency=8)
+    order: list[str] = []
+
+    @jobs.handler(ITEM, recovery="retry", concurrency=5)
+    async def work(ctx: jl.JobContext[Item]) -> None:
+        order.append(ctx.queue)
+        await asyncio.sleep(0)
+
+    async def main() -> None:
+        async with jobs:
+            total = queues * per_queue
+            await wait_until(lambda: jobs.count(status="completed") == total, what="the drain")
+
+    run(main())
+    assert sorted(order[:queues]) == [f"q{q:02d}" for q in range(queues)], order
+    # Later claims take several jobs of a queue in a row: its turn.
+    runs = [len(list(g)) for _, g in itertools.groupby(order[queues:])]
+    assert max(runs) > 1, order
+    seen: Counter[str] = Counter()
+    for name in order[: queues * per_queue // 2]:  # while every queue has work left
+        seen[name] += 1
+        counts = [seen[f"q{i:02d}"] for i in range(queues)]
+        assert max(counts) - min(counts) <= 2 * TURN_JOBS, order

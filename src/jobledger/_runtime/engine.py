@@ -41,7 +41,8 @@ ends (or, for the claim-ahead budget, starts) frees it.
 A finishing job kicks its queue. While the global cap (or this process's limit) binds,
 dispatch is instead one claim across queues (`Store.claim_spread`): the queues that may
 claim wait in least-recently-served order (`_turns`), a claim asks the head of that
-order, and its rows go one per queue before any queue gets a second (docs/design/
+order, and its rows go a turn per queue before any queue gets a second: one row while
+a queue asked waits for its first turn, else up to `TURN_JOBS` (docs/design/
 lock-layers.md, "Dispatch at scale"). So is a kick of every queue while this process
 runs nothing (`kick_all`: at start, when a pause is released, on another process's
 commit), so that processes started together do not take the cap five slots at a time
@@ -133,6 +134,13 @@ SPREAD_MAX = 128  # queues in one spread claim (the SQLite statement's bound)
 # Queues a spread claim asks beyond the slots it may take: some of those at the head of
 # the turns will have run dry or be full with another process's jobs.
 SPREAD_SLACK = 16
+# Rows a queue takes per turn of a spread claim once every queue asked has had its first
+# (`SpreadRequest.turn`). A queue's rows sit together in the table, so a turn of four
+# writes about one page of them where four turns of one write four: at 1,000 queues a
+# commit wrote ~100 pages of the table for 50 jobs (docs/benchmarks.md, twenty-sixth
+# and twenty-seventh rounds). A queue's first turn is one row, so a burst of new
+# queues all start within one round of the cap's slots.
+TURN_JOBS = 4
 
 
 class DispatchQueue:
@@ -226,8 +234,10 @@ class Engine:
         # slots left over, dispatch is one spread claim over `_turns`, not a claim per queue.
         self.global_blocked = False
         # Queues that may claim, least recently served first (insertion order; a served
-        # queue goes to the end). Only used while `global_blocked`.
-        self._turns: dict[str, None] = {}
+        # queue goes to the end), each with whether it waits for its first turn since it
+        # joined (True) or was served here before it rejoined. Only used while
+        # `global_blocked`.
+        self._turns: dict[str, bool] = {}
         self._spread_pending = False
         self.accepting = False  # claims allowed (started, recovery gate open, not stopping)
         self.paused = False
@@ -324,7 +334,7 @@ class Engine:
             turns = self._turns
             for name in self.queues:
                 if name not in turns:
-                    turns[name] = None
+                    turns[name] = True
             self._schedule_spread()
             return
         queues = self.queues
@@ -342,7 +352,7 @@ class Engine:
                 if qu.keyed or qu.turned_away:
                     self.kick(name)  # claimed alone; or its cap was full: confirm first
                 elif name not in turns:
-                    turns[name] = None
+                    turns[name] = True
             if turns:
                 self._schedule_spread()
             return
@@ -378,11 +388,11 @@ class Engine:
             own_free = min(own_free, self._workers_free(qu.proc))
         if own_free <= 0:
             self.global_blocked = True
-            self._turns.setdefault(qu.name)
+            self._turns.setdefault(qu.name, True)
             return
         if self.global_blocked and not qu.keyed:
             # Its turn comes in the spread claim, with the other queues waiting.
-            self._turns.setdefault(qu.name)
+            self._turns.setdefault(qu.name, True)
             self._schedule_spread()
             return
         if qu.turned_away and qu.running == 0 and self._hold_back(qu):
@@ -434,7 +444,7 @@ class Engine:
             self._arm_rate(qu, result.rate_wait)
         if result.global_blocked:
             self.global_blocked = True
-            self._turns.setdefault(qu.name)
+            self._turns.setdefault(qu.name, not result.jobs)
         qu.turned_away = result.queue_full and qu.running == 0
         # Claims older than this were made before a stall long enough to be judged dead.
         stale = (
@@ -472,7 +482,7 @@ class Engine:
         qu.rate_at = None
         qu.turned_away = False
         if self.global_blocked:
-            self._turns.setdefault(name)
+            self._turns.setdefault(name, True)
             self._schedule_spread()
         else:
             self.kick(name)
@@ -993,7 +1003,7 @@ class Engine:
             kicks.discard(refill[0].name)  # claimed already: kicked again only if it filled
         if self.global_blocked:
             for name in kicks:  # they rejoin the turns, behind the queues waiting
-                self._turns.setdefault(name)
+                self._turns.setdefault(name, False)
             self._schedule_spread()
         else:
             for name in kicks:
@@ -1150,7 +1160,7 @@ class Engine:
             return None
         mine = [a for _, a in batch if self.inflight.get(a.job_id) is a]
         limit = min(room, self._own_free(len(mine)), self.claim_batch)
-        request = self._spread_of(picked, limit, self._sync_free(mine))
+        request = self._spread_of(picked, limit, self._sync_free(mine), 1)
         return request if request.limit > 0 else None
 
     def _take_mixed(
@@ -1167,7 +1177,7 @@ class Engine:
             # The global cap binds after all (or the worker row is gone): the batch's
             # queues join the turns, and the claim is read as the spread refill it is.
             for name in kicks:
-                self._turns.setdefault(name)
+                self._turns.setdefault(name, False)
             self._take_spread(request, result)
             return
         asked = {name for name, _ in request.queues}
@@ -1257,7 +1267,8 @@ class Engine:
         want = min(limit + SPREAD_SLACK, SPREAD_MAX)
         picked: list[DispatchQueue] = []
         drop: list[str] = []
-        for name in self._turns:
+        first = False  # a queue asked waits for its first turn
+        for name, waiting in self._turns.items():
             qu = self.queues.get(name)
             if qu is None or qu.running - released.get(name, 0) >= qu.concurrency:
                 drop.append(name)  # full here: it comes back when one of its jobs ends
@@ -1271,19 +1282,24 @@ class Engine:
             if qu.sync and sync_free[qu.proc] <= 0:
                 continue  # waits for a pool thread (or child), keeping its place
             picked.append(qu)
+            first = first or waiting
             if len(picked) >= want:
                 break
         for name in drop:
             del self._turns[name]
         if not picked:
             return None
-        return self._spread_of(picked, limit, sync_free)
+        turn = 1 if first else TURN_JOBS
+        if turn > 1:
+            del picked[-(-limit // turn) + SPREAD_SLACK :]  # fewer queues fill the slots
+        return self._spread_of(picked, limit, sync_free, turn)
 
     def _spread_of(
-        self, picked: list[DispatchQueue], limit: int, sync_free: tuple[int, int]
+        self, picked: list[DispatchQueue], limit: int, sync_free: tuple[int, int], turn: int
     ) -> SpreadRequest:
-        """A claim of up to `limit` rows across `picked`, in that order; no more than the
-        free pool threads (or children) when a queue of plain handlers is among them."""
+        """A claim of up to `limit` rows across `picked`, in that order, `turn` rows a
+        queue per turn; no more than the free pool threads (or children) when a queue of
+        plain handlers is among them."""
         for proc in (False, True):
             if any(qu.sync and qu.proc is proc for qu in picked):
                 limit = min(limit, sync_free[proc])
@@ -1296,6 +1312,7 @@ class Engine:
             self.exclude_owners,
             True,
             tuple((qu.name, *qu.rate) for qu in picked if qu.rate is not None),
+            turn,
         )
 
     def _sync_free(self, mine: list[Attempt]) -> tuple[int, int]:
@@ -1320,7 +1337,7 @@ class Engine:
         at the end (they were served last)."""
         released = Counter(a.queue for _, a in batch)
         for name in released:
-            self._turns.setdefault(name)
+            self._turns.setdefault(name, False)
         if self._gate_closed() or self._unconfirmed:
             return None
         mine = [a for _, a in batch if self.inflight.get(a.job_id) is a]
@@ -1354,7 +1371,7 @@ class Engine:
                 continue  # not reached: keeps its place
             turns.pop(name, None)
             if 0 < got < room and cut:
-                turns[name] = None  # served, and may have more: to the end
+                turns[name] = False  # served, and may have more: to the end
             elif room <= 0 and (qu := self.queues.get(name)) is not None and qu.running == 0:
                 qu.turned_away = True  # its cap is held elsewhere, as `_take` notes
             # Otherwise full (back when one of its jobs ends, or with the next change

@@ -354,9 +354,12 @@ class SpreadRequest:
     """A claim across queues (`Store.claim_spread`): up to `limit` rows, at most each
     queue's cap less its running rows, and no more than the global cap leaves free.
 
-    `queues` are `(name, cap)` in the order they take turns: the rows go one per queue
-    in that order, then a second per queue, and so on, until `limit` or the global
-    cap's free slots are reached.
+    `queues` are `(name, cap)` in the order they take turns. A turn is up to `turn` rows
+    of one queue (its first by claim order, within its free slots): the queues take
+    their turns in that order, then a second turn each, and so on, until `limit` or the
+    global cap's free slots are reached. So with `turn` 1 the rows go one per queue
+    before any queue gets a second; a larger turn serves fewer queues per claim, whose
+    rows (written together) share more of the table's pages.
     """
 
     queues: tuple[tuple[str, int], ...]
@@ -368,6 +371,7 @@ class SpreadRequest:
     registered: bool = False
     # The handlers' rate limits of asked queues: (name, starts, period ms).
     rates: tuple[tuple[str, int, int], ...] = ()
+    turn: int = 1
 
 
 # "requeue": an attempt interrupted by shutdown goes back to `pending` with its attempt

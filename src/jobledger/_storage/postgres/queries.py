@@ -222,11 +222,13 @@ class Queries:
     # A claim across queues (`claim_spread`), in one statement after the advisory locks
     # (so its snapshot sees every committed claim, as CLAIM's). `cand` are the queues in
     # turn order with their caps; each gives at most its free slots (`free`) of its head
-    # rows, ranked within the queue (`rn`); the rows go by rank then turn, so one per
-    # queue before any gets a second, up to this worker's limit and the global cap's
-    # free slots (`allow`). One row per asked queue (its free slots and the total
-    # running count), joined with what it claimed. Each queue's head is locked first
-    # (`heads`), the rows after it (`rest`) only while the heads leave slots: with a
+    # rows, ranked within the queue (`rn`); the rows go a turn (`turn` ranks) per queue
+    # in turn order before any gets a second, up to this worker's limit and the global
+    # cap's free slots (`allow`). One row per asked queue (its free slots and the total
+    # running count), joined with what it claimed. Each queue's first turn is locked
+    # first (`heads`: in turn order, then claim order, so its LIMIT cuts where the turns
+    # do), the rows after it (`rest`, of the queues that took a whole turn) only while
+    # the heads leave slots: with a
     # LIMIT of its free slots each asked queue locked up to a cap's worth of rows, five
     # times what the claim took at 1,000 queues (`bench/spread_claim.py --backend
     # postgres`, 50 rows over 66 queues: 618 WAL records and 2.3 ms that way, 354 and
@@ -253,17 +255,20 @@ class Queries:
         "SELECT id FROM {s}.jobs WHERE status = 'pending' "
         "AND cancel_requested = 0 AND queue = f.queue AND scheduled_at <= %(now)s "
         "AND type = ANY(%(types)s) ORDER BY priority, scheduled_at, id "
-        "LIMIT least(1, greatest(0, least(f.free, (SELECT n FROM allow)))) "
+        "LIMIT least(%(turn)s, greatest(0, least(f.free, (SELECT n FROM allow)))) "
         "FOR UPDATE SKIP LOCKED) h LIMIT (SELECT n FROM allow)), "
-        "rest AS (SELECT p.id, h.ord, 1 + row_number() OVER (PARTITION BY h.ord "
-        "ORDER BY p.priority, p.scheduled_at, p.id) AS rn FROM heads h CROSS JOIN LATERAL ("
+        "turned AS (SELECT ord, queue, free, count(*) AS n, array_agg(id) AS ids "
+        "FROM heads GROUP BY ord, queue, free), "
+        "rest AS (SELECT p.id, h.ord, h.n + row_number() OVER (PARTITION BY h.ord "
+        "ORDER BY p.priority, p.scheduled_at, p.id) AS rn FROM turned h CROSS JOIN LATERAL ("
         "SELECT id, priority, scheduled_at FROM {s}.jobs WHERE status = 'pending' "
         "AND cancel_requested = 0 AND queue = h.queue AND scheduled_at <= %(now)s "
-        "AND type = ANY(%(types)s) AND id <> h.id ORDER BY priority, scheduled_at, id "
-        "LIMIT greatest(0, least(h.free - 1, (SELECT n FROM allow) - (SELECT count(*) "
-        "FROM heads))) FOR UPDATE SKIP LOCKED) p), "
-        "chosen AS (SELECT id FROM (SELECT id, ord, 1 AS rn FROM heads UNION ALL "
-        "SELECT id, ord, rn FROM rest) c ORDER BY rn, ord LIMIT (SELECT n FROM allow)), "
+        "AND type = ANY(%(types)s) AND id <> ALL(h.ids) ORDER BY priority, scheduled_at, id "
+        "LIMIT greatest(0, least(h.free - h.n, (SELECT n FROM allow) - (SELECT count(*) "
+        "FROM heads))) FOR UPDATE SKIP LOCKED) p WHERE h.n = %(turn)s), "
+        "chosen AS (SELECT id FROM (SELECT id, ord, 0 AS rn FROM heads UNION ALL "
+        "SELECT id, ord, rn FROM rest) c ORDER BY (rn + %(turn)s - 1) / %(turn)s, ord, rn "
+        "LIMIT (SELECT n FROM allow)), "
         "claimed AS (UPDATE {s}.jobs j SET status = 'running', worker_id = %(worker)s, "
         "started_at = %(now)s, updated_at = %(now)s "
         "WHERE j.id = ANY(ARRAY(SELECT id FROM chosen)) "

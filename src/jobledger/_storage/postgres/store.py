@@ -2108,6 +2108,7 @@ def _spread_params(
         "gcap": request.global_cap,
         "limit": request.limit,
         "worker": request.worker_id,
+        "turn": max(1, request.turn),
     }
 
 

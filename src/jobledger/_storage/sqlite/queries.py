@@ -218,30 +218,31 @@ def spread_heads_sql(n_types: int, n_excluded: int = 0) -> str:
 
 
 @functools.cache
-def spread_claim_sql(n_queues: int, n_types: int, n_excluded: int = 0) -> str:
+def spread_claim_sql(n_queues: int, n_types: int, n_excluded: int = 0, turn: int = 1) -> str:
     """Claim across `n_queues` queues in one statement, taking turns: each queue's head
-    rows (at most its own LIMIT, the free slots of its cap), ranked within the queue
-    (`rn`), then ordered by rank and the queue's turn (`ord`), so the rows go one per
-    queue before any queue gets a second, up to the total LIMIT.
+    rows (at most its own LIMIT), ranked within the queue (`rn`) after the rows it took
+    already in this claim (its `skip`), so that its turn (`turn` ranks make one) is
+    `(skip + rn - 1) / turn`; ordered by turn, then the queue's place (`ord`), then rank,
+    up to the total LIMIT. So the rows go a turn per queue before any gets another.
 
     Parameters: ?1 worker, ?2 now, then the types, the excluded owners, the total limit,
-    then per queue its name and its limit. The outer `+status` is `claim_sql`'s.
+    then per queue its name, its limit and its skip. The outer `+status` is `claim_sql`'s.
     """
     types, excluded, total = _spread_filters(n_types, n_excluded)
     terms = []
     for i in range(n_queues):
-        name, limit = total + 1 + 2 * i, total + 2 + 2 * i
+        name, limit, skip = total + 1 + 3 * i, total + 2 + 3 * i, total + 3 + 3 * i
         terms.append(
-            f"SELECT {i} AS ord, rid, row_number() OVER (ORDER BY priority, scheduled_at, rid) "
-            "AS rn FROM (SELECT rowid AS rid, priority, scheduled_at FROM jobs "
-            f"WHERE status = 'pending' AND cancel_requested = 0 AND queue = ?{name} "
+            f"SELECT {i} AS ord, rid, ?{skip} + row_number() OVER (ORDER BY priority, "
+            "scheduled_at, rid) AS rn FROM (SELECT rowid AS rid, priority, scheduled_at FROM "
+            f"jobs WHERE status = 'pending' AND cancel_requested = 0 AND queue = ?{name} "
             f"AND scheduled_at <= ?2 AND type IN ({types}) {excluded}"
             f"ORDER BY priority, scheduled_at, rowid LIMIT ?{limit})"
         )
     return (
         "UPDATE jobs SET status = 'running', worker_id = ?1, started_at = ?2, updated_at = ?2 "
         f"WHERE rowid IN (SELECT rid FROM ({' UNION ALL '.join(terms)}) "
-        f"ORDER BY rn, ord LIMIT ?{total}) AND +status = 'pending' "
+        f"ORDER BY (rn - 1) / {int(turn)}, ord, rn LIMIT ?{total}) AND +status = 'pending' "
         "RETURNING rowid, id, type, queue, priority, payload, attempt, max_attempts, "
         "timeout_ms, metadata, parent_id, schedule_id, scheduled_at, started_at, workflow_id"
     )

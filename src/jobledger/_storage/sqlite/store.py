@@ -1569,28 +1569,79 @@ def _spread_rows(
     allowance: int,
     now_ms: int,
 ) -> list[Any]:
-    """The rows of a spread claim, one per queue before any queue gets a second: first
-    each asked queue's head in turn order (`spread_heads_sql`); only if that leaves slots
-    free, the ranks after it (`spread_claim_sql`, over the queues that had a head and may
-    take more, each limit one less). Together they take what `spread_claim_sql` alone
-    would: the heads are its first rank, and a queue's second row is its head once the
-    first is claimed. A queue without a head has no row at all, so it is not asked again.
+    """The rows of a spread claim: a turn of up to `req.turn` rows per queue, in turn
+    order, before any queue gets a second turn.
+
+    First the heads (`spread_heads_sql`): each queue's head row in turn order, one index
+    search per queue and no sort, up to a LIMIT of as many queues as the slots can give
+    whole turns to (so a turn of 4 and 50 slots reach 13 queues, not 50). If the LIMIT
+    cut the heads short, the rest of those queues' turns follow, a rank a statement
+    (heads again); slots a queue leaves (it had fewer rows than its turn) go to a
+    queue the slots cut short, then to the heads of the queues after. Once every asked
+    queue was searched, one windowed statement takes the rows after, turn by turn. A
+    queue whose search found nothing has no row at all, so it is not asked again. With
+    a turn of 1, or as many slots as the queues can fill, that is two statements.
     """
     fixed: list[Any] = [req.worker_id, now_ms, *req.types, *req.exclude_owners]
     heads = q.spread_heads_sql(len(req.types), len(req.exclude_owners))
-    rows = conn.execute(heads, [*fixed, json.dumps([n for n, _ in asked]), allowance]).fetchall()
-    left = allowance - len(rows)
-    if left <= 0:
-        return rows
-    got = {r[3] for r in rows}
-    more = [(name, limit - 1) for name, limit in asked if limit > 1 and name in got]
-    if not more:
-        return rows
-    params = [*fixed, left]
-    for name, limit in more:
-        params += (name, limit)
-    sql = q.spread_claim_sql(len(more), len(req.types), len(req.exclude_owners))
-    return rows + conn.execute(sql, params).fetchall()
+    turn = max(1, req.turn)
+
+    def ranks(queues: list[tuple[str, int, int]], limit: int) -> list[Any]:
+        """The next rows of `queues` (name, limit, rows taken), turn by turn."""
+        params = [*fixed, limit]
+        for entry in queues:
+            params += entry
+        sql = q.spread_claim_sql(len(queues), len(req.types), len(req.exclude_owners), turn)
+        return conn.execute(sql, params).fetchall()
+
+    room = dict(asked)
+    taken: dict[str, int] = {}  # rows each reached queue took; a dry one leaves
+    rows: list[Any] = []
+    todo = [name for name, _ in asked]
+    budget = allowance
+    while budget > 0 and todo:
+        limit = -(-budget // turn)
+        found = conn.execute(heads, [*fixed, json.dumps(todo), limit]).fetchall()
+        rows += found
+        budget -= len(found)
+        got = {r[3] for r in found}
+        reached = [name for name in todo if name in got]
+        taken.update(dict.fromkeys(reached, 1))
+        if len(found) < limit:
+            break  # every queue left was searched
+        todo = todo[todo.index(reached[-1]) + 1 :]
+        # The reached queues' turns, planned queue by queue in turn order within the
+        # slots, so none is cut, and taken a rank a statement (a queue's next row is
+        # its head once the one before is claimed: each statement is heads again, which
+        # costs fewer instructions than the windowed one). Planned again only when a
+        # queue ran dry and left slots.
+        while budget > 0:
+            plan: dict[str, int] = {}
+            spare = budget
+            for name, n in taken.items():
+                share = min(min(turn, room[name]) - n, spare)
+                if share > 0:
+                    plan[name] = share
+                    spare -= share
+            if not plan:
+                break
+            for rank in range(1, max(plan.values()) + 1):
+                names = [name for name, share in plan.items() if share >= rank]
+                found = conn.execute(heads, [*fixed, json.dumps(names), len(names)]).fetchall()
+                rows += found
+                budget -= len(found)
+                got = {r[3] for r in found}
+                for name in names:
+                    if name in got:
+                        taken[name] += 1
+                    else:
+                        del taken[name]  # ran dry
+                        del plan[name]
+    if budget > 0:
+        after = [(name, room[name] - n, n) for name, n in taken.items() if room[name] > n]
+        if after:
+            rows += ranks(after, budget)
+    return rows
 
 
 def _claimed(rows: list[Any]) -> list[ClaimedJob]:
