@@ -16,31 +16,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from typing import Any
-
-import pytest
 
 from jobledger._storage.postgres.readonly import ReadOnlyPostgresStore
 from jobledger._storage.postgres.store import PostgresStore
-from tests.conformance.conftest import PG_DSN, new_schema_name, require_postgres
+from tests.conformance.conftest import PG_DSN
 
 ROWS = 20_000
-
-
-@pytest.fixture
-def store() -> Iterator[PostgresStore]:
-    import psycopg
-
-    require_postgres()
-    schema = new_schema_name()
-    st = PostgresStore(PG_DSN, schema=schema, listen=False)
-    try:
-        yield st
-    finally:
-        st.close()
-        with psycopg.connect(PG_DSN, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 def _fill_one_queue(store: PostgresStore) -> None:
@@ -82,10 +64,10 @@ def _plan(conn: Any, store: PostgresStore) -> dict[str, Any]:
     return dict(plan[0])
 
 
-def test_the_spread_claim_over_a_deep_queue_is_not_compiled(store: PostgresStore) -> None:
+def test_the_spread_claim_over_a_deep_queue_is_not_compiled(pg_store: PostgresStore) -> None:
     import psycopg
 
-    _fill_one_queue(store)
+    _fill_one_queue(pg_store)
     with psycopg.connect(PG_DSN, autocommit=True) as plain:
         found = plain.execute(
             "SELECT pg_jit_available(), current_setting('jit_above_cost')::float"
@@ -94,19 +76,19 @@ def test_the_spread_claim_over_a_deep_queue_is_not_compiled(store: PostgresStore
         available, _ = found
         if available:
             # The server compiles a statement that costs this much: what the store avoids.
-            assert "JIT" in _plan(plain, store)
-    with store.lock:
-        planned = _plan(store._writer(), store)
+            assert "JIT" in _plan(plain, pg_store)
+    with pg_store.lock:
+        planned = _plan(pg_store._writer(), pg_store)
     assert "JIT" not in planned
     assert planned["Execution Time"] > 0
 
 
-def test_every_session_of_the_store_runs_without_jit(store: PostgresStore) -> None:
-    with store.lock:
-        assert store._writer().execute("SHOW jit").fetchone() == ("off",)
-    with store._readers().connection() as conn:
+def test_every_session_of_the_store_runs_without_jit(pg_store: PostgresStore) -> None:
+    with pg_store.lock:
+        assert pg_store._writer().execute("SHOW jit").fetchone() == ("off",)
+    with pg_store._readers().connection() as conn:
         assert conn.execute("SHOW jit").fetchone() == ("off",)
-    observer = ReadOnlyPostgresStore(PG_DSN, schema=store.schema)
+    observer = ReadOnlyPostgresStore(PG_DSN, schema=pg_store.schema)
     try:
         with observer._readers().connection() as conn:
             assert conn.execute("SHOW jit").fetchone() == ("off",)

@@ -14,47 +14,29 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-
-import pytest
 
 from jobledger._storage import layout as L
 from jobledger._storage.interface import JobFilter, KeyRule
 from jobledger._storage.postgres.store import PostgresStore
 from tests.conformance import claim
-from tests.conformance.conftest import PG_DSN, new_schema_name, require_postgres
+from tests.conformance.conftest import PG_DSN
 from tests.conformance.test_enqueue_keyed import keyed
 
 
-@pytest.fixture
-def store() -> Iterator[PostgresStore]:
-    import psycopg
-
-    require_postgres()
-    schema = new_schema_name()
-    st = PostgresStore(PG_DSN, schema=schema, listen=False)
-    try:
-        yield st
-    finally:
-        st.close()
-        with psycopg.connect(PG_DSN, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-
-
 def test_a_job_that_ends_while_its_key_is_enqueued_again_is_the_answer(
-    store: PostgresStore,
+    pg_store: PostgresStore,
 ) -> None:
     import psycopg
 
-    first = store.enqueue_rows([keyed("k", 1_000)])[0]
-    assert [j.id for j in claim(store, now=2_000).jobs] == [first[L.C_ID]]
+    first = pg_store.enqueue_rows([keyed("k", 1_000)])[0]
+    assert [j.id for j in claim(pg_store, now=2_000).jobs] == [first[L.C_ID]]
     answers: list[tuple[object, ...]] = []
     errors: list[BaseException] = []
 
     def enqueue_again() -> None:
         try:
             answers.append(
-                store.enqueue_keyed([keyed("k", 3_000)], [KeyRule("unique_for", 60_000)])[0]
+                pg_store.enqueue_keyed([keyed("k", 3_000)], [KeyRule("unique_for", 60_000)])[0]
             )
         except BaseException as exc:  # surfaced below
             errors.append(exc)
@@ -63,20 +45,20 @@ def test_a_job_that_ends_while_its_key_is_enqueued_again_is_the_answer(
     # its insert waits on the row until the finalize commits.
     with psycopg.connect(PG_DSN) as finalizer:
         finalizer.execute(
-            f"UPDATE \"{store.schema}\".jobs SET status = 'completed', finished_at = 2500, "
+            f"UPDATE \"{pg_store.schema}\".jobs SET status = 'completed', finished_at = 2500, "
             "updated_at = 2500 WHERE id = %s",
             (first[L.C_ID],),
         )
         enqueuer = threading.Thread(target=enqueue_again)
         enqueuer.start()
-        waited = _wait_for_lock_wait(store.schema)
+        waited = _wait_for_lock_wait(pg_store.schema)
         finalizer.commit()
     enqueuer.join(timeout=30)
     assert waited, "the enqueue never waited on the finalized row"
     assert not errors, errors
     [answer] = answers
     assert (answer[L.C_ID], answer[L.C_STATUS]) == (first[L.C_ID], "completed")
-    assert store.count(JobFilter()) == 1
+    assert pg_store.count(JobFilter()) == 1
 
 
 def _wait_for_lock_wait(schema: str, timeout: float = 10.0) -> bool:
