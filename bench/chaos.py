@@ -28,8 +28,9 @@ What it does (see docs/reliability.md):
   `LOCK TABLE <schema>.jobs IN ACCESS EXCLUSIVE MODE`) for `--lock-seconds`; and on
   PostgreSQL `--terminates` rounds of `pg_terminate_backend` on every jobledger connection
   to the run's own database (the workers' and the producer's; never the server itself);
-  and `--deploys` (default 0) a deploy's stop: SIGTERM, the worker's clean shutdown
-  (exit status 0, or the run fails), then a replacement.
+  and `--deploys` (default 0) a deploy's stop: SIGTERM to a worker whose manager has
+  started, the worker's clean shutdown (exit status 0, or the run fails), then a
+  replacement.
 * A schedule (`--schedule-every`, default 0.5 s; 0: none): an `Interval` of type
   `chaos.tick` under `AllMissed`, created before the workers start, whose leader moves
   with the kills and stops. Its jobs share the global cap and are left out of the job
@@ -480,8 +481,7 @@ class Harness:
     def wait_ready(self, workers: list[Worker], timeout: float) -> None:
         deadline = time.monotonic() + timeout
         for w in workers:
-            path = os.path.join(self.dir, f"ready.{w.pid}")
-            while not os.path.exists(path):
+            while not self.is_ready(w):
                 if w.proc.poll() is not None:
                     raise RuntimeError(f"worker exited with {w.proc.returncode}: {tail(w.log)}")
                 if time.monotonic() > deadline:
@@ -562,6 +562,9 @@ class Harness:
                 self.slots[w.slot] = None
                 self.restart_at[w.slot] = time.monotonic() + self.args.restart_delay
 
+    def is_ready(self, w: Worker) -> bool:
+        return os.path.exists(os.path.join(self.dir, f"ready.{w.pid}"))
+
     def deploy(self, w: Worker) -> None:
         """A deploy's stop: SIGTERM, the worker's clean shutdown (`shutdown_grace`), and a
         replacement once it has exited (`check_exits`)."""
@@ -581,7 +584,10 @@ class Harness:
             # worker is always left running (neither frozen nor dead).
             order = [(fault.slot + i) % len(self.slots) for i in range(len(self.slots))]
             running = [w for w in self.alive() if w.stopped_until is None and not w.deployed]
-            victim = next((self.slots[i] for i in order if self.slots[i] in running), None)
+            # A deploy stops a worker that is up (its manager started, `ready.<pid>`): one
+            # still importing has no handler for SIGTERM yet and dies of it, holding nothing.
+            targets = [w for w in running if fault.kind != "deploy" or self.is_ready(w)]
+            victim = next((self.slots[i] for i in order if self.slots[i] in targets), None)
             if victim is None or len(running) < 2:
                 self.skipped_faults[fault.kind] += 1
                 return
