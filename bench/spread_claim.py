@@ -12,7 +12,8 @@ queue's jobs together; `interleaved`: job i to queue i % Q). Then, SQLite:
   engine asks `SPREAD_SLACK` = 16 queues more than it may take), each queue with 5 free
   slots, inside BEGIN IMMEDIATE .. ROLLBACK, through the store's own spread claim (each
   queue's head first, `_spread_rows`) and through the windowed statement alone
-  (`spread_claim_sql`, which the store now runs only for second and later rows);
+  (`spread_claim_sql`, which the store runs only for the turns after the first, once
+  every asked queue had one); `--turn` sets the rows a queue takes per turn;
 * `counts`: the running rows counted for a claim over those queues, with `--running`
   rows (random ones) running: one search of the running index per queue asked
   (`spread_counts_sql`) against one pass over it (`RUNNING_BY_QUEUE`), which the store

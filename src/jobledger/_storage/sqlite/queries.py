@@ -192,8 +192,9 @@ def _spread_filters(n_types: int, n_excluded: int) -> tuple[str, str, int]:
 @functools.cache
 def spread_heads_sql(n_types: int, n_excluded: int = 0) -> str:
     """Claim the head row of each queue named in a JSON array, in the array's order (the
-    turns), up to a total LIMIT: a spread claim's first rank, which at many queues is
-    all of it (`spread_claim_sql` takes the ranks after it).
+    turns), up to a total LIMIT: a spread claim's first rank, and each rank after it
+    within the first turns (a queue's next row is its head once the one before is
+    claimed); `spread_claim_sql` takes the turns after every asked queue's first.
 
     One index search per queue and no sort: the queues are the outer loop (CROSS JOIN
     keeps `json_each` outside, and its rows come in array order), each joined to its head

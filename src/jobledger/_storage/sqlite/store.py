@@ -1585,15 +1585,6 @@ def _spread_rows(
     fixed: list[Any] = [req.worker_id, now_ms, *req.types, *req.exclude_owners]
     heads = q.spread_heads_sql(len(req.types), len(req.exclude_owners))
     turn = max(1, req.turn)
-
-    def ranks(queues: list[tuple[str, int, int]], limit: int) -> list[Any]:
-        """The next rows of `queues` (name, limit, rows taken), turn by turn."""
-        params = [*fixed, limit]
-        for entry in queues:
-            params += entry
-        sql = q.spread_claim_sql(len(queues), len(req.types), len(req.exclude_owners), turn)
-        return conn.execute(sql, params).fetchall()
-
     room = dict(asked)
     taken: dict[str, int] = {}  # rows each reached queue took; a dry one leaves
     rows: list[Any] = []
@@ -1637,11 +1628,17 @@ def _spread_rows(
                     else:
                         del taken[name]  # ran dry
                         del plan[name]
-    if budget > 0:
-        after = [(name, room[name] - n, n) for name, n in taken.items() if room[name] > n]
-        if after:
-            rows += ranks(after, budget)
-    return rows
+    if budget <= 0:
+        return rows
+    # The turns after the first (name, limit, rows taken), in one windowed statement.
+    after = [(name, room[name] - n, n) for name, n in taken.items() if room[name] > n]
+    if not after:
+        return rows
+    params = [*fixed, budget]
+    for entry in after:
+        params += entry
+    sql = q.spread_claim_sql(len(after), len(req.types), len(req.exclude_owners), turn)
+    return rows + conn.execute(sql, params).fetchall()
 
 
 def _claimed(rows: list[Any]) -> list[ClaimedJob]:
