@@ -7,6 +7,12 @@ Two cases in one run, alternating `--repeat` times, each in a fresh directory:
 - `handles`: the same `n` rows written by this manager's own `enqueue_many` (chunks of
   1,000, like `prefill`, before the clock starts), keeping the handles; the clock stops
   when `asyncio.gather` of every `handle.finished` has returned.
+- `futures` (with `--futures`): a reference, not a product path. As `handles`, but the
+  clock's gather is of `n` plain futures, made inside the clock, each resolved with
+  `None` when its job settles on the rows drain's path (nothing read back, no snapshot,
+  no read at await): what awaiting costs when nothing of ours is in it, asyncio's gather
+  and futures alone. `futures / rows` is the most any handle built on asyncio futures
+  could reach on this machine; `handles / futures` is what our part of a handle costs.
 
 Both run one queue of concurrency 50 under a global cap of 50, an async no-op handler,
 and time from `start()`. The record of each case carries its rate; the summary record
@@ -115,20 +121,24 @@ def main() -> None:
     p.add_argument("--count-sql", action="store_true")
     p.add_argument("--cpu-time", action="store_true", help="the loop thread's CPU time")
     p.add_argument("--gc", action="store_true", help="the cyclic collector's work per case")
+    p.add_argument("--futures", action="store_true", help="also the `futures` reference case")
     args = p.parse_args()
     clock = time.thread_time if args.cpu_time else time.perf_counter
     ratios: list[float] = []
-    rates: dict[str, list[float]] = {"rows": [], "handles": []}
-    per_job: dict[str, list[float]] = {"rows": [], "handles": []}
+    cases = ("rows", "handles", "futures") if args.futures else ("rows", "handles")
+    runs = {"rows": _rows, "handles": _handles, "futures": _futures}
+    rates: dict[str, list[float]] = {case: [] for case in cases}
+    per_job: dict[str, list[float]] = {case: [] for case in cases}
+    ceiling: list[float] = []
     for rep in range(args.repeat):
-        order = ("rows", "handles") if rep % 2 == 0 else ("handles", "rows")
+        order = cases if rep % 2 == 0 else cases[::-1]
         got: dict[str, float] = {}
         for case in order:
             with fresh_dir() as d:
                 count = SqlCount() if args.count_sql else None
                 watch = GcWatch() if args.gc else None
                 path = os.path.join(d, "jobs.db")
-                run = _rows if case == "rows" else _handles
+                run = runs[case]
                 seconds = asyncio.run(run(path, args.sync, args.n, count, clock, watch))
             got[case] = rate(args.n, seconds)
             rates[case].append(got[case])
@@ -142,6 +152,8 @@ def main() -> None:
             emit(f"handles_{case}", "jobledger", args.sync, n=args.n, repeat=rep,
                  seconds=round(seconds, 4), rate=got[case], **extra)  # fmt: skip
         ratios.append(round(got["handles"] / got["rows"], 3))
+        if args.futures:
+            ceiling.append(round(got["futures"] / got["rows"], 3))
     summary: dict[str, Any] = {
         "n": args.n,
         "pairs": args.repeat,
@@ -150,6 +162,10 @@ def main() -> None:
         "ratio": statistics.median(ratios),
         "ratios": ratios,
     }
+    if args.futures:
+        summary["futures_rate"] = statistics.median(rates["futures"])
+        summary["futures_ratio"] = statistics.median(ceiling)
+        summary["futures_ratios"] = ceiling
     if args.count_sql:
         summary["rows_sql_per_job"] = statistics.median(per_job["rows"])
         summary["handles_sql_per_job"] = statistics.median(per_job["handles"])
@@ -157,10 +173,18 @@ def main() -> None:
     sql = args.count_sql
     print("\n| case | jobs/s (median) |" + (" SQL statements per job |" if sql else ""))
     print("|---|---:|" + ("---:|" if sql else ""))
-    for case, label in (("rows", "drain, rows counted"), ("handles", "await every handle")):
+    labels = {
+        "rows": "drain, rows counted",
+        "handles": "await every handle",
+        "futures": "reference: plain futures, resolved at settle",
+    }
+    for case in cases:
+        label = labels[case]
         cell = f" {summary[f'{case}_sql_per_job']} |" if sql else ""
         print(f"| {label} | {summary[f'{case}_rate']:,.0f} |{cell}")
     print(f"\nhandles / rows: median {summary['ratio']} over {args.repeat} pair(s) {ratios}")
+    if args.futures:
+        print(f"futures / rows: median {summary['futures_ratio']} {ceiling}")
 
 
 async def _rows(
@@ -195,6 +219,51 @@ async def _handles(
     )
     if sum(s.status == "completed" for s in snaps) != n:
         raise SystemExit("not every handle resolved completed")
+    return seconds
+
+
+async def _futures(
+    path: str,
+    sync: str,
+    n: int,
+    count: SqlCount | None,
+    clock: Clock = time.perf_counter,
+    watch: GcWatch | None = None,
+) -> float:
+    jobs = make_manager(path, sync)
+    handles = []  # kept, as `_handles` keeps them: the same heap for the collector
+    for start in range(0, n, 1000):
+        handles += jobs.enqueue_many(NOOP, [{}] * min(1000, n - start))
+    engine = jobs._engine
+    futures: dict[str, asyncio.Future[None]] = {}
+    early: set[str] = set()  # settled before `gather` made its future (during `start()`)
+    settle_unread = engine._settle_unread
+
+    # With no handle waiting, the finalize reads no row and each attempt settles here
+    # (`Engine._settle_unread`): the one place a job of the rows drain ends.
+    def settle(attempt: Any) -> None:
+        fut = futures.pop(attempt.job_id, None)
+        if fut is not None:
+            fut.set_result(None)
+        else:
+            early.add(attempt.job_id)
+        settle_unread(attempt)
+
+    engine._settle_unread = settle
+
+    def gather() -> Awaitable[list[None]]:
+        loop = asyncio.get_running_loop()
+        made = [loop.create_future() for _ in handles]
+        for h, fut in zip(handles, made, strict=True):
+            if h.id in early:
+                fut.set_result(None)
+            else:
+                futures[h.id] = fut
+        return asyncio.gather(*made)
+
+    seconds, done = await _timed(jobs, gather, count, clock, watch)
+    if len(done) != n or futures:
+        raise SystemExit("not every future resolved")
     return seconds
 
 

@@ -178,6 +178,21 @@ def test_handles_reports_the_collectors_work_per_case(tmp_path: Path) -> None:
     assert cases["handles_handles"]["gc_collections"][0] >= 1
 
 
+def test_handles_futures_reference_resolves_every_future(tmp_path: Path) -> None:
+    """`--futures`: the reference case gathers one plain future per job, each resolved when
+    its job settles (the script exits non-zero if one is left), and the summary carries
+    its ratio to the rows drain."""
+    done = run_bench(tmp_path, "handles.py", "-n", "300", "--repeat", "2", "--futures")
+    records = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    futures = [r for r in records if r["bench"] == "handles_futures"]
+    assert [r["repeat"] for r in futures] == [0, 1]
+    assert all(r["rate"] > 0 for r in futures)
+    summary = next(r for r in records if r["bench"] == "handles_summary")
+    assert len(summary["futures_ratios"]) == 2
+    assert summary["futures_ratio"] > 0
+    assert "reference: plain futures" in done.stdout
+
+
 def test_many_queues_reports_every_outcome_in_its_flushes(tmp_path: Path) -> None:
     """Each run's line counts the finalize flushes of its workers: together they wrote
     every job's outcome once."""

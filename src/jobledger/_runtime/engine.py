@@ -246,7 +246,7 @@ class Engine:
         # stays `running` and recovery applies the type's strategy at the next start.
         self.closed = False
         # A job's waiting `finished` futures: the future itself while there is one (the
-        # common case: no list per handle), a list once a second waits (`wait_for`).
+        # common case: no list per handle), a list once a second waits (`add_waiter`).
         self.waiters: dict[str, Waiting] = {}
         self._waiters_lock = threading.Lock()  # a second waiter's list, from any thread
         # Waited-on jobs whose rows a read on the next turn of the loop will look at
@@ -1507,21 +1507,18 @@ class Engine:
 
     # -- waiting for results --------------------------------------------------------
 
-    def wait_for(self, job_id: str, loop: asyncio.AbstractEventLoop) -> asyncio.Future[JobSnapshot]:
-        """A future of `loop` (the caller's running loop) for the job's terminal snapshot."""
-        fut: asyncio.Future[JobSnapshot] = loop.create_future()
+    def add_waiter(self, job_id: str, fut: asyncio.Future[JobSnapshot]) -> None:
+        """Wait with `fut` too, where `waiters.setdefault(job_id, fut)` found another
+        waiter (`JobManager._wait_finished` puts the first; any thread may wait)."""
         waiters = self.waiters
-        first = waiters.setdefault(job_id, fut)  # atomic: any thread may wait
-        if first is not fut:
-            with self._waiters_lock:
-                now = waiters.get(job_id)  # resolved meanwhile (popped): the new one alone
-                if now is None:
-                    waiters[job_id] = fut
-                elif isinstance(now, list):
-                    now.append(fut)
-                else:
-                    waiters[job_id] = [now, fut]
-        return fut
+        with self._waiters_lock:
+            now = waiters.get(job_id)  # resolved meanwhile (popped): the new one alone
+            if now is None:
+                waiters[job_id] = fut
+            elif isinstance(now, list):
+                now.append(fut)
+            else:
+                waiters[job_id] = [now, fut]
 
     def _resolve(self, job_id: str, snap: JobSnapshot) -> None:
         waiting = self.waiters.pop(job_id, None)

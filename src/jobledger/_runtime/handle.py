@@ -29,8 +29,9 @@ __all__ = ["JobHandle", "Waiter"]
 # Any when the job type declares no result type (see R in _core/registry.py).
 R = TypeVar("R", default=Any)
 
-# Given a job id, a future for its terminal snapshot (the manager's; see the docstring).
-Waiter = Callable[[str], "asyncio.Future[JobSnapshot]"]
+# Given a job id and the caller's running loop, a future of that loop for the job's
+# terminal snapshot (the manager's; see the docstring).
+Waiter = Callable[[str, asyncio.AbstractEventLoop], "asyncio.Future[JobSnapshot]"]
 
 
 class JobHandle(Generic[R]):
@@ -59,19 +60,18 @@ class JobHandle(Generic[R]):
         `loop.run_until_complete(handle.finished)`) a coroutine that waits once awaited.
         Each access is its own: cancelling one (`asyncio.wait_for`'s timeout) leaves the
         rest."""
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
+        loop = asyncio._get_running_loop()  # None off a loop, where the public one raises
+        if loop is None:
             return self._finished_later()
-        return self._wait(self.id)
+        return self._wait(self.id, loop)
 
     async def _finished_later(self) -> JobSnapshot:
-        return await self._wait(self.id)
+        return await self._wait(self.id, asyncio.get_running_loop())
 
     async def result(self) -> R:
         """The job's output as `R`, once the job is terminal; JOB_NOT_COMPLETED (with
         `params` `job_id`, `status` and `error`) when it failed or was cancelled."""
-        snap = await self._wait(self.id)
+        snap = await self._wait(self.id, asyncio.get_running_loop())
         job_type = self._job_type
         if job_type is not None:
             return job_type.decode_output(snap)

@@ -1448,8 +1448,10 @@ class JobManager:
         """Call `fn` on this manager's loop for job events; returns the unsubscribe function."""
         return self._events.subscribe(fn, job_id=job_id)
 
-    def _wait_finished(self, job_id: str) -> asyncio.Future[JobSnapshot]:
-        """The future of a handle's terminal snapshot.
+    def _wait_finished(
+        self, job_id: str, loop: asyncio.AbstractEventLoop
+    ) -> asyncio.Future[JobSnapshot]:
+        """The future of a handle's terminal snapshot, on `loop` (the caller's running one).
 
         A job running here (its token not fired) needs no read: its finalize sees the
         waiter and resolves it with the row that write returns (`Engine._wants_row`, or
@@ -1458,8 +1460,9 @@ class JobManager:
         every handle awaited in the same turn of the loop (`asyncio.gather` of many),
         not once each."""
         engine = self._engine
-        loop = asyncio.get_running_loop()
-        fut = engine.wait_for(job_id, loop)
+        fut: asyncio.Future[JobSnapshot] = loop.create_future()
+        if engine.waiters.setdefault(job_id, fut) is not fut:  # atomic: any thread may wait
+            engine.add_waiter(job_id, fut)
         attempt = engine.inflight.get(job_id)
         # A fired token (a cancel, a timeout, shutdown) may end the row by another write
         # than the finalize (`cancel`'s force_cancel): read it then.
