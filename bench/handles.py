@@ -159,12 +159,12 @@ def main() -> None:
         "pairs": args.repeat,
         "rows_rate": statistics.median(rates["rows"]),
         "handles_rate": statistics.median(rates["handles"]),
-        "ratio": statistics.median(ratios),
+        "ratio": round(statistics.median(ratios), 3),
         "ratios": ratios,
     }
     if args.futures:
         summary["futures_rate"] = statistics.median(rates["futures"])
-        summary["futures_ratio"] = statistics.median(ceiling)
+        summary["futures_ratio"] = round(statistics.median(ceiling), 3)
         summary["futures_ratios"] = ceiling
     if args.count_sql:
         summary["rows_sql_per_job"] = statistics.median(per_job["rows"])
@@ -202,6 +202,16 @@ async def _rows(
     return seconds
 
 
+def _enqueued(path: str, sync: str, n: int) -> tuple[Any, list[Any]]:
+    """A manager and the handles of the `n` rows its `enqueue_many` wrote (chunks of
+    1,000: what `prefill` writes, the handles kept)."""
+    jobs = make_manager(path, sync)
+    handles = []
+    for start in range(0, n, 1000):
+        handles += jobs.enqueue_many(NOOP, [{}] * min(1000, n - start))
+    return jobs, handles
+
+
 async def _handles(
     path: str,
     sync: str,
@@ -210,10 +220,7 @@ async def _handles(
     clock: Clock = time.perf_counter,
     watch: GcWatch | None = None,
 ) -> float:
-    jobs = make_manager(path, sync)
-    handles = []
-    for start in range(0, n, 1000):  # what `prefill` writes, the handles kept
-        handles += jobs.enqueue_many(NOOP, [{}] * min(1000, n - start))
+    jobs, handles = _enqueued(path, sync, n)
     seconds, snaps = await _timed(
         jobs, lambda: asyncio.gather(*(h.finished for h in handles)), count, clock, watch
     )
@@ -230,10 +237,7 @@ async def _futures(
     clock: Clock = time.perf_counter,
     watch: GcWatch | None = None,
 ) -> float:
-    jobs = make_manager(path, sync)
-    handles = []  # kept, as `_handles` keeps them: the same heap for the collector
-    for start in range(0, n, 1000):
-        handles += jobs.enqueue_many(NOOP, [{}] * min(1000, n - start))
+    jobs, handles = _enqueued(path, sync, n)  # kept as `_handles` keeps them: the same heap
     engine = jobs._engine
     futures: dict[str, asyncio.Future[None]] = {}
     early: set[str] = set()  # settled before `gather` made its future (during `start()`)
