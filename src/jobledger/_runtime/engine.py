@@ -567,24 +567,34 @@ class Engine:
             else:
                 self.sync_inflight += 1
         qu.running += 1
-        task = self.loop.create_task(self._run(attempt, job))
-        attempt.task = task
-        # Bound methods, not closures, here and for the timeout (`Attempt.expire`): one
-        # object a job instead of a function and its cells, which also start the cyclic
-        # collector's young-generation passes (docs/benchmarks.md, twenty-third round).
-        task.add_done_callback(attempt.task_done)
+        # No done callback: `_run` ends with `ensure_outcome` itself. Only a task
+        # cancelled before its first step never runs it; `abort` and
+        # `settle_unstarted` see to those (docs/benchmarks.md, twenty-eighth round).
+        attempt.task = self.loop.create_task(self._run(attempt, job))
 
     def ensure_outcome(self, attempt: Attempt) -> None:
-        """After the attempt's task ended: one cancelled before its first step never ran
-        its body, so it is settled here."""
-        if attempt.claimed_at and self.ahead.dropped():
-            self._pass_the_turn()
+        """As the attempt's task ends (`_run`'s last step), or after a task cancelled
+        before its first step, which never ran its body (`abort`, `settle_unstarted`):
+        an attempt that submitted no outcome is interrupted. Idempotent."""
+        if attempt.claimed_at:
+            attempt.claimed_at = 0.0  # its claim leaves the claim-ahead count once
+            if self.ahead.dropped():
+                self._pass_the_turn()
         if not attempt.submitted:
             if not attempt.token.is_set():
                 attempt.token.fire("shutdown", "the job's task was cancelled")
             job = attempt.job
             assert job is not None  # set by `_start` before the task exists
             self._submit(self._interrupted(attempt, job))
+
+    def settle_unstarted(self) -> None:
+        """Settle attempts whose task was cancelled before its first step by someone
+        other than `abort` (a framework cancelling every task): nothing else would, and
+        their claims would hold the claim-ahead budget for good. The heartbeat calls it."""
+        for attempt in list(self.inflight.values()):
+            task = attempt.task
+            if attempt.claimed_at and task is not None and task.done():
+                self.ensure_outcome(attempt)
 
     def _rescued(self, job: ClaimedJob) -> bool:
         """This process stalled (a freeze, a long pause) between the claim of `job` and
@@ -608,74 +618,86 @@ class Engine:
         only after SIGCONT. So the age is checked again here; a job rescued meanwhile is
         not run (its outcome, `requeue`, then misses its fence and writes nothing).
         Before, such handlers ran beside the rescued jobs' new runs (bench/chaos.py,
-        SQLite seed 2: 16 handlers under a global cap of 8)."""
-        claimed_at, attempt.claimed_at = attempt.claimed_at, 0.0
-        ahead = self.ahead
-        if ahead.started(claimed_at):
-            self._pass_the_turn()  # a claim was cut short: the loop has caught up
-        # The claim-ahead's real-time start lag gates it: nothing more on the hot path.
-        stale_after = self.stale_after_ms
-        if (
-            ahead.late
-            and stale_after is not None
-            and self.now_ms() - job.started_at > stale_after
-            and self._rescued(job)
-        ):
-            return  # `ensure_outcome` submits its outcome, which misses its fence
-        spec = attempt.spec
-        if worker_log.isEnabledFor(logging.INFO):
-            log_start(attempt)
-        if spec.is_process:
-            await self._run_in_child(attempt, job)
-            return
+        SQLite seed 2: 16 handlers under a global cap of 8).
+
+        However it ends (an early return, an error of ours, a cancel), its last step is
+        `ensure_outcome`: an attempt that submitted nothing is interrupted."""
         try:
-            payload = spec.job_type.decode(job.payload)
-        except Exception as exc:
-            self._submit(self._failed(attempt, job, "JOB_PAYLOAD_INVALID", str(exc), False))
-            return
-        ctx: JobContext[Any] = JobContext(attempt, payload, attempt.metadata)
-        inst = tracing.instruments()
-        traced = None if inst is None else self._process_span(inst, attempt, job)
-        raised: BaseException | None = None
-        # Async handlers are also cancelled on timeout; plain ones only see the token.
-        self._arm_timeout(attempt, job.timeout_ms)
-        try:
-            if spec.is_async:
-                result = await spec.execute(ctx)
+            claimed_at, attempt.claimed_at = attempt.claimed_at, 0.0
+            ahead = self.ahead
+            if ahead.started(claimed_at):
+                self._pass_the_turn()  # a claim was cut short: the loop has caught up
+            # The claim-ahead's real-time start lag gates it: nothing more on the hot path.
+            stale_after = self.stale_after_ms
+            if (
+                ahead.late
+                and stale_after is not None
+                and self.now_ms() - job.started_at > stale_after
+                and self._rescued(job)
+            ):
+                return  # `ensure_outcome` submits its outcome, which misses its fence
+            spec = attempt.spec
+            if worker_log.isEnabledFor(logging.INFO):
+                log_start(attempt)
+            if spec.is_process:
+                await self._run_in_child(attempt, job)
+                return
+            try:
+                payload = spec.job_type.decode(job.payload)
+            except Exception as exc:
+                self._submit(self._failed(attempt, job, "JOB_PAYLOAD_INVALID", str(exc), False))
+                return
+            ctx: JobContext[Any] = JobContext(attempt, payload, attempt.metadata)
+            inst = tracing.instruments()
+            traced = None if inst is None else self._process_span(inst, attempt, job)
+            raised: BaseException | None = None
+            # Async handlers are also cancelled on timeout; plain ones only see the token.
+            self._arm_timeout(attempt, job.timeout_ms)
+            try:
+                if spec.is_async:
+                    result = await spec.execute(ctx)
+                else:
+                    loop = self.loop
+                    assert loop is not None
+                    pool = self._pool
+                    if pool is None:
+                        pool = self._pool = ThreadPoolExecutor(
+                            self._pool_size, thread_name_prefix="jobledger"
+                        )
+                    execute: Callable[[JobContext[Any]], Any] = spec.execute
+                    if traced is not None:  # the thread runs in the span's context too
+                        execute = functools.partial(contextvars.copy_context().run, spec.execute)  # type: ignore[call-arg]
+                    # Shielded: a cancel of this task must not abandon the thread's result.
+                    result = await asyncio.shield(loop.run_in_executor(pool, execute, ctx))
+            except asyncio.CancelledError:
+                attempt.token.fire("shutdown", "the job's task was cancelled")
+                outcome = self._interrupted(attempt, job)
+            except Exception as exc:
+                raised = exc
+                if worker_log.isEnabledFor(logging.DEBUG):
+                    log_raised(attempt, exc)
+                if attempt.committed is not None:  # `ctx.transaction()` completed the job
+                    log.warning("job %s raised after its transaction committed: %r", job.id, exc)
+                    outcome = (attempt.committed[0], attempt)
+                else:
+                    outcome = self._from_exception(attempt, job, exc)
             else:
-                assert self.loop is not None
-                if self._pool is None:
-                    self._pool = ThreadPoolExecutor(self._pool_size, thread_name_prefix="jobledger")
-                execute: Callable[[JobContext[Any]], Any] = spec.execute
-                if traced is not None:  # the thread runs in the span's context too
-                    execute = functools.partial(contextvars.copy_context().run, spec.execute)  # type: ignore[call-arg]
-                # Shielded: a cancel of this task must not abandon the thread's result.
-                result = await asyncio.shield(self.loop.run_in_executor(self._pool, execute, ctx))
-        except asyncio.CancelledError:
-            attempt.token.fire("shutdown", "the job's task was cancelled")
-            outcome = self._interrupted(attempt, job)
-        except Exception as exc:
-            raised = exc
-            if worker_log.isEnabledFor(logging.DEBUG):
-                log_raised(attempt, exc)
-            if attempt.committed is not None:  # `ctx.transaction()` completed the job
-                log.warning("job %s raised after its transaction committed: %r", job.id, exc)
-                outcome = (attempt.committed[0], attempt)
-            else:
-                outcome = self._from_exception(attempt, job, exc)
-        else:
-            if attempt.committed is not None:  # what the handler returned is ignored
-                outcome = (attempt.committed[0], attempt)
-            else:
-                outcome = self._completed(attempt, job, result)
+                if attempt.committed is not None:  # what the handler returned is ignored
+                    outcome = (attempt.committed[0], attempt)
+                else:
+                    outcome = self._completed(attempt, job, result)
+            finally:
+                deadlines = self._deadlines
+                if attempt.timing and deadlines is not None:  # armed, and has not expired
+                    deadlines.disarm(attempt)
+            if traced is not None:
+                error = outcome[0].error
+                traced.end(outcome[0].kind, None if error is None else json.loads(error), raised)
+            self._submit(outcome)
         finally:
-            deadlines = self._deadlines
-            if attempt.timing and deadlines is not None:  # armed, and has not expired
-                deadlines.disarm(attempt)
-        if traced is not None:
-            error = outcome[0].error
-            traced.end(outcome[0].kind, None if error is None else json.loads(error), raised)
-        self._submit(outcome)
+            # (Not when the collector closes it after its loop closed: nothing can run.)
+            if not attempt.submitted and self.loop is not None and not self.loop.is_closed():
+                self.ensure_outcome(attempt)
 
     def group_committer(self) -> GroupCommitter | None:
         """`async with ctx.transaction()`'s group commit on this loop (a store that
@@ -808,8 +830,11 @@ class Engine:
         if fired:
             spec = attempt.spec
             if spec.is_async:
-                if attempt.task is not None:
-                    attempt.task.cancel()
+                task = attempt.task
+                if task is not None:
+                    task.cancel()
+                    if attempt.claimed_at:  # not started: its body, and `_run`'s end, never run
+                        task.add_done_callback(attempt.task_done)
             elif spec.is_process and self.processes is not None:
                 self.processes.signal(attempt)  # through the pipe; killed after a grace
         return fired

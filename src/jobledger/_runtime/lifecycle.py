@@ -451,6 +451,7 @@ class Lifecycle:
             left = await _wait_done(list(engine.inflight.values()), grace)
             if left:
                 log.info("%d job(s) still running after the %gs grace; interrupting", left, grace)
+        engine.settle_unstarted()  # cancelled by someone else before they began
         attempts = list(engine.inflight.values())
         for attempt in attempts:
             engine.abort(attempt, "shutdown", "JobManager shutdown")
@@ -573,6 +574,7 @@ class WorkerService(Service):
 
     def beat(self) -> None:
         lc = self.lc
+        lc.engine.settle_unstarted()
         # SQLite goes on writing to a deleted or replaced file without an error; the store
         # logs it once (a stat, no I/O on the database).
         lc.store.report_file_replaced()

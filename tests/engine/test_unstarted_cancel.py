@@ -1,0 +1,87 @@
+"""An attempt whose task is cancelled before its first step never runs `Engine._run`,
+so `_run`'s own last step (`ensure_outcome`, which interrupts an attempt that submitted
+nothing) never runs either. A task has no done callback (one a job cost the drain about
+10,000 instructions: docs/benchmarks.md, twenty-eighth round); instead `Engine.abort`
+adds one to a task it cancels before its start, and the heartbeat settles one that
+something else cancelled (`Engine.settle_unstarted`: a framework cancelling every task).
+Either way the handler never runs, the attempt leaves the engine, its claim leaves the
+claim-ahead count (`_runtime/ahead.py`), and the interrupted row goes back to `pending`
+(recovery "retry"; its `scheduled_at`, an hour ahead here, keeps it from running again
+within the test)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import jobledger as jl
+from jobledger._storage.interface import ClaimedJob, ClaimResult
+from tests.conftest import db_rows, sql_for
+from tests.recovery import arun
+
+T = jl.JobType("unstarted.t", int)
+
+
+def _cancel_before_start(db: str, *, by_abort: bool) -> tuple[list[int], list[str], int]:
+    """Hand the engine a claim of a row this worker runs, cancel the task it makes in the
+    same turn of the loop (by `abort`, or directly), then wait for the row to leave
+    `running`. Returns the handler's runs, the job's statuses as seen and the claim-ahead
+    count's change."""
+    ran: list[int] = []
+
+    async def body() -> tuple[list[str], int]:
+        # Through `abort` nothing waits for the heartbeat (an hour away then).
+        beat = 3600.0 if by_abort else 0.05
+        jobs = jl.JobManager(db, startup_delay=0, poll_interval=0.02, heartbeat_interval=beat)
+
+        @jobs.handler(T, recovery="retry")
+        async def run(ctx: jl.JobContext[int]) -> None:
+            ran.append(ctx.payload)
+
+        async with jobs:
+            await jobs.recovery_done
+            h = jobs.enqueue(T, 7, delay=3600)  # delayed: the engine does not claim it
+            engine = jobs._engine
+            now = engine.now_ms()
+            update = "UPDATE jobs SET status = 'running', worker_id = ?, attempt = 1 WHERE id = ?"
+            db_rows(db, sql_for(db, update), (jobs.worker_id, h.id))
+            claim = ClaimedJob(h.id, T.name, T.name, 0, "7", 1, 3, None, "{}", None, None, now, now)
+            qu = engine.ensure_queue(T.name, T.name)
+            assert qu is not None
+            before = engine.ahead.unstarted
+            engine._take(qu, ClaimResult([claim], False), 10)
+            attempt = engine.inflight[h.id]
+            assert attempt.task is not None
+            assert attempt.claimed_at  # not started yet
+            if by_abort:
+                engine.abort(attempt, "shutdown", "the test's cancel")
+            else:
+                attempt.task.cancel()
+            seen: list[str] = []
+            for _ in range(100):  # the interrupt's write: at most a heartbeat away
+                await asyncio.sleep(0.02)
+                row = db_rows(db, sql_for(db, "SELECT status FROM jobs WHERE id = ?"), (h.id,))
+                status = str(row[0][0])
+                if not seen or seen[-1] != status:
+                    seen.append(status)
+                if status != "running":
+                    break
+            await asyncio.sleep(0.05)  # its flush has released the attempt
+            assert h.id not in engine.inflight
+            return seen, engine.ahead.unstarted - before
+
+    seen, unstarted = arun(body)
+    return ran, seen, unstarted
+
+
+def test_a_task_abort_cancels_before_its_first_step_is_settled(db: str) -> None:
+    ran, seen, unstarted = _cancel_before_start(db, by_abort=True)
+    assert seen[-1] == "pending", seen
+    assert ran == []  # the cancelled task never ran the handler
+    assert unstarted == 0
+
+
+def test_a_task_cancelled_by_someone_else_before_its_first_step_is_settled(db: str) -> None:
+    ran, seen, unstarted = _cancel_before_start(db, by_abort=False)
+    assert seen[-1] == "pending", seen
+    assert ran == []
+    assert unstarted == 0
