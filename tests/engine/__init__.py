@@ -14,9 +14,19 @@ from typing import Any
 import pydantic
 
 import jobledger as jl
-from tests.conftest import db_one, db_rows
+from jobledger._storage.interface import ClaimedJob, ClaimResult
+from tests.conftest import db_one, db_rows, sql_for
 
-__all__ = ["ITEM", "Item", "fast_retry", "make_manager", "sql_one", "statuses", "transactions"]
+__all__ = [
+    "ITEM",
+    "Item",
+    "fast_retry",
+    "hand_claim",
+    "make_manager",
+    "sql_one",
+    "statuses",
+    "transactions",
+]
 
 
 class Item(pydantic.BaseModel):
@@ -62,3 +72,22 @@ def transactions(statements: list[str]) -> list[list[str]]:
         elif current is not None:
             current.append(sql)
     return txs
+
+
+def hand_claim(
+    jobs: jl.JobManager, db: str, job_type: jl.JobType[Any], *, owner: str, age_ms: int = 0
+) -> jl.JobHandle[Any]:
+    """Write a delayed job (so no claim takes it), mark its row `running` under `owner`
+    (attempt 1) and hand the engine a claim of it made `age_ms` ago, as a claim's commit
+    would: its task is made and has not taken its first step when this returns."""
+    h = jobs.enqueue(job_type, 7, delay=3600)
+    engine = jobs._engine
+    now = engine.now_ms()
+    update = "UPDATE jobs SET status = 'running', worker_id = ?, attempt = 1 WHERE id = ?"
+    db_rows(db, sql_for(db, update), (owner, h.id))
+    name = job_type.name
+    claim = ClaimedJob(h.id, name, name, 0, "7", 1, 3, None, "{}", None, None, now, now - age_ms)
+    qu = engine.ensure_queue(name, name)
+    assert qu is not None
+    engine._take(qu, ClaimResult([claim], False), 10)
+    return h

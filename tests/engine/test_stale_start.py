@@ -16,8 +16,8 @@ import time
 import pytest
 
 import jobledger as jl
-from jobledger._storage.interface import ClaimedJob, ClaimResult
 from tests.conftest import db_rows, sql_for
+from tests.engine import hand_claim
 from tests.recovery import arun
 
 T = jl.JobType("stale.t", int)
@@ -43,24 +43,17 @@ def _claim(
 
         async with jobs:
             await jobs.recovery_done
-            h = jobs.enqueue(T, 7, delay=3600)  # delayed: the engine does not claim it
             engine = jobs._engine
-            now = engine.now_ms()
             owner = jobs.worker_id
             if rescued:
                 # A live worker (its heartbeat an hour ahead, so no rescue tick takes its
                 # row back within the test) has the job now.
                 owner = "other"
+                now = engine.now_ms()
                 jobs._store.register_worker(owner, socket.gethostname(), os.getpid(), [], now)
                 jobs._store.heartbeat(owner, now + 3_600_000)
-            update = "UPDATE jobs SET status = 'running', worker_id = ? WHERE id = ?"
-            db_rows(db, sql_for(db, update), (owner, h.id))
-            claim = ClaimedJob(
-                h.id, T.name, T.name, 0, "7", 0, 3, None, "{}", None, None, now, now - age_ms
-            )
-            qu = engine.ensure_queue(T.name, T.name)
-            assert qu is not None
-            engine._take(qu, ClaimResult([claim], False), 10)
+            h = hand_claim(jobs, db, T, owner=owner, age_ms=age_ms)
+            qu = engine.queues[T.name]
             time.sleep(stall)  # noqa: ASYNC251 (the stall itself, on the loop's thread)
             try:
                 snap = await asyncio.wait_for(h.finished, 0.5)

@@ -14,8 +14,8 @@ from __future__ import annotations
 import asyncio
 
 import jobledger as jl
-from jobledger._storage.interface import ClaimedJob, ClaimResult
 from tests.conftest import db_rows, sql_for
+from tests.engine import hand_claim
 from tests.recovery import arun
 
 T = jl.JobType("unstarted.t", int)
@@ -39,16 +39,9 @@ def _cancel_before_start(db: str, *, by_abort: bool) -> tuple[list[int], list[st
 
         async with jobs:
             await jobs.recovery_done
-            h = jobs.enqueue(T, 7, delay=3600)  # delayed: the engine does not claim it
             engine = jobs._engine
-            now = engine.now_ms()
-            update = "UPDATE jobs SET status = 'running', worker_id = ?, attempt = 1 WHERE id = ?"
-            db_rows(db, sql_for(db, update), (jobs.worker_id, h.id))
-            claim = ClaimedJob(h.id, T.name, T.name, 0, "7", 1, 3, None, "{}", None, None, now, now)
-            qu = engine.ensure_queue(T.name, T.name)
-            assert qu is not None
             before = engine.ahead.unstarted
-            engine._take(qu, ClaimResult([claim], False), 10)
+            h = hand_claim(jobs, db, T, owner=jobs.worker_id)
             attempt = engine.inflight[h.id]
             assert attempt.task is not None
             assert attempt.claimed_at  # not started yet
@@ -65,7 +58,10 @@ def _cancel_before_start(db: str, *, by_abort: bool) -> tuple[list[int], list[st
                     seen.append(status)
                 if status != "running":
                     break
-            await asyncio.sleep(0.05)  # its flush has released the attempt
+            for _ in range(100):  # the flush that wrote it releases the attempt
+                if h.id not in engine.inflight:
+                    break
+                await asyncio.sleep(0.01)
             assert h.id not in engine.inflight
             return seen, engine.ahead.unstarted - before
 
