@@ -160,7 +160,8 @@ class Attempt:
         self.committed: tuple[Outcome, JobRow] | None = None
 
     def task_done(self, task: asyncio.Future[Any]) -> None:
-        """The done callback of the attempt's task (`Engine.ensure_outcome`)."""
+        """The done callback `Engine.abort` gives a task it cancels before its first
+        step, whose `_run` (which ends with `Engine.ensure_outcome`) never runs."""
         self._engine.ensure_outcome(self)
 
     def expire(self) -> None:
