@@ -23,6 +23,7 @@ __all__ = [
     "fast_retry",
     "hand_claim",
     "make_manager",
+    "recording_manager",
     "sql_one",
     "statuses",
     "transactions",
@@ -41,6 +42,20 @@ def make_manager(db: str, **options: Any) -> jl.JobManager:
     options.setdefault("startup_delay", 0)
     options.setdefault("poll_interval", 0.01)
     return jl.JobManager(db, **options)
+
+
+def recording_manager(
+    db: str, job_type: jl.JobType[int], ran: list[int], **options: Any
+) -> jl.JobManager:
+    """`make_manager` with an async handler of `job_type` (recovery "retry") that appends
+    each payload it runs to `ran`."""
+    jobs = make_manager(db, **options)
+
+    @jobs.handler(job_type, recovery="retry")
+    async def run(ctx: jl.JobContext[int]) -> None:
+        ran.append(ctx.payload)
+
+    return jobs
 
 
 def fast_retry(max_attempts: int = 3) -> jl.RetryPolicy:

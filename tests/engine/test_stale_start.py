@@ -17,7 +17,7 @@ import pytest
 
 import jobledger as jl
 from tests.conftest import db_rows, sql_for
-from tests.engine import hand_claim
+from tests.engine import hand_claim, recording_manager
 from tests.recovery import arun
 
 T = jl.JobType("stale.t", int)
@@ -35,12 +35,7 @@ def _claim(
     ran: list[int] = []
 
     async def body() -> tuple[str | None, tuple[str, str]]:
-        jobs = jl.JobManager(db, startup_delay=0, poll_interval=0.02, worker_timeout=WORKER_TIMEOUT)
-
-        @jobs.handler(T, recovery="retry")
-        async def run(ctx: jl.JobContext[int]) -> None:
-            ran.append(ctx.payload)
-
+        jobs = recording_manager(db, T, ran, poll_interval=0.02, worker_timeout=WORKER_TIMEOUT)
         async with jobs:
             await jobs.recovery_done
             engine = jobs._engine

@@ -15,7 +15,7 @@ import asyncio
 
 import jobledger as jl
 from tests.conftest import db_rows, sql_for
-from tests.engine import hand_claim
+from tests.engine import hand_claim, recording_manager
 from tests.recovery import arun
 
 T = jl.JobType("unstarted.t", int)
@@ -31,12 +31,7 @@ def _cancel_before_start(db: str, *, by_abort: bool) -> tuple[list[int], list[st
     async def body() -> tuple[list[str], int]:
         # Through `abort` nothing waits for the heartbeat (an hour away then).
         beat = 3600.0 if by_abort else 0.05
-        jobs = jl.JobManager(db, startup_delay=0, poll_interval=0.02, heartbeat_interval=beat)
-
-        @jobs.handler(T, recovery="retry")
-        async def run(ctx: jl.JobContext[int]) -> None:
-            ran.append(ctx.payload)
-
+        jobs = recording_manager(db, T, ran, poll_interval=0.02, heartbeat_interval=beat)
         async with jobs:
             await jobs.recovery_done
             engine = jobs._engine
