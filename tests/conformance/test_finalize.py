@@ -219,6 +219,43 @@ def test_a_batch_of_outcomes_applies_each_under_its_own_fence(store: ConformantS
     ]
 
 
+def test_a_batch_keeps_every_text_and_number_as_sent(store: ConformantStore) -> None:
+    # A batch travels as one JSON document (PostgreSQL parses it as jsonb): the texts in
+    # it must come back byte for byte, not re-serialised (key order, spacing, escapes,
+    # the digits of a number), and the floats as the same doubles.
+    texts = [
+        '{"b": 1,  "a": [1.50, 1e-05, "x\\"y\\\\u00e9"]}',
+        '{"code":"E","message":"line\\nnext \\t tab ü 😀"}',
+        "not JSON at all: \\ \" '",
+    ]
+    progress = [1e-05, 0.1 + 0.2, 99.99999999999999]
+    jobs = [new_job() for _ in range(3)]
+    store.enqueue(jobs)
+    assert len(claim(store, limit=3).jobs) == 3
+    answers = store.finalize(
+        [
+            outcome(
+                j.id,
+                "completed" if i else "failed",
+                output=texts[i],
+                error=texts[(i + 1) % 3],
+                progress=progress[i],
+                progress_detail=texts[(i + 2) % 3],
+                want_row=False,
+            )
+            for i, j in enumerate(jobs)
+        ],
+        20_000,
+    )
+    assert answers == [APPLIED, APPLIED, APPLIED]
+    for i, j in enumerate(jobs):
+        row = store.get(j.id)
+        assert col(row, L.C_OUTPUT) == texts[i]
+        assert col(row, L.C_ERROR) == texts[(i + 1) % 3]
+        assert col(row, L.C_PROGRESS_DETAIL) == texts[(i + 2) % 3]
+        assert col(row, L.C_PROGRESS) == progress[i]
+
+
 def test_a_batch_larger_than_one_statement_applies_every_outcome(store: ConformantStore) -> None:
     jobs = [new_job() for _ in range(123)]  # the SQLite store writes 50 per statement
     store.enqueue(jobs)
