@@ -7,14 +7,24 @@ huey has no batch API: its `many` row is its single enqueue. `--system sqlite-ra
 ceiling, not a peer: the statements `enqueue_many` runs for such a batch, with their
 arguments built beforehand, into jobledger's own `jobs` table, i.e. what SQLite alone
 costs for the same rows and indexes on this machine.
+
+`--backend postgres` (jobledger only): the same calls on a PostgreSQL server (`--dsn`,
+else `$JOBLEDGER_BENCH_PG_DSN`, `$JOBLEDGER_TEST_PG_DSN`, or the local `test` database),
+in a fresh schema, dropped afterwards. `--chunk K` (with `--mode many`): `enqueue_many`
+of K jobs at a time, as a producer that writes batches as they come.
+
+    python bench/enqueue.py --mode many                                  # SQLite
+    python bench/enqueue.py --backend postgres --mode many --chunk 20
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
+import uuid
 from typing import Any
 
+import many_queues
 from _common import (
     NOOP,
     Stopwatch,
@@ -32,11 +42,35 @@ def main() -> None:
     p = base_parser(__doc__ or "", systems=("jobledger", "huey", "sqlite-raw"))
     p.add_argument("--mode", choices=("single", "many"), default="single")
     p.add_argument("-n", type=int, default=20_000)
+    p.add_argument("--backend", choices=("sqlite", "postgres"), default="sqlite")
+    p.add_argument("--dsn", default=None)
+    p.add_argument("--chunk", type=int, default=0, help="enqueue_many of this many at a time")
     args = p.parse_args()
     bench = f"enqueue_{args.mode}"
+    chunk = args.chunk or args.n
+    if args.backend == "postgres":
+        if args.system != "jobledger":
+            p.error("--backend postgres measures jobledger only")
+        dsn = args.dsn or many_queues.default_dsn()
+        schema = f"jlenq_{uuid.uuid4().hex[:10]}"
+        try:
+            target = many_queues.with_schema(dsn, schema)
+            seconds = _jobledger(target, None, args.mode, args.n, chunk)
+        finally:
+            many_queues.pg_drop(dsn, schema)
+        emit(
+            bench,
+            "jobledger-pg",
+            "server",
+            n=args.n,
+            chunk=chunk if args.mode == "many" else 1,
+            seconds=round(seconds, 4),
+            rate=rate(args.n, seconds),
+        )
+        return
     with fresh_dir() as d:
         if args.system == "jobledger":
-            seconds = _jobledger(os.path.join(d, "jobs.db"), args.sync, args.mode, args.n)
+            seconds = _jobledger(os.path.join(d, "jobs.db"), args.sync, args.mode, args.n, chunk)
         elif args.system == "huey":
             seconds = _huey(os.path.join(d, "huey.db"), args.sync, args.n)
         else:
@@ -51,8 +85,9 @@ def main() -> None:
     )
 
 
-def _jobledger(path: str, sync: str, mode: str, n: int) -> float:
-    jobs = make_manager(path, sync)  # never started: a producer, like a web app
+def _jobledger(target: str, sync: str | None, mode: str, n: int, chunk: int) -> float:
+    # Never started: a producer, like a web app.
+    jobs = jl.JobManager(target) if sync is None else make_manager(target, sync)
     jobs.enqueue(NOOP, {})  # first write registers the queue; not part of the timing
     payloads: list[dict[str, Any]] = [{} for _ in range(n)]
     watch = Stopwatch()
@@ -61,7 +96,8 @@ def _jobledger(path: str, sync: str, mode: str, n: int) -> float:
         for payload in payloads:
             enqueue(NOOP, payload)
     else:
-        jobs.enqueue_many(NOOP, payloads)
+        for start in range(0, n, chunk):
+            jobs.enqueue_many(NOOP, payloads[start : start + chunk])
     seconds = watch.elapsed()
     jobs._store.close()
     return seconds

@@ -55,6 +55,20 @@ def test_a_bench_script_runs_and_reports(args: list[str], tmp_path: Path) -> Non
     assert all(r["rate"] > 0 for r in records if "rate" in r), records
 
 
+@pytest.mark.postgres
+def test_the_enqueue_bench_runs_on_postgres(tmp_path: Path) -> None:
+    from tests.conformance.conftest import PG_DSN, require_postgres
+
+    require_postgres()
+    done = run_bench(
+        tmp_path, "enqueue.py", "--backend", "postgres", "--dsn", PG_DSN,
+        "--mode", "many", "--chunk", "20", "-n", "60",
+    )  # fmt: skip
+    [record] = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert (record["system"], record["n"], record["chunk"]) == ("jobledger-pg", 60, 20)
+    assert record["rate"] > 0
+
+
 # A tiny chaos run (docs/reliability.md): two workers, one kill -9, one SIGSTOP past
 # `worker_timeout`, a schedule and ten workflows. Its verdict (exit status 0): nothing
 # lost, nothing stuck `running`, no cap exceeded, no worker exited by itself, the

@@ -26,6 +26,48 @@ def test_rows_come_back_in_input_order_as_stored(store: ConformantStore) -> None
         assert row[L.C_PAYLOAD] == job.payload
 
 
+@pytest.mark.parametrize("in_user_tx", [False, True])
+def test_a_batch_of_plain_and_keyed_entries_keeps_their_order(
+    store: ConformantStore, in_user_tx: bool
+) -> None:
+    # PostgreSQL writes the entries without a key or a parent in one statement and the
+    # others one by one: each row still comes back in its entry's place, exactly as
+    # stored, and every queue a row went to is registered (in entry order, so with its
+    # first entry's type).
+    live = store.enqueue([new_job(key="taken", queue="old")])[0]
+    parent = store.enqueue([new_job(queue="old")])[0]
+    jobs = [
+        new_job(queue="n1", type="t.first", payload='{"b": 1,  "a": "é\\n"}'),
+        new_job(key="taken", queue="n9"),  # a hit: the live row, nothing inserted
+        new_job(queue="n2", status="delayed", scheduled_at=9_000, priority=-3),
+        new_job(queue="n1", type="t.second", parent=parent[L.C_ID]),
+        new_job(queue="n2", metadata={"k": [1, 2]}, timeout_ms=2**40, max_attempts=1),
+        new_job(key="fresh", queue="n3"),
+        new_job(queue="n1", enqueued_by="ünïcode"),
+    ]
+    if in_user_tx:
+        with store.user_transaction() as conn:
+            rows = store.enqueue(jobs, conn=conn)
+    else:
+        rows = store.enqueue(jobs)
+    assert rows[1] == store.get(live[L.C_ID])
+    for i, (job, row) in enumerate(zip(jobs, rows, strict=True)):
+        if i == 1:
+            continue
+        assert row == store.get(job.id)
+        assert (row[L.C_ID], row[L.C_QUEUE], row[L.C_TYPE]) == (job.id, job.queue, job.type)
+        assert (row[L.C_STATUS], row[L.C_PRIORITY]) == (job.status, job.priority)
+        assert (row[L.C_PAYLOAD], row[L.C_METADATA]) == (job.payload, job.metadata)
+        assert (row[L.C_TIMEOUT], row[L.C_MAX_ATTEMPTS]) == (job.timeout_ms, job.max_attempts)
+        assert (row[L.C_SCHEDULE], row[L.C_ENQUEUED_BY]) == (job.schedule_id, job.enqueued_by)
+        assert row[L.C_SCHEDULED_AT] == job.scheduled_at
+        assert row[L.C_CREATED_AT] == row[L.C_UPDATED_AT] == job.created_at
+    assert col(rows[3], L.C_PARENT) == parent[L.C_ID]
+    assert store.count(JobFilter()) == 2 + 6
+    queues = [(name, t) for _, name, t in store.queues_since(0)]
+    assert queues == [("old", "t.a"), ("n1", "t.first"), ("n2", "t.a"), ("n3", "t.a")]
+
+
 def test_a_live_key_returns_the_existing_row(store: ConformantStore) -> None:
     first = store.enqueue([new_job(key="k1")])[0]
     again = store.enqueue([new_job(key="k1", type="t.other", queue="elsewhere")])[0]

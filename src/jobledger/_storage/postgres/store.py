@@ -53,7 +53,11 @@ from the listener; when LISTEN is unavailable (`listen=False`, or it failed) it 
 migration for why that is exact).
 
 Hot operations are pipelined (psycopg pipeline mode): BEGIN, the statements and COMMIT
-travel together, so a claim or a finalize costs one network round trip.
+travel together, so a claim or a finalize costs one network round trip. A batch is one
+statement where its entries allow: a finalize's outcomes that end their jobs
+(`FINISH_MANY`) and an enqueue's entries without a key or a parent (`ENQUEUE_PLAIN`)
+travel as one jsonb array, parsed once, so the statement-level count triggers run once a
+batch, not once an entry. Their rows are matched back by id.
 """
 
 from __future__ import annotations
@@ -558,7 +562,13 @@ class PostgresStore(ScheduleOps, WorkerOps):
         duplicate_of: dict[int, int] = {}
         sent: list[tuple[int, psycopg.Cursor[Any]]] = []
         new_queues: dict[str, tuple[str, int, list[str]]] = {}
+        plain, rows = _plain_batch(jobs)
+        batch = None if rows is None else conn.execute(q.ENQUEUE_PLAIN, (rows,))
         for i, job in enumerate(jobs):
+            if job.queue not in self._known_queues:
+                new_queues.setdefault(job.queue, (job.type, job.created_at, []))[2].append(job.id)
+            if i in plain:
+                continue
             key = job.idempotency_key
             if key is not None:
                 if key in first_of_key:
@@ -566,16 +576,24 @@ class PostgresStore(ScheduleOps, WorkerOps):
                     continue
                 first_of_key[key] = i
             sent.append((i, conn.execute(q.ENQUEUE_STRICT, _enqueue_params(job))))
-            if job.queue not in self._known_queues:
-                new_queues.setdefault(job.queue, (job.type, job.created_at, []))[2].append(job.id)
         if new_queues:
             conn.execute(q.ADVISORY_XACT_LOCK, (q.queues_lock_key,))
             for name, (type_name, created_at, ids) in new_queues.items():
-                conn.execute(q.REGISTER_QUEUE_IF_INSERTED, (name, type_name, created_at, ids))
+                # Planned at each run, never prepared: a plan cached while `jobs` was
+                # small scans the table for the ids (nothing invalidates it as the table
+                # grows until an ANALYZE), one scan per new queue; planned now, the ids
+                # are probes of the primary key. A new queue is rare, its planning cheap.
+                conn.execute(
+                    q.REGISTER_QUEUE_IF_INSERTED,
+                    (name, type_name, created_at, ids),
+                    prepare=False,
+                )
         conn.execute(q.NOTE_CHANGE)
 
         def fetch() -> list[JobRow]:
             out: list[JobRow] = [()] * len(jobs)
+            if batch is not None:
+                _fill_plain(out, batch, plain)
             for i, cur in sent:
                 row = cur.fetchone()
                 if row is None:  # enqueue_missed() aborts before COMMIT; never here
@@ -592,8 +610,12 @@ class PostgresStore(ScheduleOps, WorkerOps):
         first_of_key: dict[str, int] = {}
         duplicate_of: dict[int, int] = {}
         sent: list[tuple[int, psycopg.Cursor[Any]]] = []
+        plain, rows = _plain_batch(jobs)
         with conn.pipeline():
+            batch = None if rows is None else conn.execute(q.ENQUEUE_PLAIN, (rows,))
             for i, job in enumerate(jobs):
+                if i in plain:
+                    continue
                 key = job.idempotency_key
                 if key is not None:
                     if key in first_of_key:
@@ -601,20 +623,23 @@ class PostgresStore(ScheduleOps, WorkerOps):
                         continue
                     first_of_key[key] = i
                 sent.append((i, conn.execute(q.ENQUEUE_ONE, _enqueue_params(job))))
-            if sent:
+            if sent or batch is not None:
                 conn.execute(q.NOTE_CHANGE)
         out: list[JobRow | None] = [None] * len(jobs)
-        inserted: list[NewJob] = []
+        inserted = set(plain)
+        if batch is not None:
+            _fill_plain(out, batch, plain)
         for i, cur in sent:
             row = cur.fetchone()
             if row is None:
                 row = self._enqueue_slow(conn, jobs[i])
             out[i] = tuple(row[1:])
             if row[0]:
-                inserted.append(jobs[i])
+                inserted.add(i)
         for i, first in duplicate_of.items():
             out[i] = out[first]
-        self._register_queues(conn, inserted)
+        # In entry order: a new queue is registered with its first inserted entry's type.
+        self._register_queues(conn, [jobs[i] for i in sorted(inserted)])
         return [row for row in out if row is not None]
 
     def _enqueue_slow(self, conn: Conn, job: NewJob) -> tuple[Any, ...]:
@@ -1824,6 +1849,41 @@ def _job_of(row: JobRow) -> NewJob:
         scheduled_at=row[L.C_SCHEDULED_AT],
         created_at=row[L.C_CREATED_AT],
     )
+
+
+def _plain_batch(jobs: Sequence[NewJob]) -> tuple[dict[int, str], str | None]:
+    """The entries `ENQUEUE_PLAIN` inserts (no key, no parent), by position with their
+    ids, and its parameter; none (and None) for fewer than two, where one statement
+    each costs no more."""
+    plain = {
+        i: job.id
+        for i, job in enumerate(jobs)
+        if job.idempotency_key is None and job.parent_id is None
+    }
+    if len(plain) < 2:
+        return {}, None
+    rows = [
+        (job.id, job.type, job.status, job.queue, job.priority, job.payload,
+         job.max_attempts, job.timeout_ms, job.schedule_id, job.metadata,
+         job.enqueued_by, job.scheduled_at, job.created_at)
+        for job in (jobs[i] for i in plain)
+    ]  # fmt: skip
+    return plain, json.dumps(rows, separators=(",", ":"), ensure_ascii=False)
+
+
+def _fill_plain(
+    out: list[JobRow] | list[JobRow | None],
+    cur: psycopg.Cursor[Any],
+    plain: Mapping[int, str],
+) -> None:
+    """`ENQUEUE_PLAIN`'s rows into their entries' places (RETURNING names rows, in no
+    promised order)."""
+    by_id = {row[L.C_ID]: tuple(row) for row in cur.fetchall()}
+    for i, job_id in plain.items():
+        row = by_id.get(job_id)
+        if row is None:
+            raise WriteTransactionFailed("enqueue: an entry returned no row")
+        out[i] = row
 
 
 def _enqueue_params(job: NewJob) -> dict[str, Any]:
