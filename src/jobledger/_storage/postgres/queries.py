@@ -82,7 +82,8 @@ class Queries:
     SCHEDULE_COLUMNS = SCHEDULE_COLUMNS
 
     # -- jobs: enqueue ---------------------------------------------------------------
-    # One statement per entry: insert unless the key is live or the parent is missing;
+    # One statement per entry with a key or a parent (the others: ENQUEUE_PLAIN, below):
+    # insert unless the key is live or the parent is missing;
     # on an idempotency conflict return the live row. The existing row is read from the
     # statement's snapshot, so a conflict with a row committed *during* the statement
     # returns nothing; the store then re-reads with a fresh snapshot.
