@@ -25,6 +25,8 @@ def _steps(other: ConformantStore) -> list[tuple[str, Callable[[], object]]]:
     a, b, c = new_job(), new_job(), new_job(status="delayed", scheduled_at=20_000)
     return [
         ("enqueue", lambda: other.enqueue([a, b, c])),
+        # One entry to a queue the store knows (PostgreSQL: one autocommit statement).
+        ("enqueue one", lambda: (other.remember_queues(["q"]), other.enqueue([new_job()]))),
         ("claim+finalize", lambda: (claim(other, limit=1), other.finalize([outcome(a.id)], 1))),
         ("cancel", lambda: other.request_cancel(b.id, None, "{}", 2)),
         ("promote", lambda: other.promote_due(20_000)),

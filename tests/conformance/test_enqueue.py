@@ -196,7 +196,12 @@ def test_an_idempotency_hit_registers_no_queue(store: ConformantStore) -> None:
 def test_remembered_queues_still_get_their_jobs(store: ConformantStore) -> None:
     store.enqueue([new_job(queue="q")])
     store.remember_queues(["q"])
-    job = new_job(queue="q")
-    store.enqueue([job])
-    assert col(store.get(job.id), L.C_QUEUE) == "q"
+    # One entry to a known queue: PostgreSQL writes it in one autocommit statement.
+    job = new_job(queue="q", status="delayed", scheduled_at=7_000, priority=2, timeout_ms=9)
+    [row] = store.enqueue([job])
+    assert row == store.get(job.id)
+    assert (row[L.C_ID], row[L.C_QUEUE], row[L.C_STATUS]) == (job.id, "q", "delayed")
+    assert (row[L.C_PRIORITY], row[L.C_TIMEOUT], row[L.C_SCHEDULED_AT]) == (2, 9, 7_000)
+    assert (row[L.C_PAYLOAD], row[L.C_METADATA]) == (job.payload, job.metadata)
+    assert row[L.C_CREATED_AT] == row[L.C_UPDATED_AT] == job.created_at
     assert [name for _, name, _ in store.queues_since(0)] == ["q"]

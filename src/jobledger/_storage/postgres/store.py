@@ -57,7 +57,9 @@ travel together, so a claim or a finalize costs one network round trip. A batch 
 statement where its entries allow: a finalize's outcomes that end their jobs
 (`FINISH_MANY`) and an enqueue's entries without a key or a parent (`ENQUEUE_PLAIN`)
 travel as one jsonb array, parsed once, so the statement-level count triggers run once a
-batch, not once an entry. Their rows are matched back by id.
+batch, not once an entry. Their rows are matched back by id. One such entry to a queue
+already registered (`enqueue`'s usual call) is one autocommit statement that also notes
+the change (`ENQUEUE_SOLO`).
 """
 
 from __future__ import annotations
@@ -526,6 +528,14 @@ class PostgresStore(ScheduleOps, WorkerOps):
             return self._enqueue_in(conn, jobs)
         if not jobs:
             return []
+        if len(jobs) == 1:
+            job = jobs[0]
+            if (
+                job.idempotency_key is None
+                and job.parent_id is None
+                and job.queue in self._known_queues
+            ):
+                return [self._stmt(lambda c: _solo(c, self.q, job), "enqueue")]
         try:
             return self._tx_then(lambda c: self._send_enqueue(c, jobs), "enqueue")
         except _EnqueueMissed:
@@ -1849,6 +1859,13 @@ def _job_of(row: JobRow) -> NewJob:
         scheduled_at=row[L.C_SCHEDULED_AT],
         created_at=row[L.C_CREATED_AT],
     )
+
+
+def _solo(conn: Conn, q: Queries, job: NewJob) -> JobRow:
+    row = conn.execute(q.ENQUEUE_SOLO, _enqueue_params(job)).fetchone()
+    if row is None:
+        raise WriteTransactionFailed("enqueue: the entry returned no row")
+    return tuple(row)
 
 
 def _plain_batch(jobs: Sequence[NewJob]) -> tuple[dict[int, str], str | None]:
