@@ -21,12 +21,17 @@ def _changes(store: ConformantStore, before: int, what: str) -> int:
         time.sleep(0.01)
 
 
+def _enqueue_one_to_a_known_queue(store: ConformantStore) -> None:
+    # PostgreSQL writes it in one autocommit statement, its change note included.
+    store.remember_queues(["q"])
+    store.enqueue([new_job()])
+
+
 def _steps(other: ConformantStore) -> list[tuple[str, Callable[[], object]]]:
     a, b, c = new_job(), new_job(), new_job(status="delayed", scheduled_at=20_000)
     return [
         ("enqueue", lambda: other.enqueue([a, b, c])),
-        # One entry to a queue the store knows (PostgreSQL: one autocommit statement).
-        ("enqueue one", lambda: (other.remember_queues(["q"]), other.enqueue([new_job()]))),
+        ("enqueue one", lambda: _enqueue_one_to_a_known_queue(other)),
         ("claim+finalize", lambda: (claim(other, limit=1), other.finalize([outcome(a.id)], 1))),
         ("cancel", lambda: other.request_cancel(b.id, None, "{}", 2)),
         ("promote", lambda: other.promote_due(20_000)),
