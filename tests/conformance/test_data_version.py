@@ -29,11 +29,15 @@ def _enqueue_one_to_a_known_queue(store: ConformantStore) -> None:
 
 def _steps(other: ConformantStore) -> list[tuple[str, Callable[[], object]]]:
     a, b, c = new_job(), new_job(), new_job(status="delayed", scheduled_at=20_000)
+    pair = [new_job(queue="pair"), new_job(queue="pair")]
     return [
         ("enqueue", lambda: other.enqueue([a, b, c])),
         ("enqueue one", lambda: _enqueue_one_to_a_known_queue(other)),
         ("claim+finalize", lambda: (claim(other, limit=1), other.finalize([outcome(a.id)], 1))),
         ("cancel", lambda: other.request_cancel(b.id, None, "{}", 2)),
+        ("enqueue a pair, claim it", lambda: (other.enqueue(pair), claim(other, queue="pair"))),
+        # Two outcomes: PostgreSQL's one statement for them notes the change itself.
+        ("finalize a batch", lambda: other.finalize([outcome(j.id) for j in pair], 2)),
         ("promote", lambda: other.promote_due(20_000)),
         ("cancel_many", lambda: other.cancel_many("q", None, None, "{}", 3)),
     ]
