@@ -117,7 +117,7 @@ class Queries:
     # Many entries without a key or a parent (nothing to conflict with, nothing to
     # check) in one statement: the statement-level count triggers (migration 12) then
     # run once for the batch instead of once an entry, most of what an entry cost the
-    # server. The entries as one jsonb array of arrays, in `_PLAIN_FIELDS` order
+    # server. The entries as one jsonb array of arrays, in `_plain_batch`'s order
     # (store.py), parsed once; the texts in it come back exactly as sent.
     ENQUEUE_PLAIN = (
         "INSERT INTO {s}.jobs (id, type, status, queue, priority, payload, max_attempts, "
