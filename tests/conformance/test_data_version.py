@@ -36,7 +36,7 @@ def _steps(other: ConformantStore) -> list[tuple[str, Callable[[], object]]]:
         ("claim+finalize", lambda: (claim(other, limit=1), other.finalize([outcome(a.id)], 1))),
         ("cancel", lambda: other.request_cancel(b.id, None, "{}", 2)),
         ("enqueue a pair, claim it", lambda: (other.enqueue(pair), claim(other, queue="pair"))),
-        # Two outcomes: PostgreSQL's one statement for them notes the change itself.
+        # Two outcomes: PostgreSQL writes them in one statement (FINISH_MANY), noted too.
         ("finalize a batch", lambda: other.finalize([outcome(j.id) for j in pair], 2)),
         ("promote", lambda: other.promote_due(20_000)),
         ("cancel_many", lambda: other.cancel_many("q", None, None, "{}", 3)),
