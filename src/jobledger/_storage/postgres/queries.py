@@ -32,6 +32,11 @@ _LIVE = "('pending', 'delayed', 'running')"
 _TERMINAL = "('completed', 'failed', 'cancelled')"
 _J_COLUMNS = ", ".join(f"j.{c.strip()}" for c in JOB_COLUMNS.split(","))
 _N_COLUMNS = len(JOB_COLUMNS.split(","))
+# What ENQUEUE_PLAIN and ENQUEUE_SOLO write of an entry without a key or a parent.
+_PLAIN_COLUMNS = (
+    "id, type, status, queue, priority, payload, max_attempts, timeout_ms, schedule_id, "
+    "metadata, enqueued_by, scheduled_at, created_at, updated_at"
+)
 _CLAIMED = (
     "j.id, j.type, j.queue, j.priority, j.payload, j.attempt, j.max_attempts, j.timeout_ms, "
     "j.metadata, j.parent_id, j.schedule_id, j.scheduled_at, j.started_at, j.workflow_id"
@@ -120,9 +125,7 @@ class Queries:
     # server. The entries as one jsonb array of arrays, in `_plain_batch`'s order
     # (store.py), parsed once; the texts in it come back exactly as sent.
     ENQUEUE_PLAIN = (
-        "INSERT INTO {s}.jobs (id, type, status, queue, priority, payload, max_attempts, "
-        "timeout_ms, schedule_id, metadata, enqueued_by, scheduled_at, created_at, "
-        "updated_at) "
+        f"INSERT INTO {{s}}.jobs ({_PLAIN_COLUMNS}) "
         "SELECT e->>0, e->>1, e->>2, e->>3, (e->>4)::bigint, e->>5, (e->>6)::bigint, "
         "(e->>7)::bigint, e->>8, e->>9, e->>10, (e->>11)::bigint, (e->>12)::bigint, "
         "(e->>12)::bigint FROM jsonb_array_elements(%s::jsonb) e "
@@ -132,11 +135,10 @@ class Queries:
     # statement with its change note: no BEGIN, no COMMIT, no statement for the note (a
     # web request's `enqueue`, the common call, in one statement instead of four).
     ENQUEUE_SOLO = (
-        "WITH ins AS (INSERT INTO {s}.jobs (id, type, status, queue, priority, payload, "
-        "max_attempts, timeout_ms, schedule_id, metadata, enqueued_by, scheduled_at, "
-        "created_at, updated_at) VALUES (%(id)s, %(type)s, %(status)s, %(queue)s, "
-        "%(priority)s, %(payload)s, %(max_attempts)s, %(timeout_ms)s, %(schedule)s, "
-        "%(metadata)s, %(enqueued_by)s, %(scheduled_at)s, %(created_at)s, %(created_at)s) "
+        f"WITH ins AS (INSERT INTO {{s}}.jobs ({_PLAIN_COLUMNS}) "
+        "VALUES (%(id)s, %(type)s, %(status)s, %(queue)s, %(priority)s, %(payload)s, "
+        "%(max_attempts)s, %(timeout_ms)s, %(schedule)s, %(metadata)s, %(enqueued_by)s, "
+        "%(scheduled_at)s, %(created_at)s, %(created_at)s) "
         f"RETURNING {JOB_COLUMNS}) "
         "SELECT ins.* FROM ins, (SELECT {s}.note_change()) AS noted"
     )
