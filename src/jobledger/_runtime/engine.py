@@ -118,6 +118,9 @@ __all__ = ["DispatchQueue", "Engine"]
 
 log = logging.getLogger("jobledger.engine")
 
+# The name of the asyncio task that runs a job's handler is this and the job's id.
+TASK_PREFIX = "jobledger job "
+
 # One job's waiting `finished` futures (`Engine.waiters`).
 Waiting = asyncio.Future[JobSnapshot] | list[asyncio.Future[JobSnapshot]]
 _C_ID, _C_TYPE = L.C_ID, L.C_TYPE
@@ -570,7 +573,9 @@ class Engine:
         # No done callback: `_run` ends with `ensure_outcome` itself. Only a task
         # cancelled before its first step never runs it; `abort` and
         # `settle_unstarted` see to those (docs/benchmarks.md, twenty-eighth round).
-        attempt.task = self.loop.create_task(self._run(attempt, job))
+        # Named by its job, which a task dump (`asyncio.all_tasks()`) then shows; and a
+        # name given costs less than the "Task-N" asyncio formats for every unnamed task.
+        attempt.task = self.loop.create_task(self._run(attempt, job), name=TASK_PREFIX + job.id)
 
     def ensure_outcome(self, attempt: Attempt) -> None:
         """As the attempt's task ends (`_run`'s last step), or after a task cancelled
@@ -1486,7 +1491,9 @@ class Engine:
             if attempt is not None:
                 attempt.done.set()
             return
-        task = self.loop.create_task(self._run_on_settled(hook, snap, attempt))
+        task = self.loop.create_task(
+            self._run_on_settled(hook, snap, attempt), name=f"jobledger on_settled {job_id}"
+        )
         self._settling.add(task)
         task.add_done_callback(self._settling.discard)
 

@@ -54,7 +54,7 @@ class Promoter(Service):
 
     async def on_ready(self) -> None:
         self._wake = asyncio.Event()
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="jobledger promoter")
 
     async def on_stop(self) -> None:
         self._stopping = True

@@ -67,7 +67,7 @@ class Service:
                     log.exception("interval of %s failed; it carries on", self.name)
                 await self.clock.sleep(seconds)
 
-        task = asyncio.get_running_loop().create_task(loop())
+        task = asyncio.get_running_loop().create_task(loop(), name=f"jobledger {self.name}")
         self._intervals.append(task)
         return task
 

@@ -64,7 +64,9 @@ class Watcher(Service):
         if self._closed:
             return
         if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._run())
+            self._task = asyncio.get_running_loop().create_task(
+                self._run(), name="jobledger watcher"
+            )
 
     def stop_following(self) -> None:
         """From now on only waiting handles are served (the manager is stopping)."""
