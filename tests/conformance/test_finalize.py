@@ -256,6 +256,49 @@ def test_a_batch_keeps_every_text_and_number_as_sent(store: ConformantStore) -> 
         assert col(row, L.C_PROGRESS) == progress[i]
 
 
+def test_a_batch_tells_a_missing_value_from_an_empty_or_zero_one(store: ConformantStore) -> None:
+    # The SQLite store binds a batch's None as a zero-length blob and turns it back into
+    # NULL in SQL (sqlite/queries.py, finish_many_sql): an empty text and a zero must
+    # not be taken for it, nor it for them, in any of the batch's three kinds of group
+    # (nobody reads the row; the row built from the claim; the row read whole).
+    jobs = [new_job() for _ in range(6)]
+    store.enqueue(jobs)
+    claimed = {c.id: c for c in claim(store, limit=6).jobs}
+    assert len(claimed) == 6
+    for j in jobs:
+        assert store.set_progress(j.id, "w1", 0, 40.0, "half", 15_000)
+    empty = {"output": "", "error": "", "progress": 0.0, "progress_detail": ""}
+    missing = {"output": None, "error": None, "progress": None, "progress_detail": None}
+    groups = [  # (want_row, with the claim)
+        (False, False),
+        (True, True),
+        (True, False),
+    ]
+    outcomes = []
+    for n, (want_row, with_claim) in enumerate(groups):
+        for j, fields in ((jobs[2 * n], missing), (jobs[2 * n + 1], empty)):
+            outcomes.append(
+                outcome(
+                    j.id,
+                    want_row=want_row,
+                    claimed=claimed[j.id] if with_claim else None,
+                    **fields,
+                )
+            )
+    answers = store.finalize(outcomes, 20_000)
+    for o, answer in zip(outcomes, answers, strict=True):
+        row = store.get(o.job_id)
+        assert answer == (row if o.want_row else APPLIED)
+        columns = (L.C_OUTPUT, L.C_ERROR, L.C_PROGRESS, L.C_PROGRESS_DETAIL)
+        got = tuple(col(row, c) for c in columns)
+        if o.output is None:
+            # Nothing sent: no output or error; the last reported progress stays.
+            assert got == (None, None, 40.0, "half")
+        else:
+            assert got == ("", "", 0.0, "")
+            assert type(col(row, L.C_PROGRESS)) is float
+
+
 def test_a_batch_larger_than_one_statement_applies_every_outcome(store: ConformantStore) -> None:
     jobs = [new_job() for _ in range(123)]  # the SQLite store writes 50 per statement
     store.enqueue(jobs)

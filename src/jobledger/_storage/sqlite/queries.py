@@ -311,9 +311,18 @@ def finish_many_sql(n_rows: int, rows: bool | Literal["parts"] = False) -> str:
     stepping a statement per row is what costs, not the B-tree work); the outcomes are
     bound values in a VALUES list rather than a JSON array that every column's
     `json_extract` parses again.
+
+    The values that may be None (output to scheduled_at) are bound as a zero-length
+    blob instead (`no_value()`), which `nullif` makes NULL again: no column of the batch
+    ever holds a blob. CPython 3.11's sqlite3 binds None through its adapter registry,
+    looking up `__adapt__` on a type that lacks it, and formats and drops that
+    AttributeError each time: about 2,000 instructions a None, three a job of a no-op
+    drain (docs/benchmarks.md, thirtieth round). A bytearray it binds directly.
     """
     values = ", ".join(
-        "(" + ", ".join(f"?{2 + FINISH_VALUES * i + j}" for j in range(FINISH_VALUES)) + ")"
+        "("
+        + ", ".join(_finish_value(2 + FINISH_VALUES * i + j, j) for j in range(FINISH_VALUES))
+        + ")"
         for i in range(n_rows)
     )
     return (
@@ -332,8 +341,20 @@ def finish_many_sql(n_rows: int, rows: bool | Literal["parts"] = False) -> str:
     )
 
 
-# Bound values per outcome in `finish_many_sql`.
+# Bound values per outcome in `finish_many_sql`; from the sixth on (output, error,
+# progress, progress_detail, queue, scheduled_at) a None is bound as `no_value()`.
 FINISH_VALUES = 11
+_FIRST_NULLABLE = 5
+
+
+def _finish_value(n: int, j: int) -> str:
+    return f"nullif(?{n}, x'')" if j >= _FIRST_NULLABLE else f"?{n}"
+
+
+def no_value() -> bytearray:
+    """What `finish_many_sql` binds for None: a zero-length blob (see there). A new one
+    each statement: a bytearray is mutable, so none is shared."""
+    return bytearray()
 
 
 def _returning(rows: bool | Literal["parts"]) -> str:

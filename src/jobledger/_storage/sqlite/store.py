@@ -676,12 +676,16 @@ class SqliteStore(ScheduleOps, WorkerOps):
                 for start in range(0, len(group), q.FINISH_CHUNK):
                     chunk = group[start : start + q.FINISH_CHUNK]
                     bound: list[Any] = [now_ms]
+                    nv = q.no_value()  # None, bound cheaply (q.finish_many_sql)
                     for o in chunk:
-                        c = o.claimed
+                        c, out, err = o.claimed, o.output, o.error
+                        prog, detail = o.progress, o.progress_detail
                         bound += (keys[o.job_id], o.job_id, o.worker_id, o.attempt, o.kind,
-                                  o.output, o.error, o.progress, o.progress_detail,
-                                  None if c is None else c.queue,
-                                  None if c is None else c.scheduled_at)  # fmt: skip
+                                  nv if out is None else out, nv if err is None else err,
+                                  nv if prog is None else prog,
+                                  nv if detail is None else detail,
+                                  nv if c is None else c.queue,
+                                  nv if c is None else c.scheduled_at)  # fmt: skip
                     sql = q.finish_many_sql(len(chunk), rows)
                     ended = {o.job_id: o for o in chunk}
                     # Each row's last column: its started_at where this statement counts
