@@ -573,8 +573,8 @@ class Engine:
         # No done callback: `_run` ends with `ensure_outcome` itself. Only a task
         # cancelled before its first step never runs it; `abort` and
         # `settle_unstarted` see to those (docs/benchmarks.md, twenty-eighth round).
-        # Named by its job, which a task dump (`asyncio.all_tasks()`) then shows; and a
-        # name given costs less than the "Task-N" asyncio formats for every unnamed task.
+        # Named by its job, which a task dump (`asyncio.all_tasks()`) then shows; a name
+        # given costs no more than the "Task-N" asyncio formats for an unnamed task.
         attempt.task = self.loop.create_task(self._run(attempt, job), name=TASK_PREFIX + job.id)
 
     def ensure_outcome(self, attempt: Attempt) -> None:
