@@ -205,3 +205,25 @@ def test_remembered_queues_still_get_their_jobs(store: ConformantStore) -> None:
     assert (row[L.C_PAYLOAD], row[L.C_METADATA]) == (job.payload, job.metadata)
     assert row[L.C_CREATED_AT] == row[L.C_UPDATED_AT] == job.created_at
     assert [name for _, name, _ in store.queues_since(0)] == ["q"]
+
+
+def test_one_entry_to_a_known_queue_keeps_each_column_it_has_or_lacks(backend: Backend) -> None:
+    # One entry, no key, no parent, to a known queue is one statement on both backends;
+    # SQLite's (`INSERT_PLAIN`) binds a missing timeout or schedule as a blob that SQL
+    # makes NULL: a 0 must stay 0, a value must stay itself, and None must be NULL.
+    store = backend.store
+    backend.execute(
+        "INSERT INTO job_schedules (id, type, name, trigger, payload, catch_up, enabled, "
+        "metadata, created_at, updated_at) VALUES ('s-1', 't.a', '', '{}', '{}', '{}', 1, "
+        "'{}', 0, 0)"
+    )
+    store.enqueue([new_job(queue="q")])
+    store.remember_queues(["q"])
+    cases = [(None, None), (0, None), (2_500, "s-1"), (None, "s-1")]
+    for timeout_ms, schedule in cases:
+        job = new_job(queue="q", timeout_ms=timeout_ms, schedule=schedule)
+        [row] = store.enqueue([job])
+        assert row == store.get(job.id)
+        assert (row[L.C_TIMEOUT], row[L.C_SCHEDULE]) == (timeout_ms, schedule)
+        assert (row[L.C_KEY], row[L.C_PARENT]) == (None, None)
+        assert (row[L.C_ENQUEUED_BY], row[L.C_PAYLOAD]) == ("producer", job.payload)

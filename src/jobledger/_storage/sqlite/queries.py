@@ -36,6 +36,16 @@ INSERT_JOB = (
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
+# `INSERT_JOB` for a row with no idempotency key and no parent (the one-statement
+# enqueue, `SqliteStore.enqueue`): those two columns are left NULL, and timeout_ms and
+# schedule_id, None in most rows, are bound as `finish_many_sql` binds a None
+# (`no_value()`, which nullif makes NULL).
+INSERT_PLAIN = (
+    "INSERT INTO jobs (rowid, id, payload, type, status, queue, priority, max_attempts, "
+    "metadata, enqueued_by, scheduled_at, created_at, updated_at, timeout_ms, schedule_id) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, nullif(?, x''), nullif(?, x''))"
+)
+
 # A row whose id names no row key (one not made by `ids.new_id`, which only the store's
 # own callers can pass) goes below zero, after every row there, where schema 4 put the
 # rows it renumbered: found through jobs_legacy_id_idx, ordered as inserted.

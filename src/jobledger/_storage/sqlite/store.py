@@ -142,11 +142,17 @@ _SETTINGS_UPSERT = (
     "updated_at = excluded.updated_at"
 )
 _TYPE, _QUEUE, _KEY, _PARENT, _CREATED = L.C_TYPE, L.C_QUEUE, L.C_KEY, L.C_PARENT, L.C_CREATED_AT
+_TIMEOUT, _SCHEDULE = L.C_TIMEOUT, L.C_SCHEDULE
 _ID, _PAYLOAD, _STATUS, _SCHEDULED_AT = L.C_ID, L.C_PAYLOAD, L.C_STATUS, L.C_SCHEDULED_AT
 # A fresh row's values in `q.INSERT_JOB`'s parameter order after its key, picked in C;
 # all but the id and payload, in `q.insert_shared_sql`'s.
 _insert_params = operator.itemgetter(L.C_ID, L.C_PAYLOAD, *q.SHARED_COLUMNS)
 _shared_params = operator.itemgetter(*q.SHARED_COLUMNS)
+# `q.INSERT_PLAIN`'s parameters after the key, up to its last two.
+_plain_params = operator.itemgetter(
+    L.C_ID, L.C_PAYLOAD, L.C_TYPE, L.C_STATUS, L.C_QUEUE, L.C_PRIORITY, L.C_MAX_ATTEMPTS,
+    L.C_METADATA, L.C_ENQUEUED_BY, L.C_SCHEDULED_AT, L.C_CREATED_AT, L.C_UPDATED_AT,
+)  # fmt: skip
 _id_of = operator.itemgetter(L.C_ID)
 # Rows per statement of a shared batch (14 + 300 parameters); 100 to 200 measured best.
 SHARED_CHUNK = 100
@@ -391,8 +397,11 @@ class SqliteStore(ScheduleOps, WorkerOps):
                 and row[_QUEUE] in self._known_queues
             ):
                 # Nothing to look up or register first: the INSERT is the transaction.
+                nv, timeout, schedule = q.no_value(), row[_TIMEOUT], row[_SCHEDULE]
+                params = (key, *_plain_params(row), nv if timeout is None else timeout,
+                          nv if schedule is None else schedule)  # fmt: skip
                 try:
-                    self.write_statement(q.INSERT_JOB, (key, *_insert_params(row)), "enqueue")
+                    self.write_statement(q.INSERT_PLAIN, params, "enqueue")
                     return [row]
                 except StorageError as exc:
                     if not _key_taken(exc.__cause__):
