@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from typing import Any
 
 import pytest
 
@@ -297,6 +298,28 @@ def test_a_batch_tells_a_missing_value_from_an_empty_or_zero_one(store: Conforma
         else:
             assert got == ("", "", 0.0, "")
             assert type(col(row, L.C_PROGRESS)) is float
+
+
+def test_one_outcome_tells_a_missing_value_from_an_empty_or_zero_one(
+    store: ConformantStore,
+) -> None:
+    # An outcome alone is not batched: its own statement binds a None as the batch does
+    # (SQLite's FINISH and FINISH_NO_ROW), read back or not.
+    jobs = [new_job() for _ in range(4)]
+    store.enqueue(jobs)
+    assert len(claim(store, limit=4).jobs) == 4
+    for j in jobs:
+        assert store.set_progress(j.id, "w1", 0, 40.0, "half", 15_000)
+    empty: dict[str, Any] = {"output": "", "error": "", "progress": 0.0, "progress_detail": ""}
+    missing: dict[str, Any] = dict.fromkeys(empty)
+    cases = [(jobs[0], missing, False), (jobs[1], empty, False), (jobs[2], missing, True),
+             (jobs[3], empty, True)]  # fmt: skip
+    for job, fields, want_row in cases:
+        [answer] = store.finalize([outcome(job.id, want_row=want_row, **fields)], 20_000)
+        row = store.get(job.id)
+        assert answer == (row if want_row else APPLIED)
+        got = tuple(col(row, c) for c in (L.C_OUTPUT, L.C_ERROR, L.C_PROGRESS, L.C_PROGRESS_DETAIL))
+        assert got == ((None, None, 40.0, "half") if fields is missing else ("", "", 0.0, ""))
 
 
 def test_a_batch_larger_than_one_statement_applies_every_outcome(store: ConformantStore) -> None:

@@ -262,10 +262,12 @@ def spread_claim_sql(n_queues: int, n_types: int, n_excluded: int = 0, turn: int
 _FENCE = "WHERE rowid = ? AND id = ? AND status = 'running' AND worker_id = ? AND attempt = ?"
 # Reading the row back costs about as much as the write; FINISH_NO_ROW is for outcomes
 # nobody is waiting on (`Outcome.want_row`), and reports through rowcount.
+# Its output, error, progress and detail may be bound as `no_value()` for a None (see
+# `finish_many_sql`): most outcomes have no error and no progress.
 FINISH_NO_ROW = (
-    "UPDATE jobs SET status = ?, output = ?, error = ?, finished_at = ?, updated_at = ?, "
-    "progress = coalesce(?, progress), progress_detail = coalesce(?, progress_detail) "
-    f"{_FENCE}"
+    "UPDATE jobs SET status = ?, output = nullif(?, x''), error = nullif(?, x''), "
+    "finished_at = ?, updated_at = ?, progress = coalesce(nullif(?, x''), progress), "
+    f"progress_detail = coalesce(nullif(?, x''), progress_detail) {_FENCE}"
 )
 FINISH = f"{FINISH_NO_ROW} RETURNING {JOB_COLUMNS}"
 # Whether FINISH's fence holds now: a group commit's block reads it under the write lock

@@ -743,14 +743,16 @@ class SqliteStore(ScheduleOps, WorkerOps):
                         if row is not None and (o.kind == "retry" or o.logs is not None):
                             record = "cancelled"
                 else:
+                    nv, out, err = q.no_value(), o.output, o.error
+                    prog, detail = o.progress, o.progress_detail
                     params = (
                         o.kind,
-                        o.output,
-                        o.error,
+                        nv if out is None else out,
+                        nv if err is None else err,
                         now_ms,
                         now_ms,
-                        o.progress,
-                        o.progress_detail,
+                        nv if prog is None else prog,
+                        nv if detail is None else detail,
                         *fence,
                     )
                     if o.want_row:
