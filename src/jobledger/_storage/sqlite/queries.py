@@ -38,8 +38,7 @@ INSERT_JOB = (
 
 # `INSERT_JOB` for a row with no idempotency key and no parent (the one-statement
 # enqueue, `SqliteStore.enqueue`): those two columns are left NULL, and timeout_ms and
-# schedule_id, None in most rows, are bound as `finish_many_sql` binds a None
-# (`no_value()`, which nullif makes NULL).
+# schedule_id, None in most rows, may be bound as `no_value()` for a None.
 INSERT_PLAIN = (
     "INSERT INTO jobs (rowid, id, payload, type, status, queue, priority, max_attempts, "
     "metadata, enqueued_by, scheduled_at, created_at, updated_at, timeout_ms, schedule_id) "
@@ -262,8 +261,8 @@ def spread_claim_sql(n_queues: int, n_types: int, n_excluded: int = 0, turn: int
 _FENCE = "WHERE rowid = ? AND id = ? AND status = 'running' AND worker_id = ? AND attempt = ?"
 # Reading the row back costs about as much as the write; FINISH_NO_ROW is for outcomes
 # nobody is waiting on (`Outcome.want_row`), and reports through rowcount.
-# Its output, error, progress and detail may be bound as `no_value()` for a None (see
-# `finish_many_sql`): most outcomes have no error and no progress.
+# Its output, error, progress and detail may be bound as `no_value()` for a None: most
+# outcomes have no error and no progress.
 FINISH_NO_ROW = (
     "UPDATE jobs SET status = ?, output = nullif(?, x''), error = nullif(?, x''), "
     "finished_at = ?, updated_at = ?, progress = coalesce(nullif(?, x''), progress), "
@@ -324,12 +323,7 @@ def finish_many_sql(n_rows: int, rows: bool | Literal["parts"] = False) -> str:
     bound values in a VALUES list rather than a JSON array that every column's
     `json_extract` parses again.
 
-    The values that may be None (output to scheduled_at) are bound as a zero-length
-    blob instead (`no_value()`), which `nullif` makes NULL again: no column of the batch
-    ever holds a blob. CPython 3.11's sqlite3 binds None through its adapter registry,
-    looking up `__adapt__` on a type that lacks it, and formats and drops that
-    AttributeError each time: about 2,000 instructions a None, three a job of a no-op
-    drain (docs/benchmarks.md, thirtieth round). A bytearray it binds directly.
+    The values that may be None (output to scheduled_at) may be bound as `no_value()`.
     """
     values = ", ".join(
         "("
@@ -364,8 +358,15 @@ def _finish_value(n: int, j: int) -> str:
 
 
 def no_value() -> bytearray:
-    """What `finish_many_sql` binds for None: a zero-length blob (see there). A new one
-    each statement: a bytearray is mutable, so none is shared."""
+    """What the hot statements (`finish_many_sql`, FINISH_NO_ROW, INSERT_PLAIN) are
+    given for a None in a column that may be NULL: a zero-length blob, which their
+    `nullif(?, x'')` makes NULL again. None of those columns ever holds a blob.
+
+    CPython 3.11's sqlite3 binds None through its adapter registry, looking up
+    `__adapt__` on a type that lacks it, and formats and drops that AttributeError each
+    time: about 2,000 instructions a None, three a job of a no-op drain and four an
+    enqueue (docs/benchmarks.md, thirtieth round). A bytearray it binds directly. A new
+    one each statement: a bytearray is mutable, so none is shared."""
     return bytearray()
 
 

@@ -685,7 +685,7 @@ class SqliteStore(ScheduleOps, WorkerOps):
                 for start in range(0, len(group), q.FINISH_CHUNK):
                     chunk = group[start : start + q.FINISH_CHUNK]
                     bound: list[Any] = [now_ms]
-                    nv = q.no_value()  # None, bound cheaply (q.finish_many_sql)
+                    nv = q.no_value()  # None, bound cheaply
                     for o in chunk:
                         c, out, err = o.claimed, o.output, o.error
                         prog, detail = o.progress, o.progress_detail
